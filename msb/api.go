@@ -1,0 +1,221 @@
+// Package msb is the only package that knows the argv of microsandbox's msb
+// CLI. It builds typed, validated argv for each subcommand the project uses,
+// runs msb with a scrubbed environment, bounded output and process-group
+// kill semantics, and parses msb's JSON listings and error messages.
+//
+// SKELETON: the exported API below is the contract other packages build
+// against. Bodies are filled in by the msb implementation.
+package msb
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"time"
+)
+
+// Sentinel errors. Callers test them with errors.Is.
+var (
+	ErrInvalid         = errors.New("invalid msb argument")    // a ValidationError; nothing was started
+	ErrSandboxNotFound = errors.New("sandbox not found")       // error: sandbox not found: NAME
+	ErrVolumeNotFound  = errors.New("volume not found")        // error: volume not found: NAME
+	ErrAlreadyExists   = errors.New("already exists")          // sandbox or volume already exists
+	ErrVolumeAttached  = errors.New("volume attached")         // volume remove refused: attached to active sandbox
+	ErrExecTimedOut    = errors.New("exec timed out")          // exec --timeout fired in the guest
+	ErrCannotStart     = errors.New("command could not start") // exec 126/127 with "failed to exec"
+	ErrOutputOverflow  = errors.New("msb output exceeds cap")  // the runner's cap was hit; process group killed
+	ErrHostTimeout     = errors.New("msb host deadline exceeded")
+	ErrAborted         = errors.New("msb call aborted")
+)
+
+// ValidationError reports an argument refused before any process started.
+// It matches ErrInvalid.
+type ValidationError struct {
+	Field  string // e.g. "name", "label key", "memory"
+	Value  string
+	Reason string
+}
+
+// ExitError reports a non-zero exit of msb. Kind is one of the sentinel
+// errors above when stderr carried a recognised msb message, else nil (a
+// guest's own non-zero exit code from exec).
+type ExitError struct {
+	Args     []string
+	ExitCode int
+	Message  string // msb's "error: ..." line without the prefix, ANSI stripped; "" if none
+	Stderr   []byte // captured stderr (bounded), ANSI stripped
+	Kind     error
+}
+
+// Call is one msb invocation.
+type Call struct {
+	Args []string
+	// Stdin is read to EOF and closed; nil means /dev/null. Never an open pipe:
+	// msb reads stdin to EOF before starting the guest command.
+	Stdin io.Reader
+	// Stdout and Stderr, when set, receive each chunk as it arrives, and that
+	// stream is then not buffered in Result (stderr is still kept, bounded, for
+	// error classification).
+	Stdout func([]byte)
+	Stderr func([]byte)
+	// MaxOutput caps stdout+stderr bytes; 0 means the runner's default.
+	MaxOutput int64
+}
+
+// Result is what one msb invocation produced.
+type Result struct {
+	Args     []string
+	ExitCode int
+	Stdout   []byte
+	Stderr   []byte
+}
+
+// Runner runs msb invocations. *CLI is the real one; tests may swap it.
+type Runner interface {
+	Run(ctx context.Context, c Call) (*Result, error)
+}
+
+// CLI runs the msb binary.
+type CLI struct {
+	// Path of the msb binary; "" means $OMA_MSB, else "msb" on PATH.
+	Path string
+	// Env is added verbatim to the child's environment. The host's environment
+	// contributes only HOME, PATH, TEMP, TMP and TMPDIR; NO_COLOR=1 is always set.
+	Env []string
+	// MaxOutput caps stdout+stderr per call; 0 means DefaultMaxOutput.
+	MaxOutput int64
+	// WaitDelay bounds the wait for output pipes after the process group was
+	// killed; 0 means a short default.
+	WaitDelay time.Duration
+	Logger    *slog.Logger
+}
+
+// DefaultMaxOutput is the per-call output cap when none is configured.
+const DefaultMaxOutput = 16 << 20
+
+// Label is one KEY=VALUE sandbox label.
+type Label struct{ Key, Value string }
+
+// NamedMount is --mount-named VOLUME:GUEST[:OPTIONS].
+type NamedMount struct {
+	Volume  string
+	Guest   string
+	Options []string // ro rw noexec nosuid nodev kind=dir|disk size= quota=
+}
+
+// Tmpfs is --tmpfs PATH[:SIZE][:OPTIONS].
+type Tmpfs struct {
+	Path    string
+	Size    string   // msb size, e.g. "64M"; "" for msb's default
+	Options []string // ro rw noexec nosuid nodev size=
+}
+
+// CreateOptions are the flags of `msb create IMAGE`.
+type CreateOptions struct {
+	Image       string
+	Name        string
+	Mounts      []NamedMount
+	Tmpfs       []Tmpfs
+	Workdir     string
+	NoNet       bool
+	CPUs        int    // 0: msb default
+	Memory      string // msb size
+	RootDisk    string // msb size (--root-disk)
+	MaxDuration string // msb duration
+	IdleTimeout string // msb duration
+	Security    string // "", "default" or "restricted"
+	Pull        string // "", "always", "if-missing" or "never"
+	Quiet       bool
+	Labels      []Label
+	Replace     bool
+}
+
+// ExecOptions are the flags of `msb exec NAME -- ARGV...`.
+type ExecOptions struct {
+	Name    string
+	Argv    []string
+	Stream  bool
+	User    string
+	Timeout string // msb duration
+	Workdir string
+	Env     []string // KEY=VALUE
+}
+
+// Streams carries an exec's stdin and streaming callbacks.
+type Streams struct {
+	Stdin          io.Reader
+	Stdout, Stderr func([]byte)
+	MaxOutput      int64
+}
+
+// StopOptions are the flags of `msb stop`.
+type StopOptions struct {
+	Names   []string
+	Force   bool
+	Timeout int // seconds; 0: msb default
+}
+
+// RemoveOptions are the flags of `msb remove`.
+type RemoveOptions struct {
+	Names []string
+	Force bool
+}
+
+// ListOptions are the flags of `msb list --format json`.
+type ListOptions struct {
+	Labels  []Label // all must match
+	Running bool
+	Stopped bool
+}
+
+// VolumeCreateOptions are the flags of `msb volume create`.
+type VolumeCreateOptions struct {
+	Name string
+	Kind string // "", "dir" or "disk"
+	Size string // disk only
+}
+
+// Sandbox is one entry of `msb list --format json`.
+type Sandbox struct {
+	Name      string
+	Image     string
+	Status    string
+	CreatedAt time.Time
+}
+
+// SandboxInfo is the part of `msb inspect NAME --format json` the project uses.
+type SandboxInfo struct {
+	Name      string
+	Status    string
+	Image     string
+	CreatedAt time.Time
+	Labels    map[string]string
+	Mounts    []MountInfo
+	CPUs      int
+	MemoryMiB int
+	Workdir   string
+	Network   bool
+}
+
+// MountInfo is one mount of an inspected sandbox.
+type MountInfo struct {
+	Type     string // "Named", "Tmpfs", ...
+	Name     string // volume name for Named mounts
+	Guest    string
+	SizeMiB  int
+	ReadOnly bool
+}
+
+// Volume is one entry of `msb volume list --format json`.
+type Volume struct {
+	Name      string
+	Kind      string
+	UsedBytes int64
+	CreatedAt time.Time
+}
+
+// Client has one method per msb subcommand. Runner defaults to &CLI{}.
+type Client struct {
+	Runner Runner
+}

@@ -1,0 +1,82 @@
+// Package session defines the Session seam between the agent tools and the
+// sandbox backends, and implements it on msb: one microVM per agent session
+// with a named volume as its persistent /workspace.
+package session
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+)
+
+// Errors shared by every backend. Callers test them with errors.Is.
+var (
+	ErrClosed         = errors.New("session is closed")
+	ErrPoisoned       = errors.New("session is poisoned")
+	ErrGuestTimeout   = errors.New("guest command timed out")      // the in-guest timer fired
+	ErrHostTimeout    = errors.New("host deadline exceeded")       // ctx deadline; the call was killed
+	ErrAborted        = errors.New("operation aborted")            // ctx canceled; the call was killed
+	ErrOutputOverflow = errors.New("command output exceeds limit") // the call was killed at its cap
+	ErrCannotStart    = errors.New("command could not start")
+	ErrNotFound       = errors.New("sandbox not found")
+	ErrInvalid        = errors.New("invalid session option")
+)
+
+// Command is a bash script run as `/bin/bash -c SCRIPT bash ARGS...`, so the
+// script reads its arguments as "$1".."$N" and nothing is spliced into it.
+type Command struct {
+	Script string
+	Args   []string
+}
+
+// ShellOptions tune one Shell call.
+type ShellOptions struct {
+	// Stdin is read to EOF; nil means empty.
+	Stdin io.Reader
+	// Stdout and Stderr, when set, receive output chunks as they arrive, and
+	// that stream is not kept in Result.
+	Stdout, Stderr func([]byte)
+	// User runs the command as this user ("0" for root); "" is the image's default.
+	User string
+	// Workdir defaults to the workspace.
+	Workdir string
+	// GuestTimeout arms the guest-side timer; 0 leaves it off. The host-side
+	// deadline is the caller's ctx.
+	GuestTimeout time.Duration
+	// MaxOutput caps stdout+stderr; 0 means the backend's default (16 MiB).
+	MaxOutput int64
+}
+
+// Result of a Shell call. A non-zero ExitCode is not an error: Shell's error
+// reports only what kept the command from running to its own end.
+type Result struct {
+	ExitCode int
+	Stdout   []byte
+	Stderr   []byte
+}
+
+// Paths are where a session's well-known directories appear to its commands.
+type Paths struct {
+	Workspace string // persistent; cwd of every tool
+	Uploads   string // caller files, read-only to the agent
+	Outputs   string // files the agent leaves for the caller
+	Skills    string // skill files
+}
+
+// Session is one sandbox. Every tool, upload and output operation is written
+// once against it.
+type Session interface {
+	// Name identifies the session for Attach across processes.
+	Name() string
+	Shell(ctx context.Context, cmd Command, opts ShellOptions) (*Result, error)
+	// CopyIn copies a host file or directory to an absolute guest path.
+	CopyIn(ctx context.Context, hostPath, guestPath string) error
+	Paths() Paths
+	// Poison marks the session's state as unknown and removes its resources
+	// now; a removal that fails is retried by Close.
+	Poison(ctx context.Context, cause error) error
+	Poisoned() bool
+	// Close removes the sandbox, then its volume. Idempotent.
+	Close(ctx context.Context) error
+}
