@@ -1,0 +1,333 @@
+// Package reaper removes stale sandboxes of ours, and their workspace
+// volumes, using nothing but msb's own listings.
+//
+// What counts as ours: a sandbox listed by `msb list` under the owner labels
+// (session.OwnerLabels, ANDed with Options.Labels) whose name is a sandbox
+// name of Options.Prefix (session.SandboxStem); a volume whose name is a
+// workspace volume name of Options.Prefix (session.VolumeStem). Nothing else
+// is touched, whatever its age. A sandbox and its volume share one stem, so
+// they are paired by name alone.
+//
+// What is removed: a sandbox of ours at least Options.OlderThan old, with
+// --force; then its volume when that is stale too. A volume whose paired
+// sandbox is listed and kept stays, and so does the volume of a sandbox whose
+// removal failed (msb would refuse it while the sandbox lives). A stale volume
+// with no listed sandbox is an orphan and goes. When Options.Labels narrow the
+// listing, sandboxes outside it cannot be seen, so orphans are left alone
+// then: the sweep covers the listed sandboxes and their volumes only.
+//
+// Order: each stale sandbox is removed before its volume; pairs and orphans
+// run concurrently, at most Options.Concurrency msb calls at once. One failed
+// removal does not stop the others. A resource that is already gone at
+// removal time is reported as skipped, not as an error.
+//
+// Invocation budget: one sweep is exactly two listings (`list --format json`
+// with the label filter and `volume list --format json`, run concurrently;
+// their created_at fields give every age) plus one msb call per removal. No
+// resource is inspected; a dry run makes the two listings only.
+package reaper
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/oma-sandbox/oma-sandbox/msb"
+	"github.com/oma-sandbox/oma-sandbox/session"
+)
+
+// DefaultConcurrency bounds concurrent removals when Options.Concurrency is 0.
+const DefaultConcurrency = 8
+
+// Kinds of resource in a Report.
+const (
+	KindSandbox = "sandbox"
+	KindVolume  = "volume"
+)
+
+// Options configure a sweep.
+type Options struct {
+	// OlderThan is the age from which a resource is stale. Required, > 0.
+	OlderThan time.Duration
+	// Prefix selects our names; "" means session.DefaultPrefix.
+	Prefix string
+	// Labels are extra sandbox label filters, ANDed with the owner labels.
+	Labels []msb.Label
+	// DryRun lists and reports what would be removed, and removes nothing.
+	DryRun bool
+	// Concurrency bounds concurrent removals; 0 or less means DefaultConcurrency.
+	Concurrency int
+	// Now is the clock ages are measured against; nil means time.Now.
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// Skipped is a resource of ours that a sweep left in place, and why.
+type Skipped struct {
+	Name   string `json:"name"`
+	Kind   string `json:"kind"` // KindSandbox or KindVolume
+	Reason string `json:"reason"`
+}
+
+// Report is the outcome of one sweep. In a dry run the Removed lists name
+// what would have been removed.
+type Report struct {
+	DryRun           bool      `json:"dry_run"`
+	RemovedSandboxes []string  `json:"removed_sandboxes"`
+	RemovedVolumes   []string  `json:"removed_volumes"`
+	Skipped          []Skipped `json:"skipped"`
+	// Errors holds one error per failed removal, each naming its resource.
+	Errors []error `json:"-"`
+}
+
+// MarshalJSON writes Errors as strings under "errors".
+func (r Report) MarshalJSON() ([]byte, error) {
+	type plain Report
+	errs := make([]string, len(r.Errors))
+	for i, err := range r.Errors {
+		errs[i] = err.Error()
+	}
+	return json.Marshal(struct {
+		plain
+		Errors []string `json:"errors"`
+	}{plain(r), errs})
+}
+
+// Reap runs one sweep. It returns an error and no report when the options
+// are invalid or a listing failed, since nothing was attempted then. When
+// any removal failed it returns the report together with those errors
+// joined.
+func Reap(ctx context.Context, client *msb.Client, opts Options) (*Report, error) {
+	if opts.OlderThan <= 0 {
+		return nil, fmt.Errorf("reaper: OlderThan must be a positive duration, got %v", opts.OlderThan)
+	}
+	if client == nil {
+		return nil, errors.New("reaper: nil msb client")
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = session.DefaultPrefix
+	}
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = DefaultConcurrency
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+
+	var sandboxes []msb.Sandbox
+	var volumes []msb.Volume
+	lg, lctx := errgroup.WithContext(ctx)
+	lg.Go(func() (err error) {
+		sandboxes, err = client.List(lctx, msb.ListOptions{Labels: slices.Concat(session.OwnerLabels(), opts.Labels)})
+		if err != nil {
+			err = fmt.Errorf("reaper: list sandboxes: %w", err)
+		}
+		return err
+	})
+	lg.Go(func() (err error) {
+		volumes, err = client.VolumeList(lctx)
+		if err != nil {
+			err = fmt.Errorf("reaper: list volumes: %w", err)
+		}
+		return err
+	})
+	if err := lg.Wait(); err != nil {
+		return nil, err
+	}
+
+	s := &sweep{
+		client: client,
+		log:    opts.Logger,
+		report: &Report{
+			DryRun:           opts.DryRun,
+			RemovedSandboxes: []string{},
+			RemovedVolumes:   []string{},
+			Skipped:          []Skipped{},
+		},
+	}
+	removals := s.plan(opts, sandboxes, volumes)
+	if opts.DryRun {
+		for _, r := range removals {
+			if r.sandbox != "" {
+				s.removed(KindSandbox, r.sandbox)
+			}
+			if r.volume != "" {
+				s.removed(KindVolume, r.volume)
+			}
+		}
+	} else {
+		s.run(ctx, removals, opts.Concurrency)
+	}
+	return s.finish()
+}
+
+// removal is one unit of work: a sandbox then its volume, or either alone.
+type removal struct{ sandbox, volume string }
+
+type sweep struct {
+	client *msb.Client
+	log    *slog.Logger
+
+	mu     sync.Mutex
+	report *Report
+}
+
+// plan decides from the listings alone what goes, and records what stays.
+func (s *sweep) plan(opts Options, sandboxes []msb.Sandbox, volumes []msb.Volume) []removal {
+	now := opts.Now()
+	// stale reports why a resource stays on age grounds, "" when it is stale.
+	stale := func(created time.Time) string {
+		if age := now.Sub(created); age < opts.OlderThan {
+			return fmt.Sprintf("younger than %v (age %v)", opts.OlderThan, age.Round(time.Second))
+		}
+		return ""
+	}
+
+	listed := make(map[string]bool, len(sandboxes))
+	pairs := map[string]*removal{} // by stem
+	var removals []removal
+	for _, sb := range sandboxes {
+		listed[sb.Name] = true
+		stem, ok := session.SandboxStem(opts.Prefix, sb.Name)
+		if !ok {
+			continue
+		}
+		if why := stale(sb.CreatedAt); why != "" {
+			s.skip(KindSandbox, sb.Name, why)
+			continue
+		}
+		pairs[stem] = &removal{sandbox: sb.Name}
+	}
+	for _, v := range volumes {
+		stem, ok := session.VolumeStem(opts.Prefix, v.Name)
+		if !ok {
+			continue
+		}
+		pair := pairs[stem]
+		paired := session.NamesFromStem(stem).Sandbox
+		why := stale(v.CreatedAt)
+		switch {
+		case pair == nil && listed[paired]:
+			s.skip(KindVolume, v.Name, "its sandbox "+paired+" is kept")
+		case pair == nil && len(opts.Labels) > 0:
+			// Its sandbox may exist outside the narrowed listing.
+		case why != "":
+			s.skip(KindVolume, v.Name, why)
+		case pair != nil:
+			pair.volume = v.Name
+		default:
+			removals = append(removals, removal{volume: v.Name})
+		}
+	}
+	for _, p := range pairs {
+		removals = append(removals, *p)
+	}
+	return removals
+}
+
+// run removes with at most limit msb calls at once. A removal whose turn
+// comes after ctx ended is not started; those are reported as one error.
+func (s *sweep) run(ctx context.Context, removals []removal, limit int) {
+	var g errgroup.Group
+	g.SetLimit(limit)
+	var notStarted atomic.Int64
+	for _, r := range removals {
+		g.Go(func() error {
+			if ctx.Err() != nil {
+				notStarted.Add(1)
+				return nil
+			}
+			s.remove(ctx, r)
+			return nil
+		})
+	}
+	_ = g.Wait() // every task reports into s.report and returns nil
+	if n := notStarted.Load(); n > 0 {
+		s.fail(fmt.Errorf("reaper: %d removals not started: %w", n, context.Cause(ctx)))
+	}
+}
+
+func (s *sweep) remove(ctx context.Context, r removal) {
+	if r.sandbox != "" {
+		err := s.client.Remove(ctx, msb.RemoveOptions{Names: []string{r.sandbox}, Force: true})
+		switch {
+		case err == nil:
+			s.removed(KindSandbox, r.sandbox)
+		case errors.Is(err, msb.ErrSandboxNotFound):
+			s.skip(KindSandbox, r.sandbox, "already gone")
+		default:
+			s.fail(fmt.Errorf("remove sandbox %s: %w", r.sandbox, err))
+			if r.volume != "" {
+				s.skip(KindVolume, r.volume, "its sandbox "+r.sandbox+" could not be removed")
+			}
+			return
+		}
+	}
+	if r.volume == "" {
+		return
+	}
+	err := s.client.VolumeRemove(ctx, r.volume)
+	switch {
+	case err == nil:
+		s.removed(KindVolume, r.volume)
+	case errors.Is(err, msb.ErrVolumeNotFound):
+		s.skip(KindVolume, r.volume, "already gone")
+	case errors.Is(err, msb.ErrVolumeAttached):
+		// A sandbox outside our listing mounts it: in use, not stale.
+		s.skip(KindVolume, r.volume, "attached to an active sandbox")
+	default:
+		s.fail(fmt.Errorf("remove volume %s: %w", r.volume, err))
+	}
+}
+
+func (s *sweep) removed(kind, name string) {
+	s.log.Info("reaper: removed", "kind", kind, "name", name, "dry_run", s.report.DryRun)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if kind == KindSandbox {
+		s.report.RemovedSandboxes = append(s.report.RemovedSandboxes, name)
+	} else {
+		s.report.RemovedVolumes = append(s.report.RemovedVolumes, name)
+	}
+}
+
+func (s *sweep) skip(kind, name, reason string) {
+	s.log.Debug("reaper: kept", "kind", kind, "name", name, "reason", reason)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.report.Skipped = append(s.report.Skipped, Skipped{Name: name, Kind: kind, Reason: reason})
+}
+
+func (s *sweep) fail(err error) {
+	s.log.Warn("reaper: removal failed", "err", err)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.report.Errors = append(s.report.Errors, err)
+}
+
+// finish sorts the report, since removals complete in any order, and
+// returns it with the removal errors joined.
+func (s *sweep) finish() (*Report, error) {
+	r := s.report
+	slices.Sort(r.RemovedSandboxes)
+	slices.Sort(r.RemovedVolumes)
+	slices.SortFunc(r.Skipped, func(a, b Skipped) int {
+		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Name, b.Name))
+	})
+	slices.SortFunc(r.Errors, func(a, b error) int { return cmp.Compare(a.Error(), b.Error()) })
+	s.log.Info("reaper: sweep done", "dry_run", r.DryRun, "removed_sandboxes", len(r.RemovedSandboxes),
+		"removed_volumes", len(r.RemovedVolumes), "skipped", len(r.Skipped), "errors", len(r.Errors))
+	return r, errors.Join(r.Errors...)
+}

@@ -1,0 +1,416 @@
+package reaper
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/oma-sandbox/oma-sandbox/msb"
+	"github.com/oma-sandbox/oma-sandbox/session"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var (
+	now     = time.Date(2026, 8, 22, 12, 0, 0, 0, time.UTC)
+	stale   = now.Add(-3 * time.Hour)
+	young   = now.Add(-10 * time.Minute)
+	maxAge  = 2 * time.Hour
+	options = Options{OlderThan: maxAge, Now: func() time.Time { return now }}
+)
+
+// names returns the resource names of session i, created at t.
+func names(prefix string, i int, t time.Time) session.Names {
+	return session.NewNames(prefix, fmt.Sprintf("ws-%d", i), fmt.Sprintf("sess-%d", i), t, uint64(i))
+}
+
+// addSession adds a sandbox of ours and its volume, both created at t.
+func (f *fakeRunner) addSession(i int, t time.Time) session.Names {
+	n := names(session.DefaultPrefix, i, t)
+	f.addSandbox(n.Sandbox, t, session.OwnerLabels())
+	f.addVolume(n.Volume, t)
+	return n
+}
+
+// count tallies invocations by subcommand.
+func count(calls [][]string) map[string]int {
+	c := map[string]int{}
+	for _, argv := range calls {
+		cmd, _, _ := parseArgv(argv)
+		c[cmd]++
+	}
+	return c
+}
+
+func sorted(s []string) []string { return slices.Sorted(slices.Values(s)) }
+
+func equal(t *testing.T, what string, got, want []string) {
+	t.Helper()
+	got, want = sorted(got), sorted(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("%s:\n got %d %q\nwant %d %q", what, len(got), got, len(want), want)
+	}
+}
+
+func TestReapScale(t *testing.T) {
+	f := newFakeRunner()
+	var wantSandboxes, wantVolumes, keptSandboxes, keptVolumes []string
+	for i := range 200 {
+		n := f.addSession(i, stale.Add(-time.Duration(i)*time.Minute))
+		wantSandboxes = append(wantSandboxes, n.Sandbox)
+		wantVolumes = append(wantVolumes, n.Volume)
+	}
+	for i := 200; i < 250; i++ {
+		n := f.addSession(i, young)
+		keptSandboxes = append(keptSandboxes, n.Sandbox)
+		keptVolumes = append(keptVolumes, n.Volume)
+	}
+	for i := 250; i < 280; i++ {
+		n := names(session.DefaultPrefix, i, stale)
+		f.addVolume(n.Volume, stale)
+		wantVolumes = append(wantVolumes, n.Volume)
+	}
+	for i := 280; i < 290; i++ {
+		// Our name form but no labels: not ours.
+		n := names(session.DefaultPrefix, i, stale)
+		f.addSandbox(n.Sandbox, stale, nil)
+		keptSandboxes = append(keptSandboxes, n.Sandbox)
+		// Our labels but another prefix: not ours.
+		n = names("ci", i, stale)
+		f.addSandbox(n.Sandbox, stale, session.OwnerLabels())
+		f.addVolume(n.Volume, stale)
+		keptSandboxes = append(keptSandboxes, n.Sandbox)
+		keptVolumes = append(keptVolumes, n.Volume)
+		other := fmt.Sprintf("data-%d", i)
+		f.addVolume(other, stale)
+		keptVolumes = append(keptVolumes, other)
+	}
+
+	r, err := Reap(t.Context(), msb.NewClient(f), options)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "removed sandboxes", r.RemovedSandboxes, wantSandboxes)
+	equal(t, "removed volumes", r.RemovedVolumes, wantVolumes)
+	equal(t, "sandboxes left", f.sandboxNames(), keptSandboxes)
+	equal(t, "volumes left", f.volumeNames(), keptVolumes)
+	if len(r.Skipped) != 100 || len(r.Errors) != 0 {
+		t.Errorf("skipped %d (want 50 young sandboxes + their 50 volumes), errors %v", len(r.Skipped), r.Errors)
+	}
+
+	calls := f.log()
+	want := map[string]int{"list": 1, "volume list": 1, "remove": 200, "volume remove": 230}
+	if got := count(calls); !maps.Equal(got, want) {
+		t.Errorf("invocations %v, want %v", got, want)
+	}
+	if len(calls) != 2+200+230 {
+		t.Errorf("%d invocations, want 432", len(calls))
+	}
+	removedFirst := map[string]bool{}
+	for _, argv := range calls {
+		cmd, labels, ns := parseArgv(argv)
+		switch cmd {
+		case "list":
+			if want := map[string]string{session.LabelSandbox: session.SandboxLabelValue, session.LabelOwner: session.OwnerLabelValue}; !maps.Equal(labels, want) {
+				t.Errorf("list filters %v, want %v", labels, want)
+			}
+		case "remove":
+			if !slices.Contains(argv, "--force") && !slices.Contains(argv, "-f") {
+				t.Errorf("sandbox removal without --force: %q", argv)
+			}
+			removedFirst[ns[0]] = true
+		case "volume remove":
+			// removedFirst holds the removals logged so far, so a missing
+			// entry means the sandbox was not removed first.
+			stem, _ := session.VolumeStem(session.DefaultPrefix, ns[0])
+			sb := session.NamesFromStem(stem).Sandbox
+			if !removedFirst[sb] && slices.Contains(wantSandboxes, sb) {
+				t.Errorf("volume %s removed before its sandbox", ns[0])
+			}
+		}
+	}
+}
+
+func TestReapRemovalFault(t *testing.T) {
+	f := newFakeRunner()
+	var pairs []session.Names
+	for i := range 20 {
+		pairs = append(pairs, f.addSession(i, stale))
+	}
+	orphan := names(session.DefaultPrefix, 99, stale).Volume
+	f.addVolume(orphan, stale)
+	f.fail[pairs[7].Sandbox] = "internal error: vm did not stop"
+	f.fail[pairs[12].Volume] = "I/O error: read-only file system"
+
+	r, err := Reap(t.Context(), msb.NewClient(f), options)
+	if err == nil {
+		t.Fatal("Reap succeeded despite failed removals")
+	}
+	if r == nil {
+		t.Fatal("no report with the error")
+	}
+	if len(r.Errors) != 2 {
+		t.Fatalf("errors %v, want 2", r.Errors)
+	}
+	for _, name := range []string{pairs[7].Sandbox, pairs[12].Volume} {
+		if !strings.Contains(err.Error(), name) {
+			t.Errorf("error %q does not name %s", err, name)
+		}
+	}
+	equal(t, "sandboxes left", f.sandboxNames(), []string{pairs[7].Sandbox})
+	equal(t, "volumes left", f.volumeNames(), []string{pairs[7].Volume, pairs[12].Volume})
+	if len(r.RemovedSandboxes) != 19 || len(r.RemovedVolumes) != 19 {
+		t.Errorf("removed %d sandboxes and %d volumes, want 19 and 19 (18 paired + the orphan)",
+			len(r.RemovedSandboxes), len(r.RemovedVolumes))
+	}
+	want := Skipped{Name: pairs[7].Volume, Kind: KindVolume, Reason: "its sandbox " + pairs[7].Sandbox + " could not be removed"}
+	if !slices.Equal(r.Skipped, []Skipped{want}) {
+		t.Errorf("skipped %+v, want %+v", r.Skipped, want)
+	}
+	for _, argv := range f.log() {
+		if _, _, ns := parseArgv(argv); slices.Contains(ns, pairs[7].Volume) {
+			t.Errorf("volume of the failed sandbox was still attempted: %q", argv)
+		}
+	}
+}
+
+func TestReapDryRun(t *testing.T) {
+	f := newFakeRunner()
+	old := f.addSession(1, stale)
+	kept := f.addSession(2, young)
+	orphan := names(session.DefaultPrefix, 3, stale).Volume
+	f.addVolume(orphan, stale)
+	before, beforeVolumes := f.sandboxNames(), f.volumeNames()
+
+	opts := options
+	opts.DryRun = true
+	r, err := Reap(t.Context(), msb.NewClient(f), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "sandboxes left", f.sandboxNames(), before)
+	equal(t, "volumes left", f.volumeNames(), beforeVolumes)
+	if n := len(f.log()); n != 2 {
+		t.Errorf("%d invocations, want the 2 listings", n)
+	}
+	if !r.DryRun {
+		t.Error("report does not say dry run")
+	}
+	equal(t, "would remove sandboxes", r.RemovedSandboxes, []string{old.Sandbox})
+	equal(t, "would remove volumes", r.RemovedVolumes, []string{old.Volume, orphan})
+	if len(r.Skipped) != 2 || r.Skipped[0].Name != kept.Sandbox || r.Skipped[1].Name != kept.Volume {
+		t.Errorf("skipped %+v, want the young pair", r.Skipped)
+	}
+}
+
+func TestReapLegacyCreatedAt(t *testing.T) {
+	f := newFakeRunner()
+	legacy := func(t time.Time) string { return t.In(time.Local).Format(time.DateTime) }
+	old := names(session.DefaultPrefix, 1, stale)
+	f.addSandboxRaw(old.Sandbox, legacy(stale), session.OwnerLabels())
+	f.addVolume(old.Volume, stale)
+	kept := names(session.DefaultPrefix, 2, young)
+	f.addSandboxRaw(kept.Sandbox, legacy(young), session.OwnerLabels())
+
+	r, err := Reap(t.Context(), msb.NewClient(f), options)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "removed sandboxes", r.RemovedSandboxes, []string{old.Sandbox})
+	equal(t, "sandboxes left", f.sandboxNames(), []string{kept.Sandbox})
+}
+
+func TestReapConcurrencyBound(t *testing.T) {
+	for _, tc := range []struct{ limit, want int }{{3, 3}, {0, DefaultConcurrency}} {
+		t.Run(fmt.Sprint(tc.limit), func(t *testing.T) {
+			f := newFakeRunner()
+			f.delay = 20 * time.Millisecond
+			for i := range 5 * tc.want {
+				f.addVolume(names(session.DefaultPrefix, i, stale).Volume, stale)
+			}
+			opts := options
+			opts.Concurrency = tc.limit
+			r, err := Reap(t.Context(), msb.NewClient(f), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(r.RemovedVolumes) != 5*tc.want {
+				t.Errorf("removed %d volumes, want %d", len(r.RemovedVolumes), 5*tc.want)
+			}
+			if f.peak != tc.want {
+				t.Errorf("peak of concurrent msb calls %d, want %d", f.peak, tc.want)
+			}
+		})
+	}
+}
+
+func TestReapAlreadyGoneAndAttached(t *testing.T) {
+	f := newFakeRunner()
+	gone := f.addSession(1, stale)
+	f.gone[gone.Sandbox] = true
+	orphan := names(session.DefaultPrefix, 2, stale).Volume
+	f.addVolume(orphan, stale)
+	f.gone[orphan] = true
+	attached := names(session.DefaultPrefix, 3, stale).Volume
+	f.addVolume(attached, stale)
+	f.fail[attached] = `invalid config: volume "` + attached + `" is attached to active sandbox "other"`
+
+	r, err := Reap(t.Context(), msb.NewClient(f), options)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "removed volumes", r.RemovedVolumes, []string{gone.Volume})
+	want := []Skipped{
+		{Name: gone.Sandbox, Kind: KindSandbox, Reason: "already gone"},
+		{Name: orphan, Kind: KindVolume, Reason: "already gone"},
+		{Name: attached, Kind: KindVolume, Reason: "attached to an active sandbox"},
+	}
+	slices.SortFunc(want, func(a, b Skipped) int { return strings.Compare(a.Kind+a.Name, b.Kind+b.Name) })
+	if !slices.Equal(r.Skipped, want) {
+		t.Errorf("skipped\n got %+v\nwant %+v", r.Skipped, want)
+	}
+}
+
+func TestReapPairing(t *testing.T) {
+	f := newFakeRunner()
+	// A young sandbox keeps its volume even when the volume reads as stale.
+	live := names(session.DefaultPrefix, 1, young)
+	f.addSandbox(live.Sandbox, young, session.OwnerLabels())
+	f.addVolume(live.Volume, stale)
+	// A stale sandbox goes; its young volume stays.
+	old := names(session.DefaultPrefix, 2, stale)
+	f.addSandbox(old.Sandbox, stale, session.OwnerLabels())
+	f.addVolume(old.Volume, young)
+	// A young orphan stays.
+	fresh := names(session.DefaultPrefix, 3, young).Volume
+	f.addVolume(fresh, young)
+
+	r, err := Reap(t.Context(), msb.NewClient(f), options)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "removed sandboxes", r.RemovedSandboxes, []string{old.Sandbox})
+	equal(t, "removed volumes", r.RemovedVolumes, nil)
+	equal(t, "volumes left", f.volumeNames(), []string{live.Volume, old.Volume, fresh})
+	reasons := map[string]string{}
+	for _, s := range r.Skipped {
+		reasons[s.Name] = s.Reason
+	}
+	if got := reasons[live.Volume]; got != "its sandbox "+live.Sandbox+" is kept" {
+		t.Errorf("volume of the live sandbox: reason %q", got)
+	}
+	for _, name := range []string{live.Sandbox, old.Volume, fresh} {
+		if !strings.HasPrefix(reasons[name], "younger than 2h0m0s (age 10m0s)") {
+			t.Errorf("%s: reason %q", name, reasons[name])
+		}
+	}
+}
+
+func TestReapExtraLabelsLeaveOrphans(t *testing.T) {
+	f := newFakeRunner()
+	mine := names(session.DefaultPrefix, 1, stale)
+	f.addSandbox(mine.Sandbox, stale, append(session.OwnerLabels(), msb.Label{Key: session.LabelWorkspaceID, Value: "ws-1"}))
+	f.addVolume(mine.Volume, stale)
+	other := names(session.DefaultPrefix, 2, stale)
+	f.addSandbox(other.Sandbox, stale, append(session.OwnerLabels(), msb.Label{Key: session.LabelWorkspaceID, Value: "ws-2"}))
+	f.addVolume(other.Volume, stale)
+	orphan := names(session.DefaultPrefix, 3, stale).Volume
+	f.addVolume(orphan, stale)
+
+	opts := options
+	opts.Labels = []msb.Label{{Key: session.LabelWorkspaceID, Value: "ws-1"}}
+	r, err := Reap(t.Context(), msb.NewClient(f), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "removed sandboxes", r.RemovedSandboxes, []string{mine.Sandbox})
+	equal(t, "removed volumes", r.RemovedVolumes, []string{mine.Volume})
+	equal(t, "volumes left", f.volumeNames(), []string{other.Volume, orphan})
+	var labels map[string]string
+	for _, argv := range f.log() {
+		if cmd, l, _ := parseArgv(argv); cmd == "list" {
+			labels = l
+		}
+	}
+	if labels[session.LabelWorkspaceID] != "ws-1" || labels[session.LabelOwner] != session.OwnerLabelValue {
+		t.Errorf("list filters %v lack the extra or the owner label", labels)
+	}
+}
+
+func TestReapOptions(t *testing.T) {
+	client := msb.NewClient(newFakeRunner())
+	for _, d := range []time.Duration{0, -time.Hour} {
+		if r, err := Reap(t.Context(), client, Options{OlderThan: d}); err == nil || r != nil || !strings.Contains(err.Error(), "OlderThan") {
+			t.Errorf("OlderThan %v: report %v, error %v", d, r, err)
+		}
+	}
+	if _, err := Reap(t.Context(), nil, options); err == nil {
+		t.Error("nil client accepted")
+	}
+	f := newFakeRunner()
+	f.failList = 1
+	if r, err := Reap(t.Context(), msb.NewClient(f), options); err == nil || r != nil {
+		t.Errorf("failed listing: report %v, error %v", r, err)
+	}
+}
+
+func TestReportJSON(t *testing.T) {
+	f := newFakeRunner()
+	n := f.addSession(1, stale)
+	f.fail[n.Sandbox] = "internal error: boom"
+	r, _ := Reap(t.Context(), msb.NewClient(f), options)
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"dry_run":           false,
+		"removed_sandboxes": []any{},
+		"removed_volumes":   []any{},
+		"skipped": []any{map[string]any{
+			"name": n.Volume, "kind": "volume", "reason": "its sandbox " + n.Sandbox + " could not be removed",
+		}},
+		"errors": []any{r.Errors[0].Error()},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("JSON %s\nwant %v", b, want)
+	}
+	if !strings.Contains(r.Errors[0].Error(), n.Sandbox) {
+		t.Errorf("error %q does not name the sandbox", r.Errors[0])
+	}
+}
+
+func TestReapCancelledStopsStarting(t *testing.T) {
+	f := newFakeRunner()
+	for i := range 10 {
+		f.addVolume(names(session.DefaultPrefix, i, stale).Volume, stale)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	f.hook = func(_ context.Context, argv []string) error {
+		if cmd, _, _ := parseArgv(argv); cmd == "volume remove" {
+			cancel()
+		}
+		return nil
+	}
+	opts := options
+	opts.Concurrency = 1
+	r, err := Reap(ctx, msb.NewClient(f), opts)
+	if err == nil || len(r.Errors) != 1 || !strings.Contains(err.Error(), "9 removals not started") {
+		t.Errorf("error %v, report errors %v", err, r.Errors)
+	}
+	if got := count(f.log())["volume remove"]; got != 1 {
+		t.Errorf("%d removals ran after cancel, want 1", got)
+	}
+}
