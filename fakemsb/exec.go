@@ -1,0 +1,329 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+const guestPATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// droppedCaps keeps guest root from changing the host it shares a kernel
+// with (mounts, modules, clock, host network when --no-net is not given).
+const droppedCaps = "-sys_admin,-sys_module,-sys_rawio,-sys_boot,-sys_time,-net_admin,-mknod,-mac_admin,-mac_override,-syslog,-audit_control,-sys_pacct"
+
+// acquire returns the running holder of name, starting a Stopped sandbox
+// for the duration of the call; release undoes that start.
+func (a *app) acquire(name string) (*holder, func(), error) {
+	var h *holder
+	transient := false
+	err := a.withState(func(st *state) error {
+		sb, err := st.get(name)
+		if err != nil {
+			return err
+		}
+		if sb.Status != statusRunning {
+			if err := a.startHolder(sb, st); err != nil {
+				return err
+			}
+			transient = true
+		}
+		if transient || sb.TransientExecs > 0 {
+			sb.TransientExecs++
+			transient = true
+		}
+		h = sb.Holder
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	release := func() {
+		if !transient {
+			return
+		}
+		_ = a.withState(func(st *state) error {
+			sb, ok := st.Sandboxes[name]
+			if !ok || sb.TransientExecs == 0 {
+				return nil
+			}
+			if sb.TransientExecs--; sb.TransientExecs == 0 {
+				a.stopSandbox(sb)
+			}
+			return nil
+		})
+	}
+	return h, release, nil
+}
+
+func (a *app) exec(p *parsed) error {
+	s := p.spec
+	if p.has("stream") && p.has("tty") {
+		return s.usageError("the argument '--stream' cannot be used with '--tty'")
+	}
+	var timeout time.Duration
+	if p.has("timeout") {
+		n, err := parseDurationSecs(p.str("timeout"))
+		if err != nil {
+			return s.invalidFlag("timeout", p.str("timeout"), err.Error())
+		}
+		timeout = time.Duration(n) * time.Second
+	}
+	env := []string{"PATH=" + guestPATH, "HOME=/root"}
+	for _, e := range p.vals["env"] {
+		k, v, ok := strings.Cut(e, "=")
+		if !ok {
+			hv, set := os.LookupEnv(e)
+			if !set {
+				return s.invalidFlag("env", e, fmt.Sprintf("environment variable '%s' not set", e))
+			}
+			v = hv
+		}
+		if k == "" {
+			return s.invalidFlag("env", e, "empty variable name")
+		}
+		env = setEnv(env, k, v)
+	}
+	argv := p.last
+	// stdin is read to EOF before the guest command starts, as msb v0.6.14
+	// does; a terminal is never read.
+	var input []byte
+	if !isTerminal(os.Stdin) {
+		b, err := io.ReadAll(a.stdin)
+		if err != nil {
+			return failf("io error: reading stdin: %v", err)
+		}
+		input = b
+	} else if p.has("stream") {
+		return failf("--stream cannot be used when stdin is a terminal")
+	}
+
+	name := p.arg("NAME")
+	h, release, err := a.acquire(name)
+	if err != nil {
+		return err
+	}
+	defer release()
+
+	root, err := openGuestRoot(h.InitPID)
+	if err != nil {
+		return failf("sandbox not found: %s", name)
+	}
+	defer root.close()
+	uid, gid := 0, 0
+	if p.has("user") {
+		if uid, gid, err = root.lookupUser(p.str("user")); err != nil {
+			return failf("exec failed: %v", err)
+		}
+	}
+	wd := p.str("workdir")
+	if wd == "" {
+		err := a.withState(func(st *state) error {
+			if sb, ok := st.Sandboxes[name]; ok {
+				wd = sb.Workdir
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if wd == "" {
+		wd = "/"
+	}
+	if !path.IsAbs(wd) || !root.isDir(wd) {
+		// msb's agent dies on a missing workdir: exit 255, no output.
+		return &exitError{code: 255}
+	}
+	switch root.lookPath(argv[0], envValue(env, "PATH"), wd, uid, gid) {
+	case 0:
+	case unix.ENOENT:
+		return &exitError{code: 127, msg: errorf("failed to exec %q", argv[0]) +
+			fmt.Sprintf("  → %s: command not found\n  → check that it is installed in the sandbox image and on PATH\n", argv[0])}
+	default:
+		return &exitError{code: 126, msg: errorf("failed to exec %q", argv[0]) +
+			fmt.Sprintf("  → %s: permission denied\n  → check that it is executable and not on a noexec mount\n", argv[0])}
+	}
+
+	nsArgs := []string{"-t", strconv.Itoa(h.InitPID), "-m", "-p", "-i", "-u", "-n", "--wdns=" + wd, "--",
+		"/usr/bin/setpriv", "--bounding-set=" + droppedCaps}
+	if p.has("user") {
+		nsArgs = append(nsArgs, "--reuid="+strconv.Itoa(uid), "--regid="+strconv.Itoa(gid), "--clear-groups")
+	}
+	nsArgs = append(nsArgs, "--")
+	cmd := exec.Command("nsenter", append(nsArgs, argv...)...)
+	cmd.Env = env
+	return a.runGuest(cmd, input, p.has("stream"), timeout)
+}
+
+// runGuest runs cmd with stdin input and relays its output until both pipes
+// close (a background child that inherited them keeps exec open, as in
+// msb), honouring --stream and --timeout.
+func (a *app) runGuest(cmd *exec.Cmd, input []byte, stream bool, timeout time.Duration) error {
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return failf("io error: %v", err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return failf("io error: %v", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		return failf("io error: %v", err)
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
+	err = cmd.Start()
+	inR.Close()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		return failf("io error: %v", err)
+	}
+	pid := cmd.Process.Pid
+	a.mu.Lock()
+	a.killGuest = func() { killTree(pid) }
+	a.mu.Unlock()
+
+	// The writer may block forever on a guest that never reads; the process
+	// exits regardless.
+	go func() {
+		_, _ = inW.Write(input)
+		inW.Close()
+	}()
+
+	var (
+		mu       sync.Mutex
+		bufs     [2][]byte
+		dropped  bool
+		relaying sync.WaitGroup
+	)
+	sinks := [2]io.Writer{a.stdout, a.stderr}
+	for i, r := range []*os.File{outR, errR} {
+		relaying.Add(1)
+		go func() {
+			defer relaying.Done()
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := r.Read(buf)
+				if n > 0 {
+					mu.Lock()
+					switch {
+					case dropped:
+					case stream:
+						_, _ = sinks[i].Write(buf[:n])
+					default:
+						bufs[i] = append(bufs[i], buf[:n]...)
+					}
+					mu.Unlock()
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	drained := make(chan struct{})
+	go func() { relaying.Wait(); <-exited; close(drained) }()
+
+	var expired <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		expired = t.C
+	}
+	select {
+	case <-drained:
+	case <-expired:
+		killTree(pid)
+		<-exited
+		if stream {
+			// Keep what the guest already wrote: let the relays catch up
+			// with the pipes, but not wait on survivors holding them.
+			select {
+			case <-drained:
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		mu.Lock()
+		dropped = true
+		mu.Unlock()
+		return failf("exec timed out after %ds", int(timeout/time.Second))
+	}
+	if !stream {
+		_, _ = a.stdout.Write(bufs[0])
+		_, _ = a.stderr.Write(bufs[1])
+	}
+	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		return &exitError{code: 255}
+	}
+	if code := ws.ExitStatus(); code != 0 {
+		return &exitError{code: code}
+	}
+	return nil
+}
+
+// killTree SIGKILLs root and all its descendants. Members are stopped first
+// so that none can fork a child that escapes the walk.
+func killTree(root int) {
+	seen := map[int]bool{root: true}
+	_ = syscall.Kill(root, syscall.SIGSTOP)
+	for grew := true; grew; {
+		grew = false
+		children := map[int][]int{}
+		for _, p := range listProcs() {
+			children[p.ppid] = append(children[p.ppid], p.pid)
+		}
+		queue := []int{root}
+		for len(queue) > 0 {
+			pid := queue[0]
+			queue = queue[1:]
+			for _, c := range children[pid] {
+				if !seen[c] {
+					seen[c], grew = true, true
+					_ = syscall.Kill(c, syscall.SIGSTOP)
+				}
+				queue = append(queue, c)
+			}
+		}
+	}
+	for pid := range seen {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+func setEnv(env []string, k, v string) []string {
+	for i, e := range env {
+		if strings.HasPrefix(e, k+"=") {
+			env[i] = k + "=" + v
+			return env
+		}
+	}
+	return append(env, k+"="+v)
+}
+
+func envValue(env []string, k string) string {
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, k+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}

@@ -1,0 +1,295 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// holder is the long-lived bwrap process that owns a running sandbox's
+// namespaces. InitPID is the sandbox's pid 1 (bwrap's reaper); killing it
+// makes the kernel kill every process of the sandbox's pid namespace.
+type holder struct {
+	OuterPID  int    `json:"outer_pid"`
+	InitPID   int    `json:"init_pid"`
+	InitStart uint64 `json:"init_start"`
+}
+
+// holderMarker is passed to bwrap as --setenv HOLDER_ENV MARKER so that
+// the holders of one state directory can be found in the process table.
+const holderEnv = "FAKEMSB_HOLDER"
+
+func (a *app) holderMarker(name string) string { return a.home + "|" + name }
+
+// procStart returns the start time (clock ticks since boot) of pid and
+// whether it is a live (non-zombie) process.
+func procStart(pid int) (uint64, bool) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	// The command name may contain spaces and parentheses: parse after
+	// the last ')'.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
+		return 0, false
+	}
+	st, err := strconv.ParseUint(f[19], 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return st, true
+}
+
+func (h *holder) alive() bool {
+	if h == nil {
+		return false
+	}
+	st, ok := procStart(h.InitPID)
+	return ok && st == h.InitStart
+}
+
+// kill kills the sandbox's pid namespace and waits until its init is gone:
+// the kernel reaps every other member of the namespace before its init
+// can exit.
+func (h *holder) kill() {
+	if !h.alive() {
+		return
+	}
+	_ = syscall.Kill(h.InitPID, syscall.SIGKILL)
+	for deadline := time.Now().Add(10 * time.Second); h.alive() && time.Now().Before(deadline); {
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+type procInfo struct{ pid, ppid int }
+
+func listProcs() []procInfo {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []procInfo
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(data, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(data[i+1:]))
+		if len(f) < 2 || f[0] == "Z" || f[0] == "X" {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		out = append(out, procInfo{pid: pid, ppid: ppid})
+	}
+	return out
+}
+
+// hostRootLinks lists top-level host paths mirrored into every guest: the
+// same symlink on a merged-/usr host, else a read-only bind.
+var hostRootLinks = []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
+
+// holderArgs builds the bwrap argv for sb.
+func (a *app) holderArgs(sb *sandbox, st *state) ([]string, []string, error) {
+	args := []string{
+		"--unshare-pid", "--unshare-ipc", "--unshare-uts",
+		"--hostname", hostname(sb.Name),
+	}
+	if !sb.Network {
+		args = append(args, "--unshare-net")
+	}
+	args = append(args, "--proc", "/proc", "--dev", "/dev", "--ro-bind", "/usr", "/usr")
+	for _, p := range hostRootLinks {
+		fi, err := os.Lstat(p)
+		switch {
+		case err != nil:
+		case fi.Mode()&os.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return nil, nil, failf("io error: %v", err)
+			}
+			args = append(args, "--symlink", target, p)
+		case fi.IsDir():
+			args = append(args, "--ro-bind", p, p)
+		}
+	}
+	args = append(args,
+		"--ro-bind", "/etc", "/etc",
+		"--perms", "1777", "--tmpfs", "/tmp",
+		"--perms", "0700", "--dir", "/root",
+		"--setenv", holderEnv, a.holderMarker(sb.Name),
+	)
+	// Remounts that bwrap cannot express are applied afterwards from the
+	// host, inside the holder's mount namespace.
+	var remounts []string
+	for _, m := range sb.Mounts {
+		v, ok := st.Volumes[m.Volume]
+		if !ok {
+			return nil, nil, failf("volume not found: %s", m.Volume)
+		}
+		bind := "--bind"
+		if m.Options.ReadOnly {
+			bind = "--ro-bind"
+		}
+		args = append(args, bind, a.volumeDir(v.Name), m.Guest)
+		if m.Options.NoExec {
+			o := "remount,bind,noexec,nosuid,nodev"
+			if m.Options.ReadOnly {
+				o += ",ro"
+			}
+			remounts = append(remounts, o, m.Guest)
+		}
+	}
+	for _, t := range sb.Tmpfs {
+		args = append(args, "--perms", "1777")
+		if t.SizeMiB > 0 {
+			args = append(args, "--size", strconv.FormatInt(int64(t.SizeMiB)<<20, 10))
+		}
+		args = append(args, "--tmpfs", t.Guest)
+		if t.Options.ReadOnly {
+			args = append(args, "--remount-ro", t.Guest)
+		}
+		if t.Options.NoExec {
+			o := "remount,noexec,nosuid,nodev"
+			if t.Options.ReadOnly {
+				o += ",ro"
+			}
+			remounts = append(remounts, o, t.Guest)
+		}
+	}
+	// The idle process reports readiness on fd 4 once every mount is in
+	// place, then sleeps; its stdio is /dev/null.
+	args = append(args, "--chdir", "/", "--info-fd", "3", "--",
+		"/bin/sh", "-c", `echo ready >&4; exec 3>&- 4>&-; exec sleep infinity`)
+	return args, remounts, nil
+}
+
+func hostname(name string) string {
+	if len(name) > 63 {
+		return strings.TrimRight(name[:63], ".-")
+	}
+	return name
+}
+
+// startHolder brings up sb's holder and records it in sb.
+func (a *app) startHolder(sb *sandbox, st *state) error {
+	args, remounts, err := a.holderArgs(sb, st)
+	if err != nil {
+		return err
+	}
+	for _, m := range sb.Mounts {
+		if err := os.MkdirAll(a.volumeDir(m.Volume), 0o755); err != nil {
+			return failf("io error: %v", err)
+		}
+	}
+	if err := os.MkdirAll(a.runDir(), 0o755); err != nil {
+		return failf("io error: %v", err)
+	}
+	logPath := filepath.Join(a.runDir(), sb.Name+".log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return failf("io error: %v", err)
+	}
+	defer logf.Close()
+	infoR, infoW, err := os.Pipe()
+	if err != nil {
+		return failf("io error: %v", err)
+	}
+	defer infoR.Close()
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		infoW.Close()
+		return failf("io error: %v", err)
+	}
+	defer readyR.Close()
+
+	cmd := exec.Command("bwrap", args...)
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.Stderr = logf
+	cmd.ExtraFiles = []*os.File{infoW, readyW}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	err = cmd.Start()
+	infoW.Close()
+	readyW.Close()
+	if err != nil {
+		return failf("failed to start %q: %v", sb.Name, err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+
+	type result struct {
+		pid int
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		var info struct {
+			ChildPID int `json:"child-pid"`
+		}
+		if err := json.NewDecoder(infoR).Decode(&info); err != nil {
+			got <- result{err: err}
+			return
+		}
+		line, err := bufio.NewReader(readyR).ReadString('\n')
+		if err != nil || line != "ready\n" {
+			got <- result{err: fmt.Errorf("holder did not report readiness")}
+			return
+		}
+		got <- result{pid: info.ChildPID}
+	}()
+	var r result
+	select {
+	case r = <-got:
+	case <-time.After(20 * time.Second):
+		r.err = fmt.Errorf("timed out waiting for the holder")
+	}
+	fail := func(err error) error {
+		_ = cmd.Process.Kill()
+		<-exited
+		msg, _ := os.ReadFile(logPath)
+		return failf("failed to start %q: %v %s", sb.Name, err, strings.TrimSpace(string(msg)))
+	}
+	if r.err != nil {
+		return fail(r.err)
+	}
+	startTicks, ok := procStart(r.pid)
+	if !ok {
+		return fail(fmt.Errorf("holder exited"))
+	}
+	h := &holder{OuterPID: cmd.Process.Pid, InitPID: r.pid, InitStart: startTicks}
+	if len(remounts) > 0 {
+		script := ""
+		for i := 0; i < len(remounts); i += 2 {
+			script += fmt.Sprintf("mount -o %s %s && ", remounts[i], shellQuote(remounts[i+1]))
+		}
+		out, err := exec.Command("nsenter", "-t", strconv.Itoa(h.InitPID), "-m", "--", "/bin/sh", "-c", script+"true").CombinedOutput()
+		if err != nil {
+			h.kill()
+			return failf("failed to start %q: remount: %v %s", sb.Name, err, strings.TrimSpace(string(out)))
+		}
+	}
+	sb.Holder, sb.Status = h, statusRunning
+	return nil
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

@@ -1,0 +1,307 @@
+// Command fakemsb simulates microsandbox's msb CLI for tests on hosts
+// without KVM. It reproduces the contract in shared/reference/msb-cli.md:
+// the subcommands and flags the project uses, msb's messages, exit codes
+// and JSON shapes. Sandboxes and volumes live in a state directory; each
+// running sandbox is a bubblewrap namespace holder, and exec/copy run
+// inside its namespaces, so guests see only their own processes and mounts.
+//
+// Environment:
+//
+//	FAKEMSB_HOME     state directory (default $HOME/.fakemsb). Holds
+//	                 state.json (guarded by an flock on "lock"), volumes/NAME
+//	                 (each volume's data) and run/NAME.log (holder stderr).
+//	FAKEMSB_NOW      RFC 3339 time used as "now" for created_at/updated_at.
+//	FAKEMSB_LATENCY  Go duration slept at the start of every invocation.
+//	FAKEMSB_LOG      file to which every invocation appends one JSON line
+//	                 {"argv":[...],"exit":N,"ms":F}; argv excludes the program
+//	                 name; exit is -1 for an invocation that a fault made hang
+//	                 or die (logged before it hangs or dies). Appends are
+//	                 flock'ed, so concurrent invocations never interleave.
+//	FAKEMSB_FAULTS   fault injection, see below.
+//
+// A malformed FAKEMSB_NOW, FAKEMSB_LATENCY or FAKEMSB_FAULTS makes every
+// invocation fail with exit code 2 and "error: FAKEMSB_...: reason".
+//
+// Fault grammar (FAKEMSB_FAULTS):
+//
+//	faults = rule *( ";" rule )          empty rules are ignored
+//	rule   = command [ "#" N ] "=" action
+//	command = create | exec | copy | stop | start | remove | list | inspect |
+//	          volume-create | volume-remove | volume-list | volume-inspect
+//	          (aliases cp, rm, ls are counted as their command)
+//	action = "exit:" CODE [ ":" MESSAGE ]  print MESSAGE (verbatim, may contain
+//	                                       ":", not ";") and a newline on stderr,
+//	                                       exit CODE (0..255); nothing runs
+//	       | "hang"                        sleep until killed; nothing runs
+//	       | "malformed"                   run normally, then print only the
+//	                                       first half of stdout followed by `{"`
+//	                                       (never valid JSON); stdout is held
+//	                                       back until the end, even with --stream
+//	       | "die-after:" N                run normally but die by SIGKILL once
+//	                                       N bytes of stdout+stderr were written
+//	                                       (an exec's guest tree is killed first)
+//
+// N is 1-based: "exec#2" is the second exec invocation counted from the
+// first invocation that saw this exact FAKEMSB_FAULTS value (changing the
+// value restarts the count). Counts are kept in the state directory, so they
+// span processes. Without "#N" a rule applies to every invocation. The
+// first matching rule wins. Example:
+//
+//	exec#2=exit:1:error: boom;create=hang;list#1=malformed;exec#3=die-after:10
+//
+// Behaviour chosen where msb leaves room: non-quiet create, start, stop,
+// remove and volume remove print msb's "   ✓ Verb         NAME" progress
+// line on stderr; remove of a running sandbox without --force fails with
+// "error: sandbox still running: NAME"; stop of a stopped sandbox and start
+// of a running one succeed without change; exec and copy on a Stopped
+// sandbox start it for the call and stop it again afterwards (so a copy
+// into a stopped sandbox persists only on its named volumes); guests run
+// without CAP_SYS_ADMIN and a few other host-affecting capabilities; an
+// unknown exec --user fails with "error: exec failed: user not found: U".
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// exitError ends an invocation: msg goes to stderr, out to stdout.
+type exitError struct {
+	code int
+	msg  string
+	out  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+// failf is an msb-side error: "error: ..." and exit code 1.
+func failf(format string, a ...any) error {
+	return &exitError{code: 1, msg: errorf(format, a...)}
+}
+
+type app struct {
+	home   string
+	now    time.Time
+	args   []string
+	start  time.Time
+	log    string
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+
+	// killGuest, when set, kills the running exec's guest tree; a
+	// die-after fault calls it before dying.
+	mu        sync.Mutex
+	killGuest func()
+}
+
+func main() {
+	a := &app{args: os.Args[1:], start: time.Now(), stdin: os.Stdin}
+	os.Exit(a.run())
+}
+
+func (a *app) run() int {
+	code := a.main()
+	a.logInvocation(code)
+	return code
+}
+
+func (a *app) main() int {
+	a.stdout, a.stderr = os.Stdout, os.Stderr
+	a.log = os.Getenv("FAKEMSB_LOG")
+	if err := a.configure(); err != nil {
+		return a.report(err)
+	}
+	s, rest, err := resolveCommand(a.args)
+	if err != nil {
+		return a.report(err)
+	}
+	act, err := a.fault(s.key())
+	if err != nil {
+		return a.report(err)
+	}
+	var held *bytes.Buffer
+	switch {
+	case act == nil:
+	case act.kind == "exit":
+		if act.msg != "" {
+			fmt.Fprintln(os.Stderr, act.msg)
+		}
+		return act.code
+	case act.kind == "hang":
+		a.logInvocation(-1)
+		a.log = ""
+		select {}
+	case act.kind == "malformed":
+		held = &bytes.Buffer{}
+		a.stdout = held
+	case act.kind == "die-after":
+		d := &dier{left: act.n, die: a.die}
+		a.stdout = &dieWriter{d: d, w: os.Stdout}
+		a.stderr = &dieWriter{d: d, w: os.Stderr}
+	}
+	code := a.report(a.dispatch(s, rest))
+	if held != nil {
+		b := held.Bytes()
+		os.Stdout.Write(append(b[:len(b)/2:len(b)/2], '{', '"'))
+	}
+	return code
+}
+
+// report prints err like msb and returns the exit code.
+func (a *app) report(err error) int {
+	if err == nil {
+		return 0
+	}
+	e, ok := err.(*exitError)
+	if !ok {
+		fmt.Fprint(a.stderr, errorf("%v", err))
+		return 1
+	}
+	io.WriteString(a.stdout, e.out)
+	io.WriteString(a.stderr, e.msg)
+	return e.code
+}
+
+func (a *app) configure() error {
+	a.home = os.Getenv("FAKEMSB_HOME")
+	if a.home == "" {
+		h, err := os.UserHomeDir()
+		if err != nil {
+			return &exitError{code: 2, msg: errorf("FAKEMSB_HOME is unset and there is no home directory")}
+		}
+		a.home = filepath.Join(h, ".fakemsb")
+	}
+	if abs, err := filepath.Abs(a.home); err == nil {
+		a.home = abs
+	}
+	a.now = time.Now()
+	if v := os.Getenv("FAKEMSB_NOW"); v != "" {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return &exitError{code: 2, msg: errorf("FAKEMSB_NOW: %v", err)}
+		}
+		a.now = t
+	}
+	if v := os.Getenv("FAKEMSB_LATENCY"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return &exitError{code: 2, msg: errorf("FAKEMSB_LATENCY: invalid duration %q", v)}
+		}
+		time.Sleep(d)
+	}
+	return nil
+}
+
+func (a *app) dispatch(s *spec, args []string) error {
+	p, err := s.parse(args)
+	if err != nil {
+		return err
+	}
+	switch s.path {
+	case "create":
+		return a.create(p)
+	case "exec":
+		return a.exec(p)
+	case "copy":
+		return a.copy(p)
+	case "stop":
+		return a.stop(p)
+	case "start":
+		return a.startCmd(p)
+	case "remove":
+		return a.remove(p)
+	case "list":
+		return a.list(p)
+	case "inspect":
+		return a.inspect(p)
+	case "volume create":
+		return a.volumeCreate(p)
+	case "volume remove":
+		return a.volumeRemove(p)
+	case "volume list":
+		return a.volumeList(p)
+	case "volume inspect":
+		return a.volumeInspect(p)
+	}
+	return fmt.Errorf("unhandled subcommand %s", s.path)
+}
+
+// progress prints msb's non-quiet completion line on stderr.
+func (a *app) progress(p *parsed, verb, target string) {
+	if !p.has("quiet") {
+		fmt.Fprintf(a.stderr, "   ✓ %-12s %s\n", verb, target)
+	}
+}
+
+// logInvocation appends this invocation's record to FAKEMSB_LOG.
+func (a *app) logInvocation(code int) {
+	if a.log == "" {
+		return
+	}
+	argv := a.args
+	if argv == nil {
+		argv = []string{}
+	}
+	rec, _ := json.Marshal(struct {
+		Argv []string `json:"argv"`
+		Exit int      `json:"exit"`
+		Ms   float64  `json:"ms"`
+	}{argv, code, float64(time.Since(a.start).Microseconds()) / 1000})
+	f, err := os.OpenFile(a.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "fakemsb: FAKEMSB_LOG: %v\n", err)
+		return
+	}
+	defer f.Close()
+	if flock(f, unix.LOCK_EX) == nil {
+		defer unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	}
+	_, _ = f.Write(append(rec, '\n'))
+}
+
+// die ends the process abruptly for a die-after fault.
+func (a *app) die() {
+	a.mu.Lock()
+	kill := a.killGuest
+	a.mu.Unlock()
+	if kill != nil {
+		kill()
+	}
+	a.logInvocation(-1)
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {}
+}
+
+// dier counts output bytes shared by stdout and stderr.
+type dier struct {
+	mu   sync.Mutex
+	left int
+	die  func()
+}
+
+type dieWriter struct {
+	d *dier
+	w io.Writer
+}
+
+func (w *dieWriter) Write(b []byte) (int, error) {
+	w.d.mu.Lock()
+	defer w.d.mu.Unlock()
+	if len(b) < w.d.left {
+		w.d.left -= len(b)
+		return w.w.Write(b)
+	}
+	_, _ = w.w.Write(b[:w.d.left])
+	w.d.die()
+	return 0, nil
+}

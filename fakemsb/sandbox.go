@@ -1,0 +1,511 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+const (
+	defaultCPUs      = 1
+	defaultMemoryMiB = 512
+)
+
+func (a *app) create(p *parsed) error {
+	s := p.spec
+	sb := &sandbox{
+		Image:     p.arg("IMAGE"),
+		Labels:    map[string]string{},
+		CPUs:      defaultCPUs,
+		MemoryMiB: defaultMemoryMiB,
+		Workdir:   p.str("workdir"),
+		Network:   !p.has("no-net"),
+		Security:  "default",
+		Pull:      "if-missing",
+		Status:    statusRunning,
+		CreatedAt: a.now,
+		UpdatedAt: a.now,
+		Mounts:    []namedMount{},
+		Tmpfs:     []tmpfsMount{},
+	}
+	name := p.str("name")
+	if p.has("name") && !validName(name) {
+		return s.invalidFlag("name", name, nameRule)
+	}
+	for _, v := range p.vals["mount-named"] {
+		m, err := parseNamedMount(v)
+		if err != nil {
+			return s.invalidFlag("mount-named", v, err.Error())
+		}
+		sb.Mounts = append(sb.Mounts, m)
+	}
+	for _, v := range p.vals["tmpfs"] {
+		m, err := parseTmpfs(v)
+		if err != nil {
+			return s.invalidFlag("tmpfs", v, err.Error())
+		}
+		sb.Tmpfs = append(sb.Tmpfs, m)
+	}
+	if p.has("cpus") {
+		v := p.str("cpus")
+		n, err := strconv.ParseUint(v, 10, 8)
+		if err != nil {
+			return s.invalidFlag("cpus", v, intError(v, err))
+		}
+		if n == 0 {
+			return s.invalidFlag("cpus", v, "cpus must be at least 1")
+		}
+		sb.CPUs = int(n)
+	}
+	sizes := []struct {
+		flag string
+		dst  *int
+	}{{"memory", &sb.MemoryMiB}, {"root-disk", &sb.RootDiskMiB}, {"oci-upper-size", &sb.RootDiskMiB}}
+	for _, f := range sizes {
+		if !p.has(f.flag) {
+			continue
+		}
+		n, err := parseSizeMiB(p.str(f.flag))
+		if err != nil {
+			return s.invalidFlag(f.flag, p.str(f.flag), err.Error())
+		}
+		*f.dst = n
+	}
+	if p.has("root-disk") && p.has("oci-upper-size") {
+		return s.usageError("the argument '--root-disk <SIZE>' cannot be used with '--oci-upper-size <SIZE>'")
+	}
+	durations := []struct {
+		flag string
+		dst  **int64
+	}{{"max-duration", &sb.MaxDurationSecs}, {"idle-timeout", &sb.IdleTimeoutSecs}}
+	for _, f := range durations {
+		if !p.has(f.flag) {
+			continue
+		}
+		n, err := parseDurationSecs(p.str(f.flag))
+		if err != nil {
+			return s.invalidFlag(f.flag, p.str(f.flag), err.Error())
+		}
+		*f.dst = &n
+	}
+	if err := p.oneOf("security", "default", "restricted"); err != nil {
+		return err
+	}
+	if err := p.oneOf("pull", "always", "if-missing", "never"); err != nil {
+		return err
+	}
+	if p.has("security") {
+		sb.Security = p.str("security")
+	}
+	if p.has("pull") {
+		sb.Pull = p.str("pull")
+	}
+	for _, l := range p.vals["label"] {
+		k, v := parseLabel(l)
+		if err := checkLabelKey(k); err != nil {
+			return err
+		}
+		sb.Labels[k] = v
+	}
+	generated := name == ""
+	if generated {
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		name = fmt.Sprintf("msb-%08x", binary.BigEndian.Uint32(b[:]))
+	}
+	sb.Name = name
+	err := a.withState(func(st *state) error {
+		if old, ok := st.Sandboxes[name]; ok {
+			if !p.has("replace") {
+				return failf("sandbox already exists: %s", name)
+			}
+			old.Holder.kill()
+			delete(st.Sandboxes, name)
+		}
+		for _, m := range sb.Mounts {
+			if _, ok := st.Volumes[m.Volume]; ok {
+				continue
+			}
+			kind := m.Kind
+			if kind == "" {
+				kind = "dir"
+			}
+			if err := a.makeVolume(st, m.Volume, kind, m.SizeMiB); err != nil {
+				return err
+			}
+		}
+		if err := a.startHolder(sb, st); err != nil {
+			return err
+		}
+		st.Sandboxes[name] = sb
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if generated {
+		fmt.Fprintln(a.stdout, name)
+	}
+	a.progress(p, "Created", name)
+	return nil
+}
+
+// targets resolves NAMES... plus every sandbox matching all --label filters.
+func targets(p *parsed, st *state) []string {
+	names := append([]string(nil), p.pos["NAMES"]...)
+	if p.has("label") {
+		for _, sb := range st.sorted() {
+			if sb.matches(p.vals["label"]) && !contains(names, sb.Name) {
+				names = append(names, sb.Name)
+			}
+		}
+	}
+	return names
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (sb *sandbox) matches(filters []string) bool {
+	for _, f := range filters {
+		k, v := parseLabel(f)
+		if got, ok := sb.Labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+func (st *state) sorted() []*sandbox {
+	out := make([]*sandbox, 0, len(st.Sandboxes))
+	for _, sb := range st.Sandboxes {
+		out = append(out, sb)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.Before(out[j].CreatedAt)
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+// eachTarget applies fn to every target under the state lock, printing each
+// failure and continuing like msb's bulk commands.
+func (a *app) eachTarget(p *parsed, verb string, fn func(st *state, sb *sandbox) error) error {
+	if err := p.requireOneOf("NAMES", "label"); err != nil {
+		return err
+	}
+	failed := false
+	err := a.withState(func(st *state) error {
+		for _, name := range targets(p, st) {
+			sb, err := st.get(name)
+			if err == nil {
+				err = fn(st, sb)
+			}
+			if err != nil {
+				a.report(err)
+				failed = true
+				continue
+			}
+			a.progress(p, verb, name)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if failed {
+		return &exitError{code: 1}
+	}
+	return nil
+}
+
+func (a *app) stop(p *parsed) error {
+	if p.has("timeout") {
+		if _, err := strconv.ParseUint(p.str("timeout"), 10, 64); err != nil {
+			return p.spec.invalidFlag("timeout", p.str("timeout"), intError(p.str("timeout"), err))
+		}
+	}
+	return a.eachTarget(p, "Stopped", func(st *state, sb *sandbox) error {
+		a.stopSandbox(sb)
+		return nil
+	})
+}
+
+func (a *app) stopSandbox(sb *sandbox) {
+	if sb.Status == statusStopped {
+		return
+	}
+	sb.Holder.kill()
+	sb.Holder, sb.Status, sb.TransientExecs, sb.UpdatedAt = nil, statusStopped, 0, a.now
+}
+
+func (a *app) startCmd(p *parsed) error {
+	return a.eachTarget(p, "Started", func(st *state, sb *sandbox) error {
+		sb.TransientExecs = 0
+		if sb.Status == statusRunning {
+			return nil
+		}
+		sb.UpdatedAt = a.now
+		return a.startHolder(sb, st)
+	})
+}
+
+func (a *app) remove(p *parsed) error {
+	return a.eachTarget(p, "Removed", func(st *state, sb *sandbox) error {
+		if sb.Status == statusRunning {
+			if !p.has("force") {
+				return failf("sandbox still running: %s", sb.Name)
+			}
+			sb.Holder.kill()
+		}
+		delete(st.Sandboxes, sb.Name)
+		_ = os.Remove(filepath.Join(a.runDir(), sb.Name+".log"))
+		return nil
+	})
+}
+
+func (a *app) list(p *parsed) error {
+	if err := p.oneOf("format", "json"); err != nil {
+		return err
+	}
+	var rows []*sandbox
+	err := a.withState(func(st *state) error {
+		for _, sb := range st.sorted() {
+			if !sb.matches(p.vals["label"]) {
+				continue
+			}
+			running, stopped := p.has("running"), p.has("stopped")
+			if (running || stopped) && !(running && sb.Status == statusRunning || stopped && sb.Status == statusStopped) {
+				continue
+			}
+			rows = append(rows, sb)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	switch {
+	case p.has("format"):
+		type entry struct {
+			CreatedAt string `json:"created_at"`
+			Image     string `json:"image"`
+			Name      string `json:"name"`
+			Status    string `json:"status"`
+		}
+		out := []entry{}
+		for _, sb := range rows {
+			out = append(out, entry{fmtTime(sb.CreatedAt), sb.Image, sb.Name, sb.Status})
+		}
+		return a.printJSON(out)
+	case p.has("quiet"):
+		for _, sb := range rows {
+			fmt.Fprintln(a.stdout, sb.Name)
+		}
+	case len(rows) == 0:
+		fmt.Fprintln(a.stderr, "No sandboxes found.")
+	default:
+		t := [][]string{{"NAME", "IMAGE", "STATUS", "CREATED"}}
+		for _, sb := range rows {
+			t = append(t, []string{sb.Name, sb.Image, strings.ToLower(sb.Status), sb.CreatedAt.Local().Format("2006-01-02 15:04:05")})
+		}
+		a.printTable(t)
+	}
+	return nil
+}
+
+func (a *app) printJSON(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return failf("json error: %v", err)
+	}
+	_, _ = a.stdout.Write(append(b, '\n'))
+	return nil
+}
+
+// printTable aligns columns with four spaces between them, like msb.
+func (a *app) printTable(rows [][]string) {
+	widths := make([]int, len(rows[0]))
+	for _, r := range rows {
+		for i, c := range r {
+			widths[i] = max(widths[i], len(c))
+		}
+	}
+	for _, r := range rows {
+		var b strings.Builder
+		for i, c := range r {
+			if i == len(r)-1 {
+				b.WriteString(c)
+			} else {
+				fmt.Fprintf(&b, "%-*s    ", widths[i], c)
+			}
+		}
+		fmt.Fprintln(a.stdout, b.String())
+	}
+}
+
+// inspectDoc is `inspect --format json`; field order follows msb.
+type inspectDoc struct {
+	Name           string         `json:"name"`
+	Status         string         `json:"status"`
+	CreatedAt      string         `json:"created_at"`
+	UpdatedAt      string         `json:"updated_at"`
+	ActiveConfig   *sandboxConfig `json:"active_config"`
+	PendingChanges []any          `json:"pending_changes"`
+	Config         *sandboxConfig `json:"config"`
+}
+
+type sandboxConfig struct {
+	Name  string `json:"name"`
+	Image struct {
+		Oci struct {
+			Reference string `json:"reference"`
+			RootDisk  struct {
+				Kind    string `json:"kind"`
+				SizeMiB *int   `json:"size_mib"`
+			} `json:"root_disk"`
+		} `json:"Oci"`
+	} `json:"image"`
+	Resources struct {
+		CPUs         int `json:"cpus"`
+		MemoryMiB    int `json:"memory_mib"`
+		MaxCPUs      int `json:"max_cpus"`
+		MaxMemoryMiB int `json:"max_memory_mib"`
+	} `json:"resources"`
+	Runtime struct {
+		Workdir    *string        `json:"workdir"`
+		Shell      *string        `json:"shell"`
+		Scripts    map[string]any `json:"scripts"`
+		Entrypoint []string       `json:"entrypoint"`
+		Cmd        []string       `json:"cmd"`
+		Hostname   *string        `json:"hostname"`
+		User       *string        `json:"user"`
+		LogLevel   *string        `json:"log_level"`
+	} `json:"runtime"`
+	Env     []struct{}        `json:"env"`
+	Labels  map[string]string `json:"labels"`
+	Rlimits []struct{}        `json:"rlimits"`
+	Mounts  []any             `json:"mounts"`
+	Network struct {
+		Enabled bool `json:"enabled"`
+	} `json:"network"`
+	PullPolicy      string `json:"pull_policy"`
+	SecurityProfile string `json:"security_profile"`
+	Lifecycle       struct {
+		Ephemeral       bool   `json:"ephemeral"`
+		MaxDurationSecs *int64 `json:"max_duration_secs"`
+		IdleTimeoutSecs *int64 `json:"idle_timeout_secs"`
+	} `json:"lifecycle"`
+}
+
+type namedMountDoc struct {
+	Type    string       `json:"type"`
+	Name    string       `json:"name"`
+	Guest   string       `json:"guest"`
+	Options mountOptions `json:"options"`
+}
+
+type tmpfsMountDoc struct {
+	Type    string       `json:"type"`
+	Guest   string       `json:"guest"`
+	SizeMiB *int         `json:"size_mib"`
+	Options mountOptions `json:"options"`
+}
+
+var pullPolicies = map[string]string{"always": "Always", "if-missing": "IfMissing", "never": "Never"}
+
+func (sb *sandbox) config() *sandboxConfig {
+	c := &sandboxConfig{Name: sb.Name, Labels: sb.Labels, Env: []struct{}{}, Rlimits: []struct{}{}, Mounts: []any{}}
+	c.Image.Oci.Reference = sb.Image
+	c.Image.Oci.RootDisk.Kind = "managed"
+	if sb.RootDiskMiB > 0 {
+		n := sb.RootDiskMiB
+		c.Image.Oci.RootDisk.SizeMiB = &n
+	}
+	c.Resources.CPUs, c.Resources.MaxCPUs = sb.CPUs, sb.CPUs
+	c.Resources.MemoryMiB, c.Resources.MaxMemoryMiB = sb.MemoryMiB, sb.MemoryMiB
+	if sb.Workdir != "" {
+		w := sb.Workdir
+		c.Runtime.Workdir = &w
+	}
+	c.Runtime.Scripts = map[string]any{}
+	if c.Labels == nil {
+		c.Labels = map[string]string{}
+	}
+	for _, m := range sb.Mounts {
+		c.Mounts = append(c.Mounts, namedMountDoc{"Named", m.Volume, m.Guest, m.Options})
+	}
+	for _, t := range sb.Tmpfs {
+		d := tmpfsMountDoc{Type: "Tmpfs", Guest: t.Guest, Options: t.Options}
+		if t.SizeMiB > 0 {
+			n := t.SizeMiB
+			d.SizeMiB = &n
+		}
+		c.Mounts = append(c.Mounts, d)
+	}
+	c.Network.Enabled = sb.Network
+	c.PullPolicy = pullPolicies[sb.Pull]
+	c.SecurityProfile = sb.Security
+	c.Lifecycle.MaxDurationSecs = sb.MaxDurationSecs
+	c.Lifecycle.IdleTimeoutSecs = sb.IdleTimeoutSecs
+	return c
+}
+
+func (a *app) inspect(p *parsed) error {
+	if err := p.oneOf("format", "json"); err != nil {
+		return err
+	}
+	var sb *sandbox
+	err := a.withState(func(st *state) error {
+		var err error
+		sb, err = st.get(p.arg("NAME"))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if p.has("format") {
+		doc := inspectDoc{
+			Name: sb.Name, Status: sb.Status,
+			CreatedAt: fmtTime(sb.CreatedAt), UpdatedAt: fmtTime(sb.UpdatedAt),
+			PendingChanges: []any{}, Config: sb.config(),
+		}
+		if sb.Status == statusRunning {
+			doc.ActiveConfig = sb.config()
+		}
+		return a.printJSON(doc)
+	}
+	kv := func(k, v string) { fmt.Fprintf(a.stdout, "%-16s%s\n", k+":", v) }
+	kv("Name", sb.Name)
+	kv("Status", strings.ToLower(sb.Status))
+	kv("Image", sb.Image)
+	kv("CPUs", strconv.Itoa(sb.CPUs))
+	kv("Memory", fmt.Sprintf("%d MiB", sb.MemoryMiB))
+	kv("Created", sb.CreatedAt.Local().Format("2006-01-02 15:04:05"))
+	var mounts []string
+	for _, m := range sb.Mounts {
+		mounts = append(mounts, m.Volume+" → "+m.Guest)
+	}
+	for _, t := range sb.Tmpfs {
+		mounts = append(mounts, "tmpfs → "+t.Guest)
+	}
+	if len(mounts) == 0 {
+		mounts = []string{"-"}
+	}
+	kv("Mounts", strings.Join(mounts, ", "))
+	return nil
+}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// sandbox is one sandbox as kept in the state file.
+type sandbox struct {
+	Name            string            `json:"name"`
+	Image           string            `json:"image"`
+	Labels          map[string]string `json:"labels"`
+	Mounts          []namedMount      `json:"mounts"`
+	Tmpfs           []tmpfsMount      `json:"tmpfs"`
+	CPUs            int               `json:"cpus"`
+	MemoryMiB       int               `json:"memory_mib"`
+	RootDiskMiB     int               `json:"root_disk_mib,omitempty"`
+	Workdir         string            `json:"workdir,omitempty"`
+	Network         bool              `json:"network"`
+	Security        string            `json:"security"`
+	Pull            string            `json:"pull"`
+	MaxDurationSecs *int64            `json:"max_duration_secs"`
+	IdleTimeoutSecs *int64            `json:"idle_timeout_secs"`
+	CreatedAt       time.Time         `json:"created_at"`
+	UpdatedAt       time.Time         `json:"updated_at"`
+	Status          string            `json:"status"`
+	Holder          *holder           `json:"holder,omitempty"`
+	// TransientExecs counts exec/copy calls that started this sandbox from
+	// Stopped; the last one to finish stops it again.
+	TransientExecs int `json:"transient_execs,omitempty"`
+}
+
+// volume is one named volume; its data lives in volumeDir.
+type volume struct {
+	Name      string    `json:"name"`
+	Kind      string    `json:"kind"`
+	SizeMiB   int       `json:"size_mib,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+type state struct {
+	Sandboxes map[string]*sandbox `json:"sandboxes"`
+	Volumes   map[string]*volume  `json:"volumes"`
+	// FaultSpec and FaultCounts count invocations per subcommand since
+	// FAKEMSB_FAULTS last changed.
+	FaultSpec   string         `json:"fault_spec,omitempty"`
+	FaultCounts map[string]int `json:"fault_counts,omitempty"`
+}
+
+const (
+	statusRunning = "Running"
+	statusStopped = "Stopped"
+)
+
+func (a *app) statePath() string            { return filepath.Join(a.home, "state.json") }
+func (a *app) volumeDir(name string) string { return filepath.Join(a.home, "volumes", name) }
+func (a *app) runDir() string               { return filepath.Join(a.home, "run") }
+
+// withState runs fn on the state under an exclusive flock of the state
+// directory and saves the state afterwards when fn succeeded. Guest
+// commands never run inside fn.
+func (a *app) withState(fn func(st *state) error) error {
+	if err := os.MkdirAll(a.home, 0o755); err != nil {
+		return failf("io error: %v", err)
+	}
+	lf, err := os.OpenFile(filepath.Join(a.home, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return failf("io error: %v", err)
+	}
+	defer lf.Close()
+	if err := flock(lf, unix.LOCK_EX); err != nil {
+		return failf("io error: lock state: %v", err)
+	}
+	defer unix.Flock(int(lf.Fd()), unix.LOCK_UN)
+
+	st := &state{}
+	data, err := os.ReadFile(a.statePath())
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return failf("io error: %v", err)
+	default:
+		if err := json.Unmarshal(data, st); err != nil {
+			return failf("database error: corrupt state %s: %v", a.statePath(), err)
+		}
+	}
+	if st.Sandboxes == nil {
+		st.Sandboxes = map[string]*sandbox{}
+	}
+	if st.Volumes == nil {
+		st.Volumes = map[string]*volume{}
+	}
+	// A holder that died behind our back (killed, host restart) leaves a
+	// sandbox that is no longer running.
+	for _, sb := range st.Sandboxes {
+		if sb.Status == statusRunning && !sb.Holder.alive() {
+			sb.Status, sb.Holder, sb.TransientExecs = statusStopped, nil, 0
+		}
+	}
+	if err := fn(st); err != nil {
+		return err
+	}
+	out, err := json.MarshalIndent(st, "", " ")
+	if err != nil {
+		return failf("json error: %v", err)
+	}
+	tmp := a.statePath() + ".tmp"
+	if err := os.WriteFile(tmp, out, 0o644); err != nil {
+		return failf("io error: %v", err)
+	}
+	if err := os.Rename(tmp, a.statePath()); err != nil {
+		return failf("io error: %v", err)
+	}
+	return nil
+}
+
+// flock retries on EINTR, which Go's runtime signals can cause.
+func flock(f *os.File, how int) error {
+	for {
+		err := unix.Flock(int(f.Fd()), how)
+		if err != unix.EINTR {
+			return err
+		}
+	}
+}
+
+func (st *state) get(name string) (*sandbox, error) {
+	sb, ok := st.Sandboxes[name]
+	if !ok {
+		return nil, failf("sandbox not found: %s", name)
+	}
+	return sb, nil
+}
+
+// fmtTime is msb's JSON timestamp: RFC 3339 UTC with millis and +00:00.
+func fmtTime(t time.Time) string {
+	return t.UTC().Format("2006-01-02T15:04:05.000+00:00")
+}
+
+func errorf(format string, a ...any) string { return fmt.Sprintf("error: "+format+"\n", a...) }
