@@ -1,0 +1,121 @@
+package local
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Evidence is how much of a control the host's probes proved.
+type Evidence string
+
+const (
+	EvidenceNone    Evidence = "none"
+	EvidencePartial Evidence = "partial"
+	EvidenceFull    Evidence = "full"
+)
+
+// Control is the proof of one isolation control: its evidence and, in
+// words, what proved it or why it is missing.
+type Control struct {
+	Evidence Evidence
+	Detail   string
+}
+
+func full(detail string) Control    { return Control{EvidenceFull, detail} }
+func partial(detail string) Control { return Control{EvidencePartial, detail} }
+func none(detail string) Control    { return Control{EvidenceNone, detail} }
+
+// Capabilities are what this host can enforce, from probes that really
+// ran. Resources summarises Limits, which holds one Control per limit key
+// (wall-time, output, memory, processes, cpu, file-size).
+type Capabilities struct {
+	Platform   string // linux, darwin, windows
+	Backend    string // bubblewrap, seatbelt, broker, or "" when none works
+	Filesystem Control
+	Network    Control
+	Process    Control
+	Resources  Control
+	Limits     map[string]Control
+}
+
+// String renders the capabilities for an operator, one control a line.
+func (c Capabilities) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "platform %s, backend %s\n", c.Platform, orNone(c.Backend))
+	for _, r := range []struct {
+		name string
+		c    Control
+	}{{"filesystem", c.Filesystem}, {"network", c.Network}, {"process", c.Process}, {"resources", c.Resources}} {
+		fmt.Fprintf(&b, "%-10s %-7s %s\n", r.name, r.c.Evidence, r.c.Detail)
+	}
+	for _, k := range limitKeys {
+		if lc, ok := c.Limits[k]; ok {
+			fmt.Fprintf(&b, "  limit %-9s %-7s %s\n", k, lc.Evidence, lc.Detail)
+		}
+	}
+	return b.String()
+}
+
+var limitKeys = []string{LimitWallTime, LimitOutput, LimitMemory, LimitProcesses, LimitCPU, LimitFileSize}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// summarizeResources derives the Resources control from the per-limit ones.
+func summarizeResources(limits map[string]Control) Control {
+	var have, missing []string
+	for _, k := range limitKeys {
+		if limits[k].Evidence == EvidenceFull {
+			have = append(have, k)
+		} else {
+			missing = append(missing, k)
+		}
+	}
+	switch {
+	case len(missing) == 0:
+		return full("every limit is enforced")
+	case len(have) == 0:
+		return none("no limit is enforced")
+	default:
+		return partial("enforced: " + strings.Join(have, ", ") + "; not enforced: " + strings.Join(missing, ", "))
+	}
+}
+
+// check refuses a policy and limits that need evidence the host lacks.
+func (c Capabilities) check(p Policy, l Limits) error {
+	need := func(name string, ctl Control) error {
+		if ctl.Evidence != EvidenceFull {
+			return &UnavailableError{Control: name, Reason: ctl.Detail}
+		}
+		return nil
+	}
+	if c.Backend == "" {
+		return &UnavailableError{Control: "filesystem", Reason: "no working sandbox backend: " + c.Filesystem.Detail}
+	}
+	if p.Mode != ModeDangerFullAccess {
+		if err := need("filesystem", c.Filesystem); err != nil {
+			return err
+		}
+		if p.Network == NetworkDeny {
+			if err := need("network", c.Network); err != nil {
+				return err
+			}
+		}
+	}
+	// Killing a command's whole tree is needed in every mode.
+	if err := need("process", c.Process); err != nil {
+		return err
+	}
+	for _, k := range limitKeys {
+		if l.has(k) {
+			if err := need("limit "+k, c.Limits[k]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

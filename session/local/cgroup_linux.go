@@ -1,0 +1,440 @@
+package local
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// cgroupFile lists, in a session's state directory, the cgroup directories
+// its calls were placed under, so Close and Reap in any process remove
+// them.
+const cgroupFile = "cgroups"
+
+// controllerOf maps a limit key to the cgroup controller enforcing it.
+var controllerOf = map[string]string{LimitMemory: "memory", LimitProcesses: "pids", LimitCPU: "cpu"}
+
+// cgLayout is where this process may create groups: under its own group
+// of each hierarchy, so the host's limits on us still bound the sandbox.
+type cgLayout struct {
+	v1     map[string]string // controller → our group's directory in its v1 hierarchy
+	v2     string            // our group's directory in the unified hierarchy
+	v2Ctl  map[string]bool   // controllers the unified hierarchy offers
+	mounts []string          // every cgroup mount point, for validating recorded paths
+}
+
+// detectCgroups reads this process's cgroup layout.
+func detectCgroups() cgLayout {
+	mi, err1 := os.ReadFile("/proc/self/mountinfo")
+	pc, err2 := os.ReadFile("/proc/self/cgroup")
+	if err1 != nil || err2 != nil {
+		return cgLayout{}
+	}
+	l := parseCgroupLayout(mi, pc)
+	if l.v2 != "" {
+		if data, err := os.ReadFile(filepath.Join(l.v2, "cgroup.controllers")); err == nil {
+			for _, c := range strings.Fields(string(data)) {
+				l.v2Ctl[c] = true
+			}
+		}
+	}
+	return l
+}
+
+// parseCgroupLayout joins /proc/self/mountinfo and /proc/self/cgroup.
+func parseCgroupLayout(mountinfo, proccgroup []byte) cgLayout {
+	l := cgLayout{v1: map[string]string{}, v2Ctl: map[string]bool{}}
+	own := map[string]string{} // controller (or "" for unified) → our path
+	for _, line := range strings.Split(string(proccgroup), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[1] == "" {
+			own[""] = parts[2]
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			if c != "" {
+				own[c] = parts[2]
+			}
+		}
+	}
+	for _, line := range strings.Split(string(mountinfo), "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(f) < 5 || len(g) < 3 {
+			continue
+		}
+		root, point, fstype := f[3], unescapeMount(f[4]), g[0]
+		if fstype != "cgroup" && fstype != "cgroup2" {
+			continue
+		}
+		l.mounts = append(l.mounts, point)
+		rel := func(p string) (string, bool) {
+			if root == "/" {
+				return p, true
+			}
+			if p == root || strings.HasPrefix(p, root+"/") {
+				return strings.TrimPrefix(p, root), true
+			}
+			return "", false
+		}
+		if fstype == "cgroup2" {
+			if p, ok := own[""]; ok {
+				if r, ok := rel(p); ok {
+					l.v2 = filepath.Join(point, r)
+				}
+			}
+			continue
+		}
+		for _, opt := range strings.Split(g[2], ",") {
+			if _, want := own[opt]; !want || (opt != "memory" && opt != "pids" && opt != "cpu") {
+				continue
+			}
+			if r, ok := rel(own[opt]); ok {
+				l.v1[opt] = filepath.Join(point, r)
+			}
+		}
+	}
+	return l
+}
+
+func unescapeMount(s string) string {
+	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
+	return r.Replace(s)
+}
+
+// support says how the layout enforces a controller, or why it cannot.
+func (l cgLayout) support(controller string) (how string, ok bool) {
+	if d, ok := l.v1[controller]; ok {
+		return "cgroup v1 " + controller + " under " + d + ", joined by a shim before bwrap executes", true
+	}
+	if l.v2 != "" && l.v2Ctl[controller] {
+		return "cgroup v2 " + controller + " under " + l.v2 + ", entered at clone (CLONE_INTO_CGROUP)", true
+	}
+	return l.missingReason(controller), false
+}
+
+// missingReason explains why a controller is unusable.
+func (l cgLayout) missingReason(controller string) string {
+	if l.v2 != "" {
+		return "no cgroup v1 " + controller + " hierarchy, and the unified hierarchy at " + l.v2 + " does not offer " + controller
+	}
+	return "no cgroup hierarchy with the " + controller + " controller is mounted"
+}
+
+// callGroups are the cgroups of one call.
+type callGroups struct {
+	dirs   map[string]string // controller → the call's group
+	v1     []string          // cgroup.procs files the shim joins
+	v2     string            // unified group entered at clone
+	limits Limits
+}
+
+// create makes the call's groups under the session's groups and writes
+// the limits into them. Nothing is placed in them yet.
+func (l cgLayout) create(sessionDir, sessionName string, lim Limits) (*callGroups, error) {
+	var sfx [6]byte
+	_, _ = rand.Read(sfx[:])
+	callName := "call-" + hex.EncodeToString(sfx[:])
+	parentName := "oma-" + sessionName
+	g := &callGroups{dirs: map[string]string{}, limits: lim}
+	fail := func(err error) (*callGroups, error) {
+		g.remove()
+		return nil, err
+	}
+	v2Subtree := []string{}
+	for _, key := range limitKeys {
+		ctl, ok := controllerOf[key]
+		if !ok || !lim.has(key) {
+			continue
+		}
+		if base, ok := l.v1[ctl]; ok {
+			parent := filepath.Join(base, parentName)
+			if err := ensureParent(sessionDir, parent, nil); err != nil {
+				return fail(err)
+			}
+			dir := filepath.Join(parent, callName)
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				return fail(err)
+			}
+			g.dirs[ctl] = dir
+			g.v1 = append(g.v1, filepath.Join(dir, "cgroup.procs"))
+		} else if l.v2 != "" && l.v2Ctl[ctl] {
+			v2Subtree = append(v2Subtree, ctl)
+		} else {
+			return fail(errors.New(l.missingReason(ctl)))
+		}
+	}
+	if len(v2Subtree) > 0 {
+		parent := filepath.Join(l.v2, parentName)
+		if err := ensureParent(sessionDir, parent, v2Subtree); err != nil {
+			return fail(err)
+		}
+		dir := filepath.Join(parent, callName)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return fail(err)
+		}
+		g.v2 = dir
+		for _, c := range v2Subtree {
+			g.dirs[c] = dir
+		}
+	}
+	if err := g.write(); err != nil {
+		return fail(err)
+	}
+	return g, nil
+}
+
+// ensureParent creates a session's group and records it; in the unified
+// hierarchy it also delegates the controllers to the session's children.
+func ensureParent(sessionDir, parent string, v2ctl []string) error {
+	if err := recordCgroup(sessionDir, parent); err != nil {
+		return err
+	}
+	if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	if len(v2ctl) == 0 {
+		return nil
+	}
+	enable := "+" + strings.Join(v2ctl, " +")
+	for _, d := range []string{filepath.Dir(parent), parent} {
+		if err := os.WriteFile(filepath.Join(d, "cgroup.subtree_control"), []byte(enable), 0); err != nil {
+			return fmt.Errorf("cannot delegate %s in %s: %w", strings.Join(v2ctl, ", "), d, err)
+		}
+	}
+	return nil
+}
+
+func recordCgroup(sessionDir, dir string) error {
+	p := filepath.Join(sessionDir, cgroupFile)
+	data, err := os.ReadFile(p)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if line == dir {
+			return nil
+		}
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(dir + "\n")
+	return errors.Join(err, f.Close())
+}
+
+// write sets the limits, v1 or v2 file names by the group's hierarchy.
+func (g *callGroups) write() error {
+	set := func(dir, file, value string) error {
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0); err != nil {
+			return fmt.Errorf("cannot set %s in %s: %w", file, dir, err)
+		}
+		return nil
+	}
+	v2 := func(dir string) bool { return dir == g.v2 }
+	if dir, ok := g.dirs["memory"]; ok {
+		n := strconv.FormatInt(g.limits.MemoryBytes, 10)
+		if v2(dir) {
+			if err := set(dir, "memory.max", n); err != nil {
+				return err
+			}
+			if exists(filepath.Join(dir, "memory.swap.max")) {
+				if err := set(dir, "memory.swap.max", "0"); err != nil {
+					return err
+				}
+			}
+		} else {
+			if err := set(dir, "memory.limit_in_bytes", n); err != nil {
+				return err
+			}
+			// Swap must not extend the limit.
+			if exists(filepath.Join(dir, "memory.memsw.limit_in_bytes")) {
+				if err := set(dir, "memory.memsw.limit_in_bytes", n); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if dir, ok := g.dirs["pids"]; ok {
+		if err := set(dir, "pids.max", strconv.FormatInt(g.limits.Processes, 10)); err != nil {
+			return err
+		}
+	}
+	if dir, ok := g.dirs["cpu"]; ok {
+		q := strconv.FormatInt(g.limits.CPUQuota.Microseconds(), 10)
+		p := strconv.FormatInt(g.limits.cpuPeriod().Microseconds(), 10)
+		if v2(dir) {
+			return set(dir, "cpu.max", q+" "+p)
+		}
+		if err := set(dir, "cpu.cfs_period_us", p); err != nil {
+			return err
+		}
+		return set(dir, "cpu.cfs_quota_us", q)
+	}
+	return nil
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// notes reports the limits that fired during the call.
+func (g *callGroups) notes() []string {
+	var out []string
+	if dir, ok := g.dirs["memory"]; ok {
+		file := "memory.oom_control"
+		if dir == g.v2 {
+			file = "memory.events"
+		}
+		if n := counter(filepath.Join(dir, file), "oom_kill"); n > 0 {
+			out = append(out, fmt.Sprintf("memory limit of %s reached: the kernel killed %d process(es)", formatBytes(g.limits.MemoryBytes), n))
+		}
+	}
+	if dir, ok := g.dirs["pids"]; ok {
+		if n := counter(filepath.Join(dir, "pids.events"), "max"); n > 0 {
+			out = append(out, fmt.Sprintf("process limit of %d reached: %d fork(s) refused", g.limits.Processes, n))
+		}
+	}
+	return out
+}
+
+// counter reads "key N" from a flat-keyed cgroup file.
+func counter(file, key string) int64 {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return 0
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 2 && f[0] == key {
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+func formatBytes(n int64) string {
+	switch {
+	case n%(1<<30) == 0:
+		return strconv.FormatInt(n>>30, 10) + " GiB"
+	case n%(1<<20) == 0:
+		return strconv.FormatInt(n>>20, 10) + " MiB"
+	case n%(1<<10) == 0:
+		return strconv.FormatInt(n>>10, 10) + " KiB"
+	}
+	return strconv.FormatInt(n, 10) + " bytes"
+}
+
+// remove kills whatever is left in the call's groups and removes them.
+func (g *callGroups) remove() error {
+	var errs []error
+	seen := map[string]bool{}
+	for _, dir := range g.dirs {
+		if !seen[dir] {
+			seen[dir] = true
+			errs = append(errs, emptyAndRemove(dir))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// emptyAndRemove SIGKILLs every process in a group and its children, then
+// removes them, retrying while the kernel finishes the exits.
+func emptyAndRemove(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if e.IsDir() {
+			if err := emptyAndRemove(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		if exists(filepath.Join(dir, "cgroup.kill")) {
+			_ = os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
+		}
+		data, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		for _, f := range strings.Fields(string(data)) {
+			if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		err := syscall.Rmdir(dir)
+		if err == nil || errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cgroup %s not removable: %w", dir, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// removeCgroups removes every group recorded for a session directory.
+// Only directories named oma-* on a mounted cgroup filesystem are touched,
+// whatever the record says.
+func removeCgroups(sessionDir string) error {
+	data, err := os.ReadFile(filepath.Join(sessionDir, cgroupFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	mounts := detectCgroups().mounts
+	var errs []error
+	for _, dir := range strings.Fields(string(data)) {
+		if !isOurCgroup(dir, mounts) {
+			errs = append(errs, fmt.Errorf("refusing to remove %q: not a session cgroup", dir))
+			continue
+		}
+		errs = append(errs, emptyAndRemove(dir))
+	}
+	return errors.Join(errs...)
+}
+
+func isOurCgroup(dir string, mounts []string) bool {
+	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir || !strings.HasPrefix(filepath.Base(dir), "oma-") {
+		return false
+	}
+	for _, m := range mounts {
+		if dir != m && within(dir, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// joinScript is the shim that contains a call from its first instruction
+// on a cgroup v1 host: it writes its own pid into each group, and only if
+// every write succeeded does it exec the sandbox, which inherits them.
+const joinScript = `for f do
+[ "$f" = -- ] && break
+echo $$ > "$f" || { echo "oma-sandbox: cannot join cgroup $f" >&2; exit 125; }
+shift
+done
+shift
+exec "$@"`

@@ -1,0 +1,371 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/oma-sandbox/oma-sandbox/session"
+)
+
+const probeTimeout = 5 * time.Second
+
+// markerScript reports startMarker on fd 3, closes it, and runs the command.
+const markerScript = `printf R >&3 && exec "$@" 3>&-`
+
+// linuxPlatform runs each call under bubblewrap.
+type linuxPlatform struct {
+	bwrap      string
+	setpriv    string
+	prlimit    string
+	privileged bool
+	system     []hostEntry
+	cgroups    cgLayout
+}
+
+func (p *linuxPlatform) paths(hostDirs) session.Paths {
+	return session.Paths{Workspace: guestWorkspace, Uploads: guestUploads, Outputs: guestOutputs, Skills: guestSkills}
+}
+
+// prepare gives the directories the msb image's owners and modes: the
+// workspace and outputs are the guest user's, uploads and skills root's.
+func (p *linuxPlatform) prepare(d hostDirs) error {
+	if err := os.Chmod(d.Outputs, 0o700); err != nil {
+		return err
+	}
+	if !p.privileged {
+		return nil
+	}
+	for _, dir := range []string{d.Workspace, d.Outputs} {
+		if err := os.Chown(dir, guestUID, guestUID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *linuxPlatform) owner(d hostDirs, path string) (int, int, bool) {
+	if !p.privileged {
+		return 0, 0, false
+	}
+	if within(path, d.Uploads) || within(path, d.Skills) {
+		return 0, 0, true
+	}
+	return guestUID, guestUID, true
+}
+
+func (p *linuxPlatform) launch(c call) (*launched, error) {
+	spec := bwrapSpec{
+		Mode: c.policy.Mode, Network: c.policy.Network,
+		Workspace: c.dirs.Workspace, Uploads: c.dirs.Uploads, Outputs: c.dirs.Outputs,
+		Workdir: c.workdir, Env: c.env, Privileged: p.privileged, Setpriv: p.setpriv, Root: c.root,
+		System:  p.system,
+		Command: append([]string{"/bin/sh", "-c", markerScript, "oma-sandbox"}, c.argv...),
+	}
+	if c.policy.Mode == ModeDangerFullAccess {
+		spec.System = dangerEntries()
+	}
+	argv := append([]string{p.bwrap}, spec.args()...)
+	if c.limits.FileSize > 0 {
+		argv = append([]string{p.prlimit, "--fsize=" + strconv.FormatInt(c.limits.FileSize, 10), "--"}, argv...)
+	}
+	cmd := &exec.Cmd{Env: []string{"PATH=" + os.Getenv("PATH")}}
+	l := &launched{cmd: cmd, marker: true, finish: func() []string { return nil }}
+	if c.limits.cgroupNeeded() {
+		g, err := p.cgroups.create(c.dirs.Root, c.name, c.limits)
+		if err != nil {
+			return nil, fmt.Errorf("local sandbox %s: refusing to run without its limits: %w: %w", c.name,
+				&UnavailableError{Control: "resources", Reason: err.Error()}, session.ErrCannotStart)
+		}
+		if len(g.v1) > 0 {
+			shim := append([]string{"/bin/sh", "-c", joinScript, "oma-sandbox-join"}, g.v1...)
+			argv = append(append(shim, "--"), argv...)
+		}
+		var fd *os.File
+		if g.v2 != "" {
+			f, err := os.Open(g.v2)
+			if err != nil {
+				g.remove()
+				return nil, fmt.Errorf("local sandbox %s: cgroup: %v: %w", c.name, err, session.ErrCannotStart)
+			}
+			fd = f
+			cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(f.Fd())}
+		}
+		l.finish = func() []string {
+			if fd != nil {
+				fd.Close()
+			}
+			notes := g.notes()
+			if err := g.remove(); err != nil {
+				notes = append(notes, "cgroup cleanup deferred to close: "+err.Error())
+			}
+			return notes
+		}
+	}
+	cmd.Path, cmd.Args = argv[0], argv
+	return l, nil
+}
+
+// probeRequest says what to probe: the isolation controls always, limits
+// as the policy needs them, or everything for a report.
+type probeRequest struct {
+	bwrap  string
+	limits Limits
+	all    bool
+}
+
+// Probe reports what this host can enforce, each control proven by
+// running a real sandbox and checking, from inside, what it can see.
+func Probe(ctx context.Context) Capabilities {
+	c, _ := probeHost(ctx, probeRequest{all: true})
+	return c
+}
+
+func probeHost(ctx context.Context, req probeRequest) (Capabilities, platform) {
+	caps := Capabilities{Platform: "linux", Limits: map[string]Control{}}
+	fail := func(why string) (Capabilities, platform) {
+		caps.Filesystem, caps.Network, caps.Process = none(why), none(why), none(why)
+		for _, k := range limitKeys {
+			caps.Limits[k] = none("no working sandbox")
+		}
+		caps.Resources = summarizeResources(caps.Limits)
+		return caps, nil
+	}
+	name := req.bwrap
+	if name == "" {
+		name = "bwrap"
+	}
+	bw, err := exec.LookPath(name)
+	if err != nil {
+		return fail("bubblewrap not found: " + err.Error())
+	}
+	p := &linuxPlatform{bwrap: bw, privileged: os.Geteuid() == 0, system: hostEntries(runtimeDirs)}
+	if p.privileged {
+		sp, err := exec.LookPath("setpriv")
+		if err != nil || !insideUsr(sp) {
+			return fail("running as root needs setpriv under /usr to drop commands to uid 65534")
+		}
+		p.setpriv, _ = filepath.EvalSymlinks(sp)
+	}
+	tmp, err := os.MkdirTemp("", "oma-sandbox-probe-")
+	if err != nil {
+		return fail("no directory for the probe: " + err.Error())
+	}
+	defer removeSession(tmp)
+	dirs := dirsOf(tmp)
+	for _, d := range []string{dirs.Workspace, dirs.Uploads, dirs.Outputs} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return fail("no directory for the probe: " + err.Error())
+		}
+	}
+	canary := filepath.Join(tmp, "canary")
+	if err := errors.Join(os.WriteFile(canary, nil, 0o644), os.WriteFile(filepath.Join(dirs.Workspace, "probe"), nil, 0o644)); err != nil {
+		return fail("no files for the probe: " + err.Error())
+	}
+	isolation := probeIsolation(ctx, p, dirs, canary)
+	caps.Backend = "bubblewrap"
+	caps.Filesystem, caps.Network, caps.Process = isolation.fs, isolation.net, isolation.proc
+	if isolation.fs.Evidence != EvidenceFull || isolation.proc.Evidence != EvidenceFull {
+		caps.Backend = ""
+	}
+	host := "enforced by the host: the call's process group is killed and its pid namespace goes with it"
+	for _, k := range []string{LimitWallTime, LimitOutput} {
+		if caps.Backend != "" {
+			caps.Limits[k] = full(host)
+		} else {
+			caps.Limits[k] = none("no working sandbox")
+		}
+	}
+	probeLimits(ctx, p, dirs, req, caps.Backend != "", caps.Limits)
+	caps.Resources = summarizeResources(caps.Limits)
+	if caps.Backend == "" {
+		return caps, nil
+	}
+	return caps, p
+}
+
+// isolationScript prints, from inside the sandbox, the facts the probe
+// checks. $1 is a host file that must not be visible.
+const isolationScript = `echo "netns=$(readlink /proc/self/ns/net)"
+echo "pidns=$(readlink /proc/self/ns/pid)"
+echo "mntns=$(readlink /proc/self/ns/mnt)"
+n=0; for d in /proc/[0-9]*; do n=$((n+1)); done; echo "procs=$n"
+while read -r k v rest; do case $k in Uid:) echo "uid=$v";; CapEff:) echo "capeff=$v";; NoNewPrivs:) echo "nnp=$v";; esac; done < /proc/self/status
+[ -e "$1" ] && echo canary=visible || echo canary=hidden
+[ -e /workspace/probe ] && echo workspace=visible || echo workspace=missing
+( : > /workspace/written ) 2>/dev/null && echo rowrite=allowed || echo rowrite=denied
+( : > /etc/oma-sandbox-probe ) 2>/dev/null && echo etcwrite=allowed || echo etcwrite=denied`
+
+type isolationResult struct{ fs, net, proc Control }
+
+func probeIsolation(ctx context.Context, p *linuxPlatform, dirs hostDirs, canary string) isolationResult {
+	fail := func(why string) isolationResult { return isolationResult{none(why), none(why), none(why)} }
+	facts, err := probeRun(ctx, p, dirs, Limits{}, isolationScript, canary)
+	if err != nil {
+		return fail(fmt.Sprintf("%s did not run a sandboxed /bin/sh: %v", p.bwrap, err))
+	}
+	hostNS := func(kind string) string {
+		s, _ := os.Readlink("/proc/self/ns/" + kind)
+		return s
+	}
+	var idProblems []string
+	if facts["uid"] != strconv.Itoa(guestUID) {
+		idProblems = append(idProblems, "commands run as uid "+facts["uid"]+", not "+strconv.Itoa(guestUID))
+	}
+	if facts["capeff"] != "0000000000000000" {
+		idProblems = append(idProblems, "commands hold capabilities "+facts["capeff"])
+	}
+	if p.privileged && facts["nnp"] != "1" {
+		idProblems = append(idProblems, "no_new_privs is not set")
+	}
+	var r isolationResult
+	switch {
+	case facts["mntns"] == "" || facts["mntns"] == hostNS("mnt"):
+		r.fs = none("commands share the host's mount namespace")
+	case facts["canary"] != "hidden":
+		r.fs = none("a host file outside the workspace is visible")
+	case facts["workspace"] != "visible":
+		r.fs = none("the workspace is not visible at " + guestWorkspace)
+	case facts["rowrite"] != "denied" || facts["etcwrite"] != "denied":
+		r.fs = none("a read-only path accepted a write")
+	case len(idProblems) > 0:
+		r.fs = none(strings.Join(idProblems, "; "))
+	default:
+		r.fs = full("bubblewrap mount namespace: only /usr, /etc, runtime dirs (read-only) and the session dirs are visible; commands run as uid 65534 without capabilities")
+	}
+	if facts["netns"] == "" || facts["netns"] == hostNS("net") {
+		r.net = none("commands share the host's network namespace")
+	} else {
+		r.net = full("own network namespace with loopback only; unrestricted mode shares the host's")
+	}
+	procs, _ := strconv.Atoi(facts["procs"])
+	switch {
+	case facts["pidns"] == "" || facts["pidns"] == hostNS("pid"):
+		r.proc = none("commands share the host's pid namespace")
+	case procs == 0 || procs > 3:
+		r.proc = none(fmt.Sprintf("%d processes visible in the sandbox's /proc", procs))
+	case len(idProblems) > 0:
+		r.proc = none(strings.Join(idProblems, "; "))
+	default:
+		r.proc = full("own pid namespace: only the call's processes are visible, and all die with it")
+	}
+	return r
+}
+
+// probeRun runs script in a read-only, network-less sandbox over dirs,
+// with lim applied, and returns its key=value output lines.
+func probeRun(ctx context.Context, p *linuxPlatform, dirs hostDirs, lim Limits, script string, args ...string) (map[string]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	l, err := p.launch(call{
+		name: "probe-" + strconv.Itoa(os.Getpid()), dirs: dirs,
+		policy: Policy{Mode: ModeReadOnly, Network: NetworkDeny}, limits: lim,
+		env: []string{"PATH=" + guestPath}, workdir: guestWorkspace,
+		argv: append([]string{"/bin/sh", "-c", script, "probe"}, args...),
+	})
+	if err != nil {
+		return nil, err
+	}
+	res, err := run(ctx, runSpec{cmd: l.cmd, marker: l.marker, maxOutput: 64 << 10})
+	l.finish()
+	if err != nil {
+		return nil, err
+	}
+	if res.ExitCode != 0 {
+		return nil, fmt.Errorf("probe exited with %d: %s", res.ExitCode, trimMsg(string(res.Stderr)))
+	}
+	facts := map[string]string{}
+	for _, line := range strings.Split(string(res.Stdout), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			facts[k] = v
+		}
+	}
+	return facts, nil
+}
+
+// limitsScript prints the file-size limit and the cgroups a command is in.
+const limitsScript = `while read -r l; do case $l in "Max file size"*) set -- $l; echo "fsize=$4";; esac; done < /proc/self/limits
+while IFS=: read -r id ctl path; do echo "cg.$ctl=$path"; done < /proc/self/cgroup`
+
+// probeLimits proves each limit a request needs (or all of them) by
+// running a sandbox under it and reading, from inside, that it applies.
+func probeLimits(ctx context.Context, p *linuxPlatform, dirs hostDirs, req probeRequest, sandbox bool, out map[string]Control) {
+	if !sandbox {
+		for _, k := range []string{LimitMemory, LimitProcesses, LimitCPU, LimitFileSize} {
+			out[k] = none("no working sandbox")
+		}
+		return
+	}
+	want := func(k string) bool { return req.all || req.limits.has(k) }
+	if want(LimitFileSize) {
+		out[LimitFileSize] = probeFileSize(ctx, p, dirs)
+	} else {
+		out[LimitFileSize] = none("not probed: the policy sets no file-size limit")
+	}
+	p.cgroups = detectCgroups()
+	var lim Limits
+	for _, k := range []string{LimitMemory, LimitProcesses, LimitCPU} {
+		switch how, ok := p.cgroups.support(controllerOf[k]); {
+		case !want(k):
+			out[k] = none("not probed: the policy sets no " + k + " limit")
+		case !ok:
+			out[k] = none(how)
+		default:
+			out[k] = partial(how)
+			switch k {
+			case LimitMemory:
+				lim.MemoryBytes = 256 << 20
+			case LimitProcesses:
+				lim.Processes = 1024
+			case LimitCPU:
+				lim.CPUQuota = 100 * time.Millisecond
+			}
+		}
+	}
+	if !lim.cgroupNeeded() {
+		return
+	}
+	facts, err := probeRun(ctx, p, dirs, lim, limitsScript)
+	for _, k := range []string{LimitMemory, LimitProcesses, LimitCPU} {
+		if out[k].Evidence != EvidencePartial {
+			continue
+		}
+		ctl := controllerOf[k]
+		where := facts["cg."+ctl]
+		if where == "" {
+			where = facts["cg."] // the unified hierarchy
+		}
+		switch {
+		case err != nil:
+			out[k] = none("a sandbox under " + ctl + " limits did not run: " + err.Error())
+		case !strings.Contains(where, "/oma-probe-"):
+			out[k] = none("the sandboxed command was not in its " + ctl + " cgroup (it was in " + where + ")")
+		default:
+			out[k] = full(out[k].Detail)
+		}
+	}
+}
+
+func probeFileSize(ctx context.Context, p *linuxPlatform, dirs hostDirs) Control {
+	pl, err := exec.LookPath("prlimit")
+	if err != nil {
+		return none("prlimit not found: " + err.Error())
+	}
+	p.prlimit = pl
+	const probeSize = 1234567
+	facts, err := probeRun(ctx, p, dirs, Limits{FileSize: probeSize}, limitsScript)
+	if err != nil {
+		return none("a sandbox under prlimit did not run: " + err.Error())
+	}
+	if facts["fsize"] != strconv.Itoa(probeSize) {
+		return none("the sandboxed command's file-size limit was " + facts["fsize"] + ", not the one set")
+	}
+	return full("RLIMIT_FSIZE set by prlimit before bwrap executes, inherited by every process")
+}

@@ -1,0 +1,237 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"time"
+
+	"github.com/oma-sandbox/oma-sandbox/session"
+)
+
+const (
+	// startMarker is written to fd 3 once the sandbox is up and the command
+	// is about to run; without it, a failure is the sandbox's, not the
+	// command's.
+	startMarker = 'R'
+	// drainGrace bounds how long output may trail the sandbox's exit.
+	drainGrace = 2 * time.Second
+	stderrTail = 4 << 10
+)
+
+// runSpec is one prepared host process and how to supervise it.
+type runSpec struct {
+	cmd          *exec.Cmd
+	marker       bool // the command reports startMarker on fd 3
+	stdin        io.Reader
+	stdout       func([]byte)
+	stderr       func([]byte)
+	maxOutput    int64
+	guestTimeout time.Duration
+}
+
+// output gathers both streams under one cap and serialises callbacks.
+type output struct {
+	mu       sync.Mutex
+	total    int64
+	max      int64
+	over     bool
+	cb       [2]func([]byte)
+	buf      [2][]byte
+	tail     []byte
+	overflow func()
+}
+
+func (o *output) add(stream int, p []byte) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.over {
+		return
+	}
+	if stream == 1 {
+		o.tail = append(o.tail, p...)
+		if len(o.tail) > stderrTail {
+			o.tail = append([]byte(nil), o.tail[len(o.tail)-stderrTail:]...)
+		}
+	}
+	if room := o.max - o.total; int64(len(p)) > room {
+		p = p[:room]
+		o.over = true
+		o.overflow()
+	}
+	o.total += int64(len(p))
+	if len(p) == 0 {
+		return
+	}
+	if cb := o.cb[stream]; cb != nil {
+		cb(append([]byte(nil), p...))
+	} else {
+		o.buf[stream] = append(o.buf[stream], p...)
+	}
+}
+
+// run starts rs.cmd in its own process group and supervises it: output
+// cap, guest timeout, ctx deadline and cancellation all SIGKILL the group.
+// On a kill the Result holds what was captured, ExitCode 137, and the
+// error names the cause.
+func run(ctx context.Context, rs runSpec) (*session.Result, error) {
+	cmd := rs.cmd
+	var pipes []*os.File
+	closeAll := func() {
+		for _, f := range pipes {
+			f.Close()
+		}
+	}
+	newPipe := func() (r, w *os.File, err error) {
+		r, w, err = os.Pipe()
+		if err == nil {
+			pipes = append(pipes, r, w)
+		}
+		return
+	}
+	outR, outW, err1 := newPipe()
+	errR, errW, err2 := newPipe()
+	var markR, markW *os.File
+	var err3 error
+	if rs.marker {
+		markR, markW, err3 = newPipe()
+		cmd.ExtraFiles = []*os.File{markW}
+	}
+	if err := errors.Join(err1, err2, err3); err != nil {
+		closeAll()
+		return nil, fmt.Errorf("local sandbox: pipes: %v: %w", err, session.ErrCannotStart)
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = rs.stdin, outW, errW
+	cmd.WaitDelay = drainGrace
+	setProcessGroup(cmd)
+	if err := cmd.Start(); err != nil {
+		closeAll()
+		return nil, fmt.Errorf("local sandbox: starting %s: %v: %w", cmd.Path, err, session.ErrCannotStart)
+	}
+	outW.Close()
+	errW.Close()
+	if markW != nil {
+		markW.Close()
+	}
+
+	var (
+		killOnce sync.Once
+		killErr  error
+	)
+	kill := func(why error) {
+		killOnce.Do(func() {
+			killErr = why
+			killGroup(cmd.Process)
+		})
+	}
+	max := rs.maxOutput
+	out := &output{max: max, cb: [2]func([]byte){rs.stdout, rs.stderr}}
+	out.overflow = func() {
+		kill(fmt.Errorf("command output exceeded %d bytes and was killed: %w", max, session.ErrOutputOverflow))
+	}
+	var readers sync.WaitGroup
+	for i, r := range []*os.File{outR, errR} {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := r.Read(buf)
+				if n > 0 {
+					out.add(i, buf[:n])
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	started := make(chan bool, 1)
+	if markR != nil {
+		go func() {
+			var b [1]byte
+			n, _ := markR.Read(b[:])
+			started <- n == 1 && b[0] == startMarker
+		}()
+	} else {
+		started <- true
+	}
+
+	stop := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		var timeout <-chan time.Time
+		if rs.guestTimeout > 0 {
+			t := time.NewTimer(rs.guestTimeout)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-ctx.Done():
+			kill(ctxError(ctx))
+		case <-timeout:
+			kill(fmt.Errorf("command killed after its %s timeout: %w", rs.guestTimeout, session.ErrGuestTimeout))
+		case <-stop:
+		}
+	}()
+
+	waitErr := cmd.Wait()
+	// Every sandboxed process is gone with the sandbox's pid namespace, so
+	// the pipes close now; a straggler holding them is killed.
+	drained := make(chan struct{})
+	go func() { readers.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(drainGrace):
+		killGroup(cmd.Process)
+		outR.Close()
+		errR.Close()
+		<-drained
+	}
+	close(stop)
+	<-watched
+	ok := <-started
+	closeAll()
+
+	// Readers and watcher are done: killErr is final.
+	res := &session.Result{ExitCode: exitCode(cmd.ProcessState), Stdout: out.buf[0], Stderr: out.buf[1]}
+	if killErr != nil {
+		res.ExitCode = 137
+		return res, killErr
+	}
+	if !ok {
+		msg := string(out.tail)
+		if msg == "" && waitErr != nil {
+			msg = waitErr.Error()
+		}
+		return res, fmt.Errorf("local sandbox did not start the command: %s: %w", trimMsg(msg), session.ErrCannotStart)
+	}
+	return res, nil
+}
+
+func ctxError(ctx context.Context) error {
+	cause := context.Cause(ctx)
+	switch {
+	case errors.Is(cause, context.DeadlineExceeded):
+		return fmt.Errorf("command killed at the host deadline: %w", session.ErrHostTimeout)
+	case errors.Is(cause, session.ErrClosed), errors.Is(cause, session.ErrPoisoned):
+		return fmt.Errorf("command killed: %w", cause)
+	default:
+		return fmt.Errorf("command killed: %w", session.ErrAborted)
+	}
+}
+
+func trimMsg(s string) string {
+	for len(s) > 0 && (s[len(s)-1] == '\n' || s[len(s)-1] == ' ') {
+		s = s[:len(s)-1]
+	}
+	if s == "" {
+		return "no diagnostic"
+	}
+	return s
+}

@@ -1,0 +1,368 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/oma-sandbox/oma-sandbox/session"
+)
+
+const (
+	recordFile   = "session.json"
+	recordV1     = 1
+	closeTimeout = 10 * time.Second
+	// DefaultMaxOutput caps stdout+stderr of a call when neither the call
+	// nor the session's limits say otherwise.
+	DefaultMaxOutput = 16 << 20
+)
+
+// Options configure Create.
+type Options struct {
+	// StateDir holds one directory per session (its record, workspace,
+	// uploads and outputs). "" means DefaultStateDir().
+	StateDir string
+	// NamePrefix starts every session name; "" means "oma-local".
+	NamePrefix string
+	// WorkspaceID and SessionID are the caller's ids: sanitised and bounded
+	// in the name, kept whole in the session's record.
+	WorkspaceID string
+	SessionID   string
+	Policy      Policy
+	Limits      Limits
+	// Env adds variables to every command. Names that look like secrets
+	// (token, secret, password, credential, api key, authorization, cookie)
+	// are dropped; PATH is fixed and refused.
+	Env map[string]string
+	// Bwrap names the bubblewrap binary, looked up in the host's PATH.
+	// "" means "bwrap". Linux only.
+	Bwrap string
+	// Audit receives the execution events of a danger-full-access session.
+	// Delivery is best effort: a panicking sink is ignored. It must not block.
+	Audit func(AuditEvent)
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultStateDir is $XDG_STATE_HOME/oma-sandbox/local when XDG_STATE_HOME
+// is set, else os.UserCacheDir()/oma-sandbox/local.
+func DefaultStateDir() (string, error) {
+	if d := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, "oma-sandbox", "local"), nil
+	}
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("local sandbox: no state directory: set Options.StateDir or XDG_STATE_HOME: %w", err)
+	}
+	return filepath.Join(d, "oma-sandbox", "local"), nil
+}
+
+// record is a session's persistent description, so another process can
+// Attach to it by name.
+type record struct {
+	Version     int               `json:"version"`
+	Name        string            `json:"name"`
+	WorkspaceID string            `json:"workspace_id"`
+	SessionID   string            `json:"session_id"`
+	CreatedAt   time.Time         `json:"created_at"`
+	Policy      Policy            `json:"policy"`
+	Limits      Limits            `json:"limits"`
+	Env         map[string]string `json:"env,omitempty"`
+	Bwrap       string            `json:"bwrap,omitempty"`
+}
+
+// hostDirs are a session's directories on the host.
+type hostDirs struct {
+	Root      string // the session's state directory
+	Workspace string
+	Uploads   string
+	Outputs   string
+	Skills    string
+}
+
+func dirsOf(root string) hostDirs {
+	ws := filepath.Join(root, "workspace")
+	return hostDirs{
+		Root:      root,
+		Workspace: ws,
+		Uploads:   filepath.Join(root, "uploads"),
+		Outputs:   filepath.Join(root, "outputs"),
+		Skills:    filepath.Join(ws, "skills"),
+	}
+}
+
+// Session is one local sandbox: a state directory on the host and a policy.
+// Every Shell call runs in a fresh sandbox over that directory, so no
+// process outlives its call. It implements session.Session.
+type Session struct {
+	rec    record
+	dirs   hostDirs
+	paths  session.Paths
+	caps   Capabilities
+	plat   platform
+	env    []string
+	log    *slog.Logger
+	audit  func(AuditEvent)
+	mu     sync.Mutex
+	closed bool
+	// poisoned is reported by Poisoned; removed says the host state is gone.
+	poisoned bool
+	removed  bool
+	calls    map[*context.CancelCauseFunc]struct{}
+	wg       sync.WaitGroup
+}
+
+var _ session.Session = (*Session)(nil)
+
+// Create probes the host, refuses a policy it cannot prove, and creates a
+// session's state directory. Nothing runs in the sandbox until Shell.
+func Create(ctx context.Context, o Options) (*Session, error) {
+	o.Policy = o.Policy.withDefaults()
+	if err := o.Policy.validate(); err != nil {
+		return nil, err
+	}
+	if err := o.Limits.validate(); err != nil {
+		return nil, err
+	}
+	env, dropped, err := scrubEnv(o.Env)
+	if err != nil {
+		return nil, err
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if len(dropped) > 0 {
+		log.Info("local sandbox: dropped secret-looking variables", "names", dropped)
+	}
+	stateDir, err := resolveStateDir(o.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	caps, plat := probeHost(ctx, probeRequest{bwrap: o.Bwrap, limits: o.Limits, all: false})
+	if err := caps.check(o.Policy, o.Limits); err != nil {
+		return nil, err
+	}
+	now := time.Now().UTC()
+	rec := record{
+		Version: recordV1, Name: sessionName(o.NamePrefix, o.WorkspaceID, o.SessionID, now),
+		WorkspaceID: o.WorkspaceID, SessionID: o.SessionID, CreatedAt: now,
+		Policy: o.Policy, Limits: o.Limits, Env: env, Bwrap: o.Bwrap,
+	}
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("local sandbox: state directory: %w", err)
+	}
+	dirs := dirsOf(filepath.Join(stateDir, rec.Name))
+	if err := os.Mkdir(dirs.Root, 0o700); err != nil {
+		return nil, fmt.Errorf("local sandbox: session directory: %w", err)
+	}
+	if err := createDirs(dirs, plat, rec); err != nil {
+		_ = removeTree(dirs.Root)
+		return nil, err
+	}
+	s := newSession(rec, dirs, caps, plat, log)
+	s.audit = o.Audit
+	return s, nil
+}
+
+func createDirs(d hostDirs, plat platform, rec record) error {
+	for _, p := range []string{d.Workspace, d.Uploads, d.Outputs, d.Skills} {
+		if err := os.Mkdir(p, 0o755); err != nil {
+			return fmt.Errorf("local sandbox: session directory: %w", err)
+		}
+	}
+	if err := plat.prepare(d); err != nil {
+		return fmt.Errorf("local sandbox: preparing session directories: %w", err)
+	}
+	data, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(d.Root, recordFile+".tmp")
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("local sandbox: writing session record: %w", err)
+	}
+	return os.Rename(tmp, filepath.Join(d.Root, recordFile))
+}
+
+func newSession(rec record, dirs hostDirs, caps Capabilities, plat platform, log *slog.Logger) *Session {
+	s := &Session{rec: rec, dirs: dirs, caps: caps, plat: plat, log: log.With("session", rec.Name),
+		calls: map[*context.CancelCauseFunc]struct{}{}}
+	s.paths = plat.paths(dirs)
+	s.env = guestEnv(s.paths, rec.Env)
+	return s
+}
+
+// Attach opens a session created by Create, possibly in another process,
+// after probing the host again.
+func Attach(ctx context.Context, stateDir, name string) (*Session, error) {
+	if !validName.MatchString(name) {
+		return nil, &PolicyError{Field: "session name", Value: name, Reason: "not a session name"}
+	}
+	stateDir, err := resolveStateDir(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	dirs := dirsOf(filepath.Join(stateDir, name))
+	rec, err := readRecord(dirs.Root)
+	if err != nil {
+		return nil, err
+	}
+	if rec.Name != name {
+		return nil, fmt.Errorf("local sandbox: record of %s names %q: %w", name, rec.Name, session.ErrInvalid)
+	}
+	caps, plat := probeHost(ctx, probeRequest{bwrap: rec.Bwrap, limits: rec.Limits})
+	if err := caps.check(rec.Policy, rec.Limits); err != nil {
+		return nil, err
+	}
+	return newSession(rec, dirs, caps, plat, slog.Default()), nil
+}
+
+func resolveStateDir(dir string) (string, error) {
+	if dir == "" {
+		return DefaultStateDir()
+	}
+	return filepath.Abs(dir)
+}
+
+func readRecord(root string) (record, error) {
+	var rec record
+	f, err := os.Open(filepath.Join(root, recordFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return rec, fmt.Errorf("local sandbox %s: %w", filepath.Base(root), session.ErrNotFound)
+	}
+	if err != nil {
+		return rec, err
+	}
+	defer f.Close()
+	dec := json.NewDecoder(f)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rec); err != nil {
+		return rec, fmt.Errorf("local sandbox %s: unreadable record: %v: %w", filepath.Base(root), err, session.ErrInvalid)
+	}
+	if rec.Version != recordV1 {
+		return rec, fmt.Errorf("local sandbox %s: record version %d unknown: %w", filepath.Base(root), rec.Version, session.ErrInvalid)
+	}
+	rec.Policy = rec.Policy.withDefaults()
+	if err := rec.Policy.validate(); err != nil {
+		return rec, err
+	}
+	return rec, rec.Limits.validate()
+}
+
+// Name identifies the session for Attach.
+func (s *Session) Name() string { return s.rec.Name }
+
+// Paths are where the session's directories appear to commands: the guest
+// paths on Linux, the host paths on macOS and Windows.
+func (s *Session) Paths() session.Paths { return s.paths }
+
+// Capabilities are the probe results the session was admitted with.
+func (s *Session) Capabilities() Capabilities { return s.caps }
+
+// Poisoned reports whether Poison was called.
+func (s *Session) Poisoned() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.poisoned
+}
+
+// begin registers a call, or refuses it on a closed or poisoned session.
+func (s *Session) begin(ctx context.Context) (context.Context, func(), error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.poisoned:
+		return nil, nil, fmt.Errorf("local sandbox %s: %w", s.rec.Name, session.ErrPoisoned)
+	case s.closed:
+		return nil, nil, fmt.Errorf("local sandbox %s: %w", s.rec.Name, session.ErrClosed)
+	}
+	cctx, cancel := context.WithCancelCause(ctx)
+	key := &cancel
+	s.calls[key] = struct{}{}
+	s.wg.Add(1)
+	return cctx, func() {
+		s.mu.Lock()
+		delete(s.calls, key)
+		s.mu.Unlock()
+		cancel(nil)
+		s.wg.Done()
+	}, nil
+}
+
+// Poison marks the session's state as unknown and removes it now; a
+// removal that fails is retried by Close.
+func (s *Session) Poison(ctx context.Context, cause error) error {
+	s.mu.Lock()
+	s.poisoned = true
+	s.mu.Unlock()
+	s.log.Warn("local sandbox poisoned", "cause", cause)
+	return s.shutdown(ctx, session.ErrPoisoned)
+}
+
+// Close kills running calls, waits for them (bounded), then removes the
+// session's cgroups and state directory. Idempotent.
+func (s *Session) Close(ctx context.Context) error {
+	return s.shutdown(ctx, session.ErrClosed)
+}
+
+func (s *Session) shutdown(ctx context.Context, why error) error {
+	s.mu.Lock()
+	s.closed = true
+	for c := range s.calls {
+		(*c)(why)
+	}
+	done := s.removed
+	s.mu.Unlock()
+	if done {
+		return nil
+	}
+	waited := make(chan struct{})
+	go func() { s.wg.Wait(); close(waited) }()
+	timer := time.NewTimer(closeTimeout)
+	defer timer.Stop()
+	select {
+	case <-waited:
+	case <-ctx.Done():
+		return fmt.Errorf("local sandbox %s: calls still running at close: %w", s.rec.Name, ctx.Err())
+	case <-timer.C:
+		return fmt.Errorf("local sandbox %s: calls still running %s after close", s.rec.Name, closeTimeout)
+	}
+	if err := removeSession(s.dirs.Root); err != nil {
+		return fmt.Errorf("local sandbox %s: removing state: %w", s.rec.Name, err)
+	}
+	s.mu.Lock()
+	s.removed = true
+	s.mu.Unlock()
+	return nil
+}
+
+// removeSession removes a session's cgroups, then its directory.
+func removeSession(root string) error {
+	if err := removeCgroups(root); err != nil {
+		return err
+	}
+	return removeTree(root)
+}
+
+// removeTree removes a directory tree, making read-only directories
+// writable first so that a command's chmod cannot pin files.
+func removeTree(root string) error {
+	if err := os.RemoveAll(root); err == nil {
+		return nil
+	}
+	_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			_ = os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	return os.RemoveAll(root)
+}
