@@ -1,0 +1,83 @@
+package glob
+
+import "github.com/google/uuid"
+
+// NewToken returns a fresh ownership token for one tool call, such as
+// "oma-glob-<uuid>" for kind "glob".
+func NewToken(kind string) string { return "oma-" + kind + "-" + uuid.NewString() }
+
+// EnumerationScript lists the regular files under root as NUL-terminated
+// "./"-relative paths, after the readiness marker. The listing runs in its own
+// session, tagged OwnerEnv=token, so CleanupScript can end it; the marker is
+// printed before root is entered, so a missing root is an ordinary failure
+// after readiness. find does not follow symbolic links, so the listing stays
+// inside root. The script's status is find's.
+//
+// Run it as `/bin/bash -c SCRIPT bash ARGS...`.
+func EnumerationScript(root, token string) (script string, args []string) {
+	// The background job is not a process group leader, so setsid detaches
+	// it in place instead of forking, and wait returns its status.
+	const s = `setsid env "$3=$2" bash -c 'printf "%s\0" "$1" && cd -- "$2" && exec find . -type f -print0' bash "$4" "$1" &
+wait "$!"`
+	return s, []string{root, token, OwnerEnv, ReadyMarker}
+}
+
+// CleanupScript kills exactly the processes whose environment holds
+// envName=token, with their process groups, and waits two to three seconds
+// at most for them to be gone, scanning again for new tagged processes. A process is signalled only if its start time
+// (field 22 of /proc/PID/stat) and its tag are unchanged since it was found,
+// so a reused pid is left alone. It exits 1 if tagged processes remain.
+func CleanupScript(envName, token string) (script string, args []string) {
+	const s = `want="$1=$2"
+# start_of PID sets start to the process's start time; it fails for a
+# process that is gone or a zombie.
+start_of() {
+	local stat
+	IFS= read -r stat 2>/dev/null <"/proc/$1/stat" || return 1
+	# comm (field 2) may hold spaces and parentheses: fields after the
+	# last ") " are state (3) onwards, so start time (22) is the 20th.
+	set -- ${stat##*) }
+	[ "$#" -ge 20 ] && [ "$1" != Z ] || return 1
+	start=${20}
+}
+has_tag() {
+	local e
+	while IFS= read -r -d '' e; do
+		[ "$e" = "$want" ] && return 0
+	done 2>/dev/null <"/proc/$1/environ"
+	return 1
+}
+# same PID START: still the process that was found, and still tagged.
+same() {
+	start_of "$1" && [ "$start" = "$2" ] && has_tag "$1" && start_of "$1" && [ "$start" = "$2" ]
+}
+scan() {
+	found=''
+	for d in /proc/[0-9]*; do
+		pid=${d#/proc/}
+		start_of "$pid" || continue
+		first=$start
+		if same "$pid" "$first"; then found="$found $pid:$first"; fi
+	done
+}
+SECONDS=0
+scan
+while [ -n "$found" ]; do
+	for entry in $found; do
+		pid=${entry%%:*}
+		if same "$pid" "${entry#*:}"; then
+			kill -KILL -- "-$pid" 2>/dev/null
+			kill -KILL -- "$pid" 2>/dev/null
+		fi
+	done
+	# SECONDS counts whole seconds, so this gives up after two to three.
+	if [ "$SECONDS" -ge 3 ]; then
+		printf 'processes tagged %s remain:%s\n' "$1" "$found" >&2
+		exit 1
+	fi
+	sleep 0.05
+	scan
+done
+exit 0`
+	return s, []string{envName, token}
+}
