@@ -1,0 +1,174 @@
+// Package outputs collects the files an agent leaves in a session's outputs
+// directory. It builds the guest scripts that list and fetch them and parses
+// what comes back; the guest is untrusted, so every listed path, size and
+// checksum is validated before it reaches the host, and every fetched file is
+// checked against its listing while it streams.
+//
+// Scripts are returned as (script, args) for `/bin/bash -c SCRIPT bash ARGS...`:
+// values travel as arguments and are never spliced into script text.
+package outputs
+
+import (
+	"errors"
+	"strings"
+	"unicode/utf8"
+)
+
+// Default limits on what one collection may return.
+const (
+	DefaultMaxFiles     = 100
+	DefaultMaxFileBytes = 25 << 20
+	DefaultMaxBytes     = 100 << 20
+)
+
+// Path limits. Linux refuses longer names anyway; the host checks again
+// because the listing comes from the guest.
+const (
+	MaxSegmentBytes = 255
+	MaxPathBytes    = 4096
+)
+
+// QuotaExitCode is the listing script's exit status when the outputs exceed
+// their limits; its stderr then says which limit.
+const QuotaExitCode = 42
+
+// Limits bound one collection. A zero or negative field means its default.
+type Limits struct {
+	MaxFiles     int
+	MaxFileBytes int64
+	MaxBytes     int64
+}
+
+// DefaultLimits are the limits of the outputs contract: 100 files, 25 MiB per
+// file, 100 MiB in all.
+var DefaultLimits = Limits{
+	MaxFiles:     DefaultMaxFiles,
+	MaxFileBytes: DefaultMaxFileBytes,
+	MaxBytes:     DefaultMaxBytes,
+}
+
+func (l Limits) normalized() Limits {
+	if l.MaxFiles <= 0 {
+		l.MaxFiles = DefaultMaxFiles
+	}
+	if l.MaxFileBytes <= 0 {
+		l.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if l.MaxBytes <= 0 {
+		l.MaxBytes = DefaultMaxBytes
+	}
+	return l
+}
+
+// maxRecordBytes is the longest record a valid listing can hold: path, a
+// 19-digit size, a 64-digit checksum and three NULs.
+const maxRecordBytes = MaxPathBytes + 19 + 64 + 3
+
+// MaxListingBytes is the largest listing ParseListing can accept under l, so
+// the caller can cap how much of the guest's stdout it reads.
+func (l Limits) MaxListingBytes() int64 {
+	return int64(l.normalized().MaxFiles) * maxRecordBytes
+}
+
+// Errors callers test with errors.Is.
+var (
+	// ErrUnsafeOutput: the guest's listing is malformed or names a path the
+	// host must not use.
+	ErrUnsafeOutput = errors.New("unsafe session output")
+	// ErrQuota: the outputs exceed their limits.
+	ErrQuota = errors.New("session outputs exceed limits")
+	// ErrSizeMismatch: a fetched file's length differs from its listing.
+	ErrSizeMismatch = errors.New("session output size mismatch")
+	// ErrChecksum: a fetched file's sha256 differs from its listing.
+	ErrChecksum = errors.New("session output checksum mismatch")
+)
+
+// QuotaError reports the guest's own account of which limit was exceeded.
+// It matches ErrQuota.
+type QuotaError struct {
+	Message string
+}
+
+// maxQuotaMessage bounds the guest text a QuotaError carries.
+const maxQuotaMessage = 1024
+
+// NewQuotaError builds a QuotaError from the stderr of a listing that exited
+// with QuotaExitCode, trimmed, bounded and made valid UTF-8.
+func NewQuotaError(stderr []byte) *QuotaError {
+	if len(stderr) > maxQuotaMessage {
+		stderr = stderr[:maxQuotaMessage]
+	}
+	return &QuotaError{Message: strings.TrimSpace(strings.ToValidUTF8(string(stderr), "\uFFFD"))}
+}
+
+func (e *QuotaError) Error() string {
+	if e.Message == "" {
+		return ErrQuota.Error()
+	}
+	return ErrQuota.Error() + ": " + e.Message
+}
+
+// Is makes errors.Is(err, ErrQuota) hold.
+func (e *QuotaError) Is(target error) bool { return target == ErrQuota }
+
+// checkPath returns why rel is not a safe relative output path, or "".
+// Beyond escapes it refuses what could be misread on some host: backslashes
+// (a separator on Windows), control characters (log and header injection)
+// and invalid UTF-8 (lossy in JSON).
+func checkPath(rel string) string {
+	switch {
+	case rel == "":
+		return "empty path"
+	case len(rel) > MaxPathBytes:
+		return "path longer than 4096 bytes"
+	case !utf8.ValidString(rel):
+		return "path is not valid UTF-8"
+	case rel[0] == '/':
+		return "absolute path"
+	}
+	for _, r := range rel {
+		if r == '\\' {
+			return "backslash in path"
+		}
+		if r < 0x20 || r == 0x7f {
+			return "control character in path"
+		}
+	}
+	for seg := range strings.SplitSeq(rel, "/") {
+		switch {
+		case seg == "":
+			return "empty path segment"
+		case seg == "." || seg == "..":
+			return "'" + seg + "' path segment"
+		case len(seg) > MaxSegmentBytes:
+			return "path segment longer than 255 bytes"
+		}
+	}
+	return ""
+}
+
+// MIMEType is the media type reported for an output file, chosen by its
+// extension, case-insensitively.
+func MIMEType(name string) string {
+	lower := strings.ToLower(name)
+	for _, m := range mimeTypes {
+		if strings.HasSuffix(lower, m.ext) {
+			return m.typ
+		}
+	}
+	return "application/octet-stream"
+}
+
+var mimeTypes = []struct{ ext, typ string }{
+	{".txt", "text/plain"},
+	{".json", "application/json"},
+	{".csv", "text/csv"},
+	{".html", "text/html"},
+	{".htm", "text/html"},
+	{".md", "text/markdown"},
+	{".pptx", "application/vnd.openxmlformats-officedocument.presentationml.presentation"},
+	{".png", "image/png"},
+	{".jpg", "image/jpeg"},
+	{".jpeg", "image/jpeg"},
+	{".pdf", "application/pdf"},
+}
