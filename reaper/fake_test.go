@@ -105,7 +105,6 @@ func parseArgv(argv []string) (cmd string, labels map[string]string, names []str
 	if len(rest) > 0 {
 		cmd, rest = cmd+rest[0], rest[1:]
 	}
-	cmd = strings.NewReplacer("rm", "remove", "ls", "list").Replace(cmd)
 	for i := 0; i < len(rest); i++ {
 		a := rest[i]
 		switch {

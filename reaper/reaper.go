@@ -67,7 +67,8 @@ type Options struct {
 	// Concurrency bounds concurrent removals; 0 or less means DefaultConcurrency.
 	Concurrency int
 	// Now is the clock ages are measured against; nil means time.Now.
-	Now    func() time.Time
+	Now func() time.Time
+	// Logger gets a line per removal and a summary; nil discards them.
 	Logger *slog.Logger
 }
 

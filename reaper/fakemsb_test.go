@@ -1,0 +1,99 @@
+package reaper
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
+	"github.com/oma-sandbox/oma-sandbox/msb"
+	"github.com/oma-sandbox/oma-sandbox/session"
+)
+
+// TestReapFakemsb runs a sweep through the real msb runner against fakemsb.
+func TestReapFakemsb(t *testing.T) {
+	env := fakemsbtest.New(t)
+	client := msb.NewClient(&msb.CLI{Path: env.Bin})
+	ctx := t.Context()
+	wall := time.Now()
+
+	create := func(n session.Names, labels []msb.Label) {
+		t.Helper()
+		err := client.Create(ctx, msb.CreateOptions{
+			Image:  "alpine",
+			Name:   n.Sandbox,
+			Mounts: []msb.NamedMount{{Volume: n.Volume, Guest: "/workspace"}},
+			Labels: labels,
+			Quiet:  true,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	newSession := func(i int, created time.Time) session.Names {
+		t.Helper()
+		ws, sess := "ws-1", fmt.Sprintf("sess-%d", i)
+		n := session.NewNames(session.DefaultPrefix, ws, sess, created, uint64(i))
+		create(n, append(session.OwnerLabels(),
+			msb.Label{Key: session.LabelWorkspaceID, Value: ws},
+			msb.Label{Key: session.LabelSessionID, Value: sess},
+			msb.Label{Key: session.LabelCreatedAt, Value: created.UTC().Format(time.RFC3339)}))
+		return n
+	}
+
+	past := wall.Add(-3 * time.Hour)
+	env.SetKnob("FAKEMSB_NOW", past.UTC().Format(time.RFC3339))
+	var gone []session.Names
+	for i := range 3 {
+		gone = append(gone, newSession(i, past))
+	}
+	orphan := session.NewNames(session.DefaultPrefix, "ws-1", "sess-9", past, 9).Volume
+	if err := client.VolumeCreate(ctx, msb.VolumeCreateOptions{Name: orphan}); err != nil {
+		t.Fatal(err)
+	}
+	foreign := session.Names{Sandbox: "build-cache", Volume: "build-cache-data"}
+	create(foreign, nil)
+
+	env.SetKnob("FAKEMSB_NOW", "")
+	var kept []session.Names
+	for i := 3; i < 5; i++ {
+		kept = append(kept, newSession(i, wall))
+	}
+
+	env.ResetLog(t)
+	r, err := Reap(ctx, client, Options{OlderThan: 2 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	wantSandboxes := []string{foreign.Sandbox, kept[0].Sandbox, kept[1].Sandbox}
+	wantVolumes := []string{foreign.Volume, kept[0].Volume, kept[1].Volume}
+	equal(t, "sandboxes left", env.Sandboxes(t), wantSandboxes)
+	equal(t, "volumes left", env.Volumes(t), wantVolumes)
+	var removedSandboxes, removedVolumes []string
+	for _, n := range gone {
+		removedSandboxes = append(removedSandboxes, n.Sandbox)
+		removedVolumes = append(removedVolumes, n.Volume)
+	}
+	equal(t, "removed sandboxes", r.RemovedSandboxes, removedSandboxes)
+	equal(t, "removed volumes", r.RemovedVolumes, append(removedVolumes, orphan))
+
+	var calls [][]string
+	for _, inv := range env.Invocations(t) {
+		if inv.Exit != 0 {
+			t.Errorf("%q exited %d", inv.Argv, inv.Exit)
+		}
+		calls = append(calls, inv.Argv)
+	}
+	want := map[string]int{"list": 1, "volume list": 1, "remove": 3, "volume remove": 4}
+	if got := count(calls); !maps.Equal(got, want) || len(calls) != 9 {
+		t.Errorf("invocations %v, want %v:\n%q", got, want, calls)
+	}
+	for _, argv := range calls {
+		if cmd, _, _ := parseArgv(argv); cmd == "remove" && !slices.Contains(argv, "--force") {
+			t.Errorf("sandbox removal without --force: %q", argv)
+		}
+	}
+}
