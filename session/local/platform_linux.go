@@ -200,8 +200,7 @@ n=0; for d in /proc/[0-9]*; do n=$((n+1)); done; echo "procs=$n"
 while read -r k v rest; do case $k in Uid:) echo "uid=$v";; CapEff:) echo "capeff=$v";; NoNewPrivs:) echo "nnp=$v";; esac; done < /proc/self/status
 [ -e "$1" ] && echo canary=visible || echo canary=hidden
 [ -e /workspace/probe ] && echo workspace=visible || echo workspace=missing
-( : > /workspace/written ) 2>/dev/null && echo rowrite=allowed || echo rowrite=denied
-( : > /etc/oma-sandbox-probe ) 2>/dev/null && echo etcwrite=allowed || echo etcwrite=denied`
+( : > /workspace/written ) 2>/dev/null && echo rowrite=allowed || echo rowrite=denied`
 
 type isolationResult struct{ fs, net, proc Control }
 
@@ -233,8 +232,8 @@ func probeIsolation(ctx context.Context, p *linuxPlatform, dirs hostDirs, canary
 		r.fs = none("a host file outside the workspace is visible")
 	case facts["workspace"] != "visible":
 		r.fs = none("the workspace is not visible at " + guestWorkspace)
-	case facts["rowrite"] != "denied" || facts["etcwrite"] != "denied":
-		r.fs = none("a read-only path accepted a write")
+	case facts["rowrite"] != "denied":
+		r.fs = none("the read-only workspace accepted a write")
 	case len(idProblems) > 0:
 		r.fs = none(strings.Join(idProblems, "; "))
 	default:
