@@ -181,15 +181,21 @@ func createDirs(d hostDirs, plat platform, rec record) error {
 	if err := plat.prepare(d); err != nil {
 		return fmt.Errorf("local sandbox: preparing session directories: %w", err)
 	}
+	return createRecord(d.Root, rec)
+}
+
+// createRecord writes a session's record atomically: a reader sees the
+// whole record or none.
+func createRecord(root string, rec record) error {
 	data, err := json.MarshalIndent(rec, "", "  ")
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(d.Root, recordFile+".tmp")
+	tmp := filepath.Join(root, recordFile+".tmp")
 	if err := os.WriteFile(tmp, data, 0o600); err != nil {
 		return fmt.Errorf("local sandbox: writing session record: %w", err)
 	}
-	return os.Rename(tmp, filepath.Join(d.Root, recordFile))
+	return os.Rename(tmp, filepath.Join(root, recordFile))
 }
 
 func newSession(rec record, dirs hostDirs, caps Capabilities, plat platform, log *slog.Logger) *Session {

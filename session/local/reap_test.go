@@ -1,0 +1,78 @@
+//go:build linux
+
+package local
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestListAndReap(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	old, err := Create(ctx, Options{StateDir: dir, WorkspaceID: "w", SessionID: "old", Limits: Limits{Processes: 32}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh(t, old, `true`) // leaves the session's cgroup parent behind until removal
+	young, err := Create(ctx, Options{StateDir: dir, WorkspaceID: "w", SessionID: "young"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer young.Close(ctx)
+	// A half-created session: a directory without a record.
+	orphan := filepath.Join(dir, "oma-local-w-orphan-0-0")
+	if err := os.Mkdir(orphan, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// Something that is not a session is never touched.
+	if err := os.Mkdir(filepath.Join(dir, ".keep"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	infos, err := List(dir)
+	if err != nil || len(infos) != 2 || infos[0].Name != old.Name() || infos[1].SessionID != "young" {
+		t.Fatalf("List: %v %+v", err, infos)
+	}
+	cgroups, _ := os.ReadFile(filepath.Join(old.dirs.Root, cgroupFile))
+	if len(cgroups) == 0 {
+		t.Fatal("no cgroup recorded for a limited session")
+	}
+
+	// Backdate the old session and the orphan.
+	rec, _ := readRecord(old.dirs.Root)
+	rec.CreatedAt = rec.CreatedAt.Add(-2 * time.Hour)
+	if err := createRecord(old.dirs.Root, rec); err != nil {
+		t.Fatal(err)
+	}
+	past := time.Now().Add(-2 * time.Hour)
+	if err := os.Chtimes(orphan, past, past); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	rep, err := Reap(ctx, dir, time.Hour, now, true)
+	if err != nil || len(rep.Removed) != 2 || !exists(old.dirs.Root) {
+		t.Fatalf("dry run: %v %+v", err, rep)
+	}
+	rep, err = Reap(ctx, dir, time.Hour, now, false)
+	if err != nil || !slices.Contains(rep.Removed, old.Name()) || !slices.Contains(rep.Removed, filepath.Base(orphan)) ||
+		!slices.Equal(rep.Kept, []string{young.Name()}) {
+		t.Fatalf("reap: %v %+v", err, rep)
+	}
+	for _, p := range append([]string{old.dirs.Root, orphan}, strings.Fields(string(cgroups))...) {
+		if exists(p) {
+			t.Errorf("%s survived the reap", p)
+		}
+	}
+	if !exists(filepath.Join(dir, ".keep")) || !exists(young.dirs.Root) {
+		t.Fatal("reap removed what it must keep")
+	}
+	if _, err := Reap(ctx, dir, -time.Second, now, false); err == nil {
+		t.Fatal("negative age accepted")
+	}
+	_ = old.Close(ctx) // already reaped: nothing left to remove
+}
