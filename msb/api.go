@@ -3,8 +3,10 @@
 // runs msb with a scrubbed environment, bounded output and process-group
 // kill semantics, and parses msb's JSON listings and error messages.
 //
-// SKELETON: the exported API below is the contract other packages build
-// against. Bodies are filled in by the msb implementation.
+// Every builder validates its input before any process starts and refuses
+// with a *ValidationError (matching ErrInvalid). Failures of msb itself come
+// back as *ExitError, classified from msb's "error: ..." line so callers can
+// test them with errors.Is against the sentinels below.
 package msb
 
 import (
@@ -85,8 +87,9 @@ type CLI struct {
 	Env []string
 	// MaxOutput caps stdout+stderr per call; 0 means DefaultMaxOutput.
 	MaxOutput int64
-	// WaitDelay bounds the wait for output pipes after the process group was
-	// killed; 0 means a short default.
+	// WaitDelay bounds the wait for output pipes after msb exited or its
+	// process group was killed, since a leftover background process may
+	// still hold them; 0 means DefaultWaitDelay.
 	WaitDelay time.Duration
 	Logger    *slog.Logger
 }

@@ -1,0 +1,239 @@
+package msb
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// ErrMalformedOutput is matched by every *ParseError.
+var ErrMalformedOutput = errors.New("malformed msb output")
+
+// maxDetail bounds the msb message or stderr tail quoted in an error text.
+const maxDetail = 512
+
+func (e *ExitError) Error() string {
+	status := "exit " + strconv.Itoa(e.ExitCode)
+	if e.ExitCode < 0 {
+		status = "killed by a signal"
+	}
+	detail := bound(e.Message, maxDetail)
+	if detail == "" {
+		detail = stderrTail(e.Stderr)
+	}
+	if detail == "" {
+		return fmt.Sprintf("msb %s: %s", subcommand(e.Args), status)
+	}
+	return fmt.Sprintf("msb %s: %s: %s", subcommand(e.Args), status, detail)
+}
+
+// Unwrap exposes Kind so errors.Is matches the recognised msb failure.
+func (e *ExitError) Unwrap() error { return e.Kind }
+
+// OverflowError reports that msb's output exceeded the runner's cap; the
+// process group was killed. It matches ErrOutputOverflow.
+type OverflowError struct {
+	Args  []string
+	Limit int64 // bytes of stdout+stderr allowed
+}
+
+func (e *OverflowError) Error() string {
+	return fmt.Sprintf("msb %s: output exceeds the cap of %d bytes; process group killed", subcommand(e.Args), e.Limit)
+}
+
+// Is makes every OverflowError match ErrOutputOverflow.
+func (e *OverflowError) Is(t error) bool { return t == ErrOutputOverflow }
+
+// ParseError reports msb output that does not have the documented shape.
+// It matches ErrMalformedOutput.
+type ParseError struct {
+	Output string // "list", "inspect" or "volume list"
+	Index  int    // entry index in a listing; -1 when not in a listing
+	Field  string // JSON path of the offending field; "" for the document itself
+	Reason string
+}
+
+func (e *ParseError) Error() string {
+	var b strings.Builder
+	b.WriteString("msb ")
+	b.WriteString(e.Output)
+	b.WriteString(" output")
+	if e.Index >= 0 {
+		fmt.Fprintf(&b, ", entry %d", e.Index)
+	}
+	if e.Field != "" {
+		fmt.Fprintf(&b, ", field %q", e.Field)
+	}
+	b.WriteString(": ")
+	b.WriteString(e.Reason)
+	return b.String()
+}
+
+// Is makes every ParseError match ErrMalformedOutput.
+func (e *ParseError) Is(t error) bool { return t == ErrMalformedOutput }
+
+// subcommand names the msb command an argv runs, for error texts.
+func subcommand(args []string) string {
+	switch {
+	case len(args) == 0:
+		return "(no arguments)"
+	case args[0] == "volume" && len(args) > 1:
+		return "volume " + bound(args[1], 32)
+	default:
+		return bound(args[0], 32)
+	}
+}
+
+// bound cuts s to at most n bytes on a rune boundary and makes it valid UTF-8.
+func bound(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
+}
+
+// stderrTail renders the last few non-empty stderr lines on one line.
+func stderrTail(stderr []byte) string {
+	var lines []string
+	for _, l := range strings.Split(string(stderr), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) > 3 {
+		lines = lines[len(lines)-3:]
+	}
+	joined := strings.ToValidUTF8(strings.Join(lines, "; "), "\uFFFD")
+	if len(joined) <= maxDetail {
+		return joined
+	}
+	// Keep the end: msb's own error comes after any guest output.
+	cut := len(joined) - maxDetail
+	for cut < len(joined) && !utf8.RuneStart(joined[cut]) {
+		cut++
+	}
+	return "..." + joined[cut:]
+}
+
+// StripANSI removes terminal escape sequences (CSI such as colours, OSC
+// such as titles and links, and two-byte escapes) and carriage returns.
+func StripANSI(s string) string {
+	if strings.IndexByte(s, 0x1b) < 0 && strings.IndexByte(s, '\r') < 0 {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); {
+		c := s[i]
+		switch {
+		case c == '\r':
+			i++
+		case c != 0x1b:
+			b.WriteByte(c)
+			i++
+		case i+1 >= len(s):
+			i++
+		case s[i+1] == '[':
+			i = skipCSI(s, i+2)
+		case s[i+1] == ']':
+			i = skipOSC(s, i+2)
+		default:
+			i = skipEscape(s, i+1)
+		}
+	}
+	return b.String()
+}
+
+// skipCSI returns the index after a CSI sequence whose body starts at i:
+// parameter and intermediate bytes, then one final byte.
+func skipCSI(s string, i int) int {
+	for i < len(s) && s[i] >= 0x20 && s[i] <= 0x3f {
+		i++
+	}
+	if i < len(s) && s[i] >= 0x40 && s[i] <= 0x7e {
+		i++
+	}
+	return i
+}
+
+// skipEscape returns the index after a non-CSI escape whose body starts at
+// i: intermediate bytes, then one final byte (ESC ( B, ESC 7, ...).
+func skipEscape(s string, i int) int {
+	for i < len(s) && s[i] >= 0x20 && s[i] <= 0x2f {
+		i++
+	}
+	if i < len(s) {
+		i++
+	}
+	return i
+}
+
+// skipOSC returns the index after an OSC sequence ended by BEL or ESC \.
+func skipOSC(s string, i int) int {
+	for i < len(s) {
+		switch {
+		case s[i] == 0x07:
+			return i + 1
+		case s[i] == 0x1b && i+1 < len(s) && s[i+1] == '\\':
+			return i + 2
+		}
+		i++
+	}
+	return i
+}
+
+// classify finds msb's error line in stripped stderr and maps it to a
+// sentinel. The last "error: " line wins because msb prints its own error
+// after whatever the guest wrote. Names in not-found and already-exists
+// messages must be among args, so guest output that merely looks like an
+// msb error about some other resource is not mistaken for one.
+func classify(args []string, exitCode int, stderr []byte) (message string, kind error) {
+	for line := range bytes.Lines(stderr) {
+		l := strings.TrimRight(string(line), " \t\r\n")
+		if rest, ok := strings.CutPrefix(l, "error: "); ok {
+			message = strings.TrimSpace(rest)
+		}
+	}
+	if message == "" {
+		return "", nil
+	}
+	named := func(prefix string) bool {
+		name, ok := strings.CutPrefix(message, prefix)
+		return ok && name != "" && slices.Contains(args, name)
+	}
+	switch {
+	case named("sandbox not found: "):
+		kind = ErrSandboxNotFound
+	case named("volume not found: "):
+		kind = ErrVolumeNotFound
+	case named("sandbox already exists: "), named("volume already exists: "):
+		kind = ErrAlreadyExists
+	case attachedVolume(message, args):
+		kind = ErrVolumeAttached
+	case strings.HasPrefix(message, "exec timed out after") && len(args) > 0 && args[0] == "exec":
+		kind = ErrExecTimedOut
+	case (exitCode == 126 || exitCode == 127) && strings.HasPrefix(message, "failed to exec"):
+		kind = ErrCannotStart
+	}
+	return message, kind
+}
+
+// attachedVolume recognises
+// `invalid config: volume "V" is attached to active sandbox "S"` for a V in args.
+func attachedVolume(message string, args []string) bool {
+	rest, ok := strings.CutPrefix(message, `invalid config: volume "`)
+	if !ok {
+		return false
+	}
+	vol, _, ok := strings.Cut(rest, `" is attached to active sandbox "`)
+	return ok && vol != "" && slices.Contains(args, vol)
+}

@@ -1,0 +1,112 @@
+package msb
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestStripANSI(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain":                                  "plain",
+		"\x1b[1;31merror:\x1b[0m x":              "error: x",
+		"\x1b[38;5;196mred\x1b[m":                "red",
+		"\x1b]8;;http://x\x07link\x1b]8;;\x1b\\": "link",
+		"a\r\nb":                                 "a\nb",
+		"\x1b(Bx":                                "x",
+		"trailing\x1b":                           "trailing",
+		"\x1b[":                                  "",
+		"\x1b]unterminated":                      "",
+	} {
+		if got := StripANSI(in); got != want {
+			t.Errorf("StripANSI(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestClassify(t *testing.T) {
+	tests := []struct {
+		name   string
+		args   []string
+		code   int
+		stderr string
+		msg    string
+		kind   error
+	}{
+		{"sandbox not found", []string{"remove", "box1"}, 1, "error: sandbox not found: box1\n", "sandbox not found: box1", ErrSandboxNotFound},
+		{"volume not found", []string{"volume", "remove", "v1"}, 1, "error: volume not found: v1\n", "volume not found: v1", ErrVolumeNotFound},
+		{"sandbox exists", []string{"create", "alpine", "--name", "box1"}, 1, "error: sandbox already exists: box1", "sandbox already exists: box1", ErrAlreadyExists},
+		{"volume exists", []string{"volume", "create", "--name", "v1"}, 1, "error: volume already exists: v1\n", "volume already exists: v1", ErrAlreadyExists},
+		{"attached", []string{"volume", "remove", "v1"}, 1, `error: invalid config: volume "v1" is attached to active sandbox "box1"` + "\n",
+			`invalid config: volume "v1" is attached to active sandbox "box1"`, ErrVolumeAttached},
+		{"exec timeout", []string{"exec", "--timeout", "10s", "box1", "--", "sleep", "60"}, 1, "partial\nerror: exec timed out after 10s\n",
+			"exec timed out after 10s", ErrExecTimedOut},
+		{"cannot start 127", []string{"exec", "box1", "--", "nope"}, 127, "error: failed to exec \"nope\"\nhint: is it installed?\n",
+			`failed to exec "nope"`, ErrCannotStart},
+		{"cannot start 126", []string{"exec", "box1", "--", "/etc/passwd"}, 126, "error: failed to exec \"/etc/passwd\"\n",
+			`failed to exec "/etc/passwd"`, ErrCannotStart},
+		{"failed to exec with exit 1 is not classified", []string{"exec", "box1", "--", "x"}, 1, "error: failed to exec \"x\"\n", `failed to exec "x"`, nil},
+		{"last error line wins", []string{"remove", "box1"}, 1, "error: volume not found: box1\nwarn\nerror: sandbox not found: box1\n", "sandbox not found: box1", ErrSandboxNotFound},
+		{"name must be ours", []string{"remove", "box1"}, 1, "error: sandbox not found: other\n", "sandbox not found: other", nil},
+		{"timeout only for exec", []string{"stop", "box1"}, 1, "error: exec timed out after 10s\n", "exec timed out after 10s", nil},
+		{"guest exit", []string{"exec", "box1", "--", "false"}, 1, "some guest text\n", "", nil},
+		{"indented is not msb", []string{"remove", "box1"}, 1, "  error: sandbox not found: box1\n", "", nil},
+		{"CRLF", []string{"remove", "box1"}, 1, "error: sandbox not found: box1\r\n", "sandbox not found: box1", ErrSandboxNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			msg, kind := classify(tt.args, tt.code, []byte(StripANSI(tt.stderr)))
+			if msg != tt.msg || kind != tt.kind {
+				t.Errorf("classify = %q, %v; want %q, %v", msg, kind, tt.msg, tt.kind)
+			}
+		})
+	}
+}
+
+func TestExitErrorText(t *testing.T) {
+	e := &ExitError{Args: []string{"remove", "box1"}, ExitCode: 1, Message: "sandbox not found: box1", Kind: ErrSandboxNotFound}
+	if got, want := e.Error(), "msb remove: exit 1: sandbox not found: box1"; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+	if !errors.Is(e, ErrSandboxNotFound) || errors.Is(e, ErrVolumeNotFound) {
+		t.Error("errors.Is does not follow Kind")
+	}
+
+	e = &ExitError{Args: []string{"volume", "remove", "v"}, ExitCode: 2, Stderr: []byte("line1\n\nline2\nusage: msb volume remove\n")}
+	if got, want := e.Error(), "msb volume remove: exit 2: line1; line2; usage: msb volume remove"; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+
+	e = &ExitError{Args: []string{"exec", "b", "--", "x"}, ExitCode: 3}
+	if got, want := e.Error(), "msb exec: exit 3"; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+
+	e = &ExitError{Args: []string{"exec"}, ExitCode: -1}
+	if got := e.Error(); !strings.Contains(got, "signal") {
+		t.Errorf("Error() = %q, want a signal mention", got)
+	}
+
+	e = &ExitError{Args: []string{"exec"}, ExitCode: 1, Stderr: []byte(strings.Repeat("x", 10000) + "\nthe end\n")}
+	if got := e.Error(); len(got) > maxDetail+64 || !strings.HasSuffix(got, "the end") {
+		t.Errorf("Error() not bounded to the tail: %d bytes, %q...", len(got), got[:40])
+	}
+	e = &ExitError{Args: []string{"exec"}, ExitCode: 1, Message: strings.Repeat("é", 1000)}
+	if got := e.Error(); len(got) > maxDetail+64 || !strings.HasSuffix(got, "é...") {
+		t.Errorf("long message not cut on a rune boundary: %q", got[len(got)-10:])
+	}
+}
+
+func TestTypedErrors(t *testing.T) {
+	o := &OverflowError{Args: []string{"exec"}, Limit: 10}
+	if !errors.Is(o, ErrOutputOverflow) || !strings.Contains(o.Error(), "10 bytes") {
+		t.Errorf("OverflowError = %v", o)
+	}
+	p := &ParseError{Output: "list", Index: 2, Field: "created_at", Reason: "is missing"}
+	if !errors.Is(p, ErrMalformedOutput) || p.Error() != `msb list output, entry 2, field "created_at": is missing` {
+		t.Errorf("ParseError = %v", p)
+	}
+	if !errors.Is(invalid("x", "y", "z"), ErrInvalid) {
+		t.Error("ValidationError does not match ErrInvalid")
+	}
+}

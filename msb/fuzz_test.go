@@ -1,0 +1,180 @@
+package msb
+
+import (
+	"math"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+// Fuzz targets for everything that reads msb's output or a caller's size
+// and duration strings: they must never panic, and whatever they accept
+// must satisfy the invariants callers rely on.
+
+func FuzzParseList(f *testing.F) {
+	for _, s := range []string{
+		``, `[]`, `null`, `{}`, `[1]`, `[null]`, `[{}]`,
+		`[{"created_at":"2026-08-22T14:49:44.123+00:00","image":"alpine","name":"box1","status":"Running"}]`,
+		`[{"created_at":"2026-08-22 14:49:44","image":null,"name":"b","status":"Stopped","x":[1,{}]}]`,
+		`[{"created_at":"2026-08-22T14:49:44Z","name":"-x","status":"Running"}]`,
+		`[{"created_at":7,"name":"a","status":"Running"}]`,
+		`[{"name":"a","status":"","created_at":"2026-08-22T14:49:44Z"}]`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, err := ParseList(data)
+		if err != nil {
+			return
+		}
+		if got == nil {
+			t.Fatal("accepted output gave a nil slice")
+		}
+		for i, s := range got {
+			if ValidateName("name", s.Name) != nil || s.Status == "" {
+				t.Fatalf("entry %d violates invariants: %+v", i, s)
+			}
+		}
+	})
+}
+
+func FuzzParseVolumeList(f *testing.F) {
+	for _, s := range []string{
+		``, `[]`, `[{}]`,
+		`[{"name":"vol","kind":"dir","quota_mib":null,"used_bytes":0,"capacity_bytes":null,"disk_format":null,"disk_fstype":null,"created_at":"2026-08-22T14:49:44.123+00:00"}]`,
+		`[{"name":"v","used_bytes":-1,"created_at":"2026-08-22T14:49:44Z"}]`,
+		`[{"name":"v","used_bytes":1e30,"created_at":"2026-08-22 14:49:44"}]`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, err := ParseVolumeList(data)
+		if err != nil {
+			return
+		}
+		for i, v := range got {
+			if ValidateName("name", v.Name) != nil || v.UsedBytes < 0 {
+				t.Fatalf("entry %d violates invariants: %+v", i, v)
+			}
+		}
+	})
+}
+
+func FuzzParseInspect(f *testing.F) {
+	for _, s := range []string{
+		inspectSample, ``, `{}`, `[]`, `null`,
+		`{"name":"b","created_at":"2026-08-22T14:49:44Z"}`,
+		`{"name":"b","created_at":"2026-08-22T14:49:44Z","config":{"mounts":[{"type":"Named","name":"v","guest":"/w"},{"type":"Bind","guest":"/h"}]}}`,
+		`{"name":"b","created_at":"2026-08-22T14:49:44Z","config":{"labels":{"a":"b","c":null},"network":{"enabled":null}}}`,
+		`{"name":"b","created_at":"2026-08-22T14:49:44Z","config":{"resources":{"cpus":-1}}}`,
+		`{"name":"b","created_at":"2026-08-22T14:49:44Z","config":{"image":{"Oci":null}}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		info, err := ParseInspect(data)
+		if err != nil {
+			if info != nil {
+				t.Fatal("result returned with an error")
+			}
+			return
+		}
+		if ValidateName("name", info.Name) != nil || info.Labels == nil || info.CPUs < 0 || info.MemoryMiB < 0 {
+			t.Fatalf("accepted output violates invariants: %+v", info)
+		}
+		for i, m := range info.Mounts {
+			if m.Type == "" || m.SizeMiB < 0 || m.Guest != "" && !strings.HasPrefix(m.Guest, "/") ||
+				m.Type == "Named" && ValidateName("name", m.Name) != nil {
+				t.Fatalf("mount %d violates invariants: %+v", i, m)
+			}
+		}
+	})
+}
+
+func FuzzParseTime(f *testing.F) {
+	for _, s := range []string{
+		"2026-08-22T14:49:44.123+00:00", "2026-08-22T14:49:44Z", "2026-08-22T14:49:44.123456789-07:30",
+		"2026-08-22 14:49:44", "2026-08-22 14:49:44.5", "", "2026-02-30 00:00:00", "9999-12-31T23:59:59+23:59",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, err := ParseTime(s)
+		if err != nil {
+			return
+		}
+		back, err := ParseTime(got.Format(time.RFC3339Nano))
+		if err != nil || !back.Equal(got) {
+			t.Fatalf("%q parsed to %v, which does not round-trip: %v, %v", s, got, back, err)
+		}
+	})
+}
+
+func FuzzClassify(f *testing.F) {
+	f.Add("remove\x00box1", 1, []byte("error: sandbox not found: box1\n"))
+	f.Add("volume\x00remove\x00v", 1, []byte("\x1b[31merror:\x1b[0m invalid config: volume \"v\" is attached to active sandbox \"s\"\r\n"))
+	f.Add("exec\x00b\x00--\x00x", 127, []byte("error: failed to exec \"x\"\nhint: nope\n"))
+	f.Add("exec\x00b", 1, []byte("out\nerror: exec timed out after 10s"))
+	f.Add("", -1, []byte("\x1b]8;;x\x07\x1b[\x1b"))
+	f.Add("create\x00a", 2, []byte(strings.Repeat("\xff\xfe", 400)))
+	f.Fuzz(func(t *testing.T, argv string, code int, stderr []byte) {
+		args := strings.Split(argv, "\x00")
+		clean := StripANSI(string(stderr))
+		if strings.ContainsAny(clean, "\x1b\r") {
+			t.Fatalf("StripANSI left an escape or CR: %q", clean)
+		}
+		msg, kind := classify(args, code, []byte(clean))
+		if kind != nil && (msg == "" || !strings.Contains(clean, "error: "+msg)) {
+			t.Fatalf("kind %v without its message line: %q in %q", kind, msg, clean)
+		}
+		e := &ExitError{Args: args, ExitCode: code, Message: msg, Stderr: []byte(clean), Kind: kind}
+		text := e.Error()
+		if !utf8.ValidString(text) || len(text) > 2*maxDetail+128 {
+			t.Fatalf("Error() not bounded or not UTF-8: %d bytes", len(text))
+		}
+	})
+}
+
+var (
+	sizeGrammar     = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?[MmGg]?$`)
+	durationGrammar = regexp.MustCompile(`^[0-9]+[smh]?$`)
+)
+
+func FuzzParseSize(f *testing.F) {
+	for _, s := range []string{"512", "512M", "1g", "1.5G", "0", "1Gi", "1GB", "512K", "-1", "1e9", ".5", "1.", "99999999999999999999999G"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		v, err := ParseSize(s)
+		if err != nil {
+			return
+		}
+		if v < 1 || math.IsInf(v, 0) || math.IsNaN(v) {
+			t.Fatalf("ParseSize(%q) = %v", s, v)
+		}
+		if !sizeGrammar.MatchString(s) {
+			t.Fatalf("ParseSize accepted %q with an unexpected suffix", s)
+		}
+	})
+}
+
+func FuzzParseDuration(f *testing.F) {
+	for _, s := range []string{"30s", "5m", "2h", "90", "0s", "500ms", "1d", "1h30m", "-1s", "9223372036s", "99999999999999999999h"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, err := ParseDuration(s)
+		if err != nil {
+			return
+		}
+		if d <= 0 || d%time.Second != 0 || !durationGrammar.MatchString(s) {
+			t.Fatalf("ParseDuration(%q) = %v", s, d)
+		}
+		back, err := ParseDuration(FormatDuration(d))
+		if err != nil || back != d {
+			t.Fatalf("FormatDuration(%v) = %q does not round-trip: %v, %v", d, FormatDuration(d), back, err)
+		}
+	})
+}

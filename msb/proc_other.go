@@ -1,0 +1,15 @@
+//go:build !unix
+
+package msb
+
+import (
+	"os"
+	"os/exec"
+)
+
+// setProcessGroup is a no-op where there are no POSIX process groups.
+func setProcessGroup(*exec.Cmd) {}
+
+// killProcessGroup can only kill msb itself where there are no POSIX
+// process groups.
+func killProcessGroup(p *os.Process) error { return p.Kill() }
