@@ -57,11 +57,11 @@ func ParseNetwork(s string) (Network, error) {
 // Policy is what a session's commands may reach.
 type Policy struct {
 	// Mode defaults to workspace-write, which the agent tools need.
-	Mode Mode
+	Mode Mode `json:"mode"`
 	// Network defaults to deny.
-	Network Network
+	Network Network `json:"network"`
 	// AllowDangerous must be set for danger-full-access.
-	AllowDangerous bool
+	AllowDangerous bool `json:"allow_dangerous,omitempty"`
 }
 
 func (p Policy) withDefaults() Policy {
@@ -93,13 +93,13 @@ func (p Policy) validate() error {
 // Limits bound each command a session runs (each Shell call on its own).
 // The zero value of a field means "no limit"; negative values are refused.
 type Limits struct {
-	WallTime    time.Duration // kills the command, reported as a guest timeout
-	OutputBytes int64         // stdout+stderr; 0 means the Shell default (16 MiB)
-	MemoryBytes int64         // cgroup memory limit; the kernel OOM-kills inside
-	Processes   int64         // cgroup pids limit; forks beyond it fail
-	CPUQuota    time.Duration // CPU time per CPUPeriod (cgroup CPU bandwidth)
-	CPUPeriod   time.Duration // defaults to 100ms when CPUQuota is set
-	FileSize    int64         // RLIMIT_FSIZE; larger writes fail with SIGXFSZ
+	WallTime    time.Duration `json:"wall_time,omitempty"`    // kills the command, reported as a guest timeout
+	OutputBytes int64         `json:"output_bytes,omitempty"` // stdout+stderr; 0 means the Shell default (16 MiB)
+	MemoryBytes int64         `json:"memory_bytes,omitempty"` // cgroup memory limit; the kernel OOM-kills inside
+	Processes   int64         `json:"processes,omitempty"`    // cgroup pids limit, counting the sandbox's own 2 processes
+	CPUQuota    time.Duration `json:"cpu_quota,omitempty"`    // CPU time per CPUPeriod (cgroup CPU bandwidth)
+	CPUPeriod   time.Duration `json:"cpu_period,omitempty"`   // defaults to 100ms when CPUQuota is set
+	FileSize    int64         `json:"file_size,omitempty"`    // RLIMIT_FSIZE; larger writes fail with SIGXFSZ
 }
 
 // Limit keys accepted by ParseLimits and Limits.Set.
