@@ -109,6 +109,12 @@ func unexpected(s *spec, a string) error {
 	return &exitError{code: 2, msg: fmt.Sprintf("error: unexpected argument '%s' found\n\n  tip: to pass '%s' as a value, use '-- %s'\n%s", a, a, a, usageTail(s.usage))}
 }
 
+// valueNext reports whether args[i+1] can be a flag's value: like clap,
+// a following flag-like word is not taken as a value.
+func valueNext(args []string, i int) bool {
+	return i+1 < len(args) && (len(args[i+1]) < 2 || args[i+1][0] != '-')
+}
+
 // parse parses args (after the subcommand words) against s.
 func (s *spec) parse(args []string) (*parsed, error) {
 	p := &parsed{spec: s, vals: map[string][]string{}, pos: map[string][]string{}}
@@ -149,7 +155,7 @@ func (s *spec) parse(args []string) (*parsed, error) {
 				continue
 			}
 			if !hasVal {
-				if i+1 >= len(args) {
+				if !valueNext(args, i) {
 					return nil, s.usageError("a value is required for '%s' but none was supplied", o.display())
 				}
 				i++
@@ -172,7 +178,7 @@ func (s *spec) parse(args []string) (*parsed, error) {
 				}
 				val := strings.TrimPrefix(a[j+1:], "=")
 				if j+1 == len(a) {
-					if i+1 >= len(args) {
+					if !valueNext(args, i) {
 						return nil, s.usageError("a value is required for '%s' but none was supplied", o.display())
 					}
 					i++

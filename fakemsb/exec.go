@@ -182,6 +182,10 @@ func (a *app) runGuest(cmd *exec.Cmd, input []byte, stream bool, timeout time.Du
 		return failf("io error: %v", err)
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
+	// When a timeout kills nsenter before its child, that child is
+	// reparented here rather than to the host's init, so that it can be
+	// reaped at once: the sandbox's pid namespace cannot die while it lingers.
+	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	err = cmd.Start()
 	inR.Close()
 	outW.Close()
@@ -189,9 +193,8 @@ func (a *app) runGuest(cmd *exec.Cmd, input []byte, stream bool, timeout time.Du
 	if err != nil {
 		return failf("io error: %v", err)
 	}
-	pid := cmd.Process.Pid
 	a.mu.Lock()
-	a.killGuest = func() { killTree(pid) }
+	a.killGuest = func() { reap(killTree(cmd.Process)) }
 	a.mu.Unlock()
 
 	// The writer may block forever on a guest that never reads; the process
@@ -246,8 +249,9 @@ func (a *app) runGuest(cmd *exec.Cmd, input []byte, stream bool, timeout time.Du
 	select {
 	case <-drained:
 	case <-expired:
-		killTree(pid)
+		killed := killTree(cmd.Process)
 		<-exited
+		reap(killed)
 		if stream {
 			// Keep what the guest already wrote: let the relays catch up
 			// with the pipes, but not wait on survivors holding them.
@@ -275,11 +279,15 @@ func (a *app) runGuest(cmd *exec.Cmd, input []byte, stream bool, timeout time.Du
 	return nil
 }
 
-// killTree SIGKILLs root and all its descendants. Members are stopped first
-// so that none can fork a child that escapes the walk.
-func killTree(root int) {
+// killTree SIGKILLs proc and all its descendants. Members are stopped first
+// so that none can fork a child that escapes the walk. proc is signalled
+// through its pidfd, so a reaped proc is never confused with a recycled pid.
+func killTree(proc *os.Process) []procRef {
+	if proc.Signal(syscall.SIGSTOP) != nil {
+		return nil
+	}
+	root := proc.Pid
 	seen := map[int]bool{root: true}
-	_ = syscall.Kill(root, syscall.SIGSTOP)
 	for grew := true; grew; {
 		grew = false
 		children := map[int][]int{}
@@ -299,8 +307,41 @@ func killTree(root int) {
 			}
 		}
 	}
+	_ = proc.Kill()
+	var killed []procRef
 	for pid := range seen {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
+		if pid == root {
+			continue
+		}
+		if st, ok := procStart(pid); ok {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			killed = append(killed, procRef{pid, st})
+		}
+	}
+	return killed
+}
+
+// procRef names a process by pid and start time, which survives pid reuse.
+type procRef struct {
+	pid   int
+	start uint64
+}
+
+// reap waits until every killed process has died, reaping those that were
+// reparented to this process, so that no guest process outlives the exec.
+func reap(procs []procRef) {
+	deadline := time.Now().Add(2 * time.Second)
+	for _, p := range procs {
+		for time.Now().Before(deadline) {
+			var ws unix.WaitStatus
+			if got, _ := unix.Wait4(p.pid, &ws, unix.WNOHANG, nil); got == p.pid {
+				break
+			}
+			if st, ok := procStart(p.pid); !ok || st != p.start {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
 	}
 }
 

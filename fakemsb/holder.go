@@ -18,9 +18,10 @@ import (
 // namespaces. InitPID is the sandbox's pid 1 (bwrap's reaper); killing it
 // makes the kernel kill every process of the sandbox's pid namespace.
 type holder struct {
-	OuterPID  int    `json:"outer_pid"`
-	InitPID   int    `json:"init_pid"`
-	InitStart uint64 `json:"init_start"`
+	OuterPID   int    `json:"outer_pid"`
+	OuterStart uint64 `json:"outer_start"`
+	InitPID    int    `json:"init_pid"`
+	InitStart  uint64 `json:"init_start"`
 }
 
 // holderMarker is passed to bwrap as --setenv HOLDER_ENV MARKER so that
@@ -61,15 +62,21 @@ func (h *holder) alive() bool {
 	return ok && st == h.InitStart
 }
 
-// kill kills the sandbox's pid namespace and waits until its init is gone:
-// the kernel reaps every other member of the namespace before its init
-// can exit.
+// kill kills the sandbox's pid namespace and waits until its init and the
+// outer bwrap are gone: the kernel kills every other member of the
+// namespace before its init can exit, and the outer bwrap exits with it.
 func (h *holder) kill() {
-	if !h.alive() {
+	if h == nil {
 		return
 	}
-	_ = syscall.Kill(h.InitPID, syscall.SIGKILL)
-	for deadline := time.Now().Add(10 * time.Second); h.alive() && time.Now().Before(deadline); {
+	if h.alive() {
+		_ = syscall.Kill(h.InitPID, syscall.SIGKILL)
+	}
+	outerAlive := func() bool {
+		st, ok := procStart(h.OuterPID)
+		return ok && st == h.OuterStart
+	}
+	for deadline := time.Now().Add(10 * time.Second); (h.alive() || outerAlive()) && time.Now().Before(deadline); {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
@@ -276,7 +283,8 @@ func (a *app) startHolder(sb *sandbox, st *state) error {
 	if !ok {
 		return fail(fmt.Errorf("holder exited"))
 	}
-	h := &holder{OuterPID: cmd.Process.Pid, InitPID: r.pid, InitStart: startTicks}
+	outerTicks, _ := procStart(cmd.Process.Pid)
+	h := &holder{OuterPID: cmd.Process.Pid, OuterStart: outerTicks, InitPID: r.pid, InitStart: startTicks}
 	if len(remounts) > 0 {
 		script := ""
 		for i := 0; i < len(remounts); i += 2 {

@@ -140,7 +140,9 @@ func (a *app) main() int {
 	case act.kind == "hang":
 		a.logInvocation(-1)
 		a.log = ""
-		select {}
+		for {
+			time.Sleep(time.Hour)
+		}
 	case act.kind == "malformed":
 		held = &bytes.Buffer{}
 		a.stdout = held
@@ -279,7 +281,9 @@ func (a *app) die() {
 	}
 	a.logInvocation(-1)
 	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-	select {}
+	for {
+		time.Sleep(time.Hour)
+	}
 }
 
 // dier counts output bytes shared by stdout and stderr.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -110,6 +111,9 @@ func (a *app) withState(fn func(st *state) error) error {
 	out, err := json.MarshalIndent(st, "", " ")
 	if err != nil {
 		return failf("json error: %v", err)
+	}
+	if bytes.Equal(out, data) {
+		return nil
 	}
 	tmp := a.statePath() + ".tmp"
 	if err := os.WriteFile(tmp, out, 0o644); err != nil {

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const fixedNow = "2026-08-22T14:49:44.123Z"
+
+func tail(usage string) string {
+	return "\nUsage: " + usage + "\n\nFor more information, try '--help'.\n"
+}
+
+const (
+	createUsage = "msb create [OPTIONS] <IMAGE>"
+	nameReason  = "names are 1..128 bytes of [A-Za-z0-9._-] starting with a letter or digit"
+	sizeReason  = "invalid size (expected e.g. 512M, 1G): invalid digit found in string"
+	durReason   = "invalid duration (expected e.g. 30s, 5m, 2h): invalid digit found in string"
+)
+
+func invalid(value, flag, reason, usage string) string {
+	return fmt.Sprintf("error: invalid value '%s' for '%s': %s\n", value, flag, reason) + tail(usage)
+}
+
+// step is one invocation of the contract table with its exact expected
+// stdout, stderr and exit code.
+type step struct {
+	args []string
+	out  string
+	err  string
+	code int
+}
+
+func a(args ...string) []string { return args }
+
+func TestContract(t *testing.T) {
+	f := newFx(t)
+	f.env = []string{"FAKEMSB_NOW=" + fixedNow}
+	ts := "2026-08-22T14:49:44.123+00:00"
+	local := time.Date(2026, 8, 22, 14, 49, 44, 123e6, time.UTC).Local().Format("2006-01-02 15:04:05")
+	cfg1 := `{"name":"box1","image":{"Oci":{"reference":"alpine","root_disk":{"kind":"managed","size_mib":2048}}},` +
+		`"resources":{"cpus":2,"memory_mib":1536,"max_cpus":2,"max_memory_mib":1536},` +
+		`"runtime":{"workdir":"/workspace","shell":null,"scripts":{},"entrypoint":null,"cmd":null,"hostname":null,"user":null,"log_level":null},` +
+		`"env":[],"labels":{"env":"dev","team":"a"},"rlimits":[],` +
+		`"mounts":[{"type":"Named","name":"vol1","guest":"/workspace","options":{"readonly":false,"noexec":false,"nosuid":false,"nodev":false}},` +
+		`{"type":"Tmpfs","guest":"/mnt/out","size_mib":64,"options":{"readonly":false,"noexec":true,"nosuid":true,"nodev":true}}],` +
+		`"network":{"enabled":false},"pull_policy":"Never","security_profile":"restricted",` +
+		`"lifecycle":{"ephemeral":false,"max_duration_secs":7200,"idle_timeout_secs":300}}`
+	cfg2 := `{"name":"box2","image":{"Oci":{"reference":"debian:12","root_disk":{"kind":"managed","size_mib":1024}}},` +
+		`"resources":{"cpus":1,"memory_mib":512,"max_cpus":1,"max_memory_mib":512},` +
+		`"runtime":{"workdir":null,"shell":null,"scripts":{},"entrypoint":null,"cmd":null,"hostname":null,"user":null,"log_level":null},` +
+		`"env":[],"labels":{"flag":"","team":"b"},"rlimits":[],"mounts":[],"network":{"enabled":true},"pull_policy":"IfMissing","security_profile":"default",` +
+		`"lifecycle":{"ephemeral":false,"max_duration_secs":null,"idle_timeout_secs":null}}`
+	vdir := func(kind string, name string) string {
+		if kind == "disk" {
+			return `{"name":"` + name + `","kind":"disk","quota_mib":null,"used_bytes":0,"capacity_bytes":1073741824,"disk_format":"raw","disk_fstype":"ext4","created_at":"` + ts + `"}`
+		}
+		return `{"name":"` + name + `","kind":"dir","quota_mib":null,"used_bytes":0,"capacity_bytes":null,"disk_format":null,"disk_fstype":null,"created_at":"` + ts + `"}`
+	}
+	steps := []step{
+		// create: usage errors (exit 2).
+		{a("create"), "", "error: the following required arguments were not provided:\n  <IMAGE>\n" + tail(createUsage), 2},
+		{a("create", "alpine", "--bogus"), "", "error: unexpected argument '--bogus' found\n\n  tip: to pass '--bogus' as a value, use '-- --bogus'\n" + tail(createUsage), 2},
+		{a("create", "alpine", "x"), "", "error: unexpected argument 'x' found\n\n  tip: to pass 'x' as a value, use '-- x'\n" + tail(createUsage), 2},
+		{a("create", "alpine", "-n"), "", "error: a value is required for '--name <NAME>' but none was supplied\n" + tail(createUsage), 2},
+		{a("create", "alpine", "-n", "a", "-n", "b"), "", "error: the argument '--name <NAME>' cannot be used multiple times\n" + tail(createUsage), 2},
+		{a("create", "alpine", "-n", "bad name"), "", invalid("bad name", "--name <NAME>", nameReason, createUsage), 2},
+		{a("create", "alpine", "-n", "-lead"), "", "error: a value is required for '--name <NAME>' but none was supplied\n" + tail(createUsage), 2},
+		{a("create", "alpine", "--name=.dot"), "", invalid(".dot", "--name <NAME>", nameReason, createUsage), 2},
+		{a("create", "alpine", "-n", strings.Repeat("x", 129)), "", invalid(strings.Repeat("x", 129), "--name <NAME>", nameReason, createUsage), 2},
+		{a("create", "alpine", "-m", "1Gi"), "", invalid("1Gi", "--memory <MEMORY>", sizeReason, createUsage), 2},
+		{a("create", "alpine", "-m", "1GB"), "", invalid("1GB", "--memory <MEMORY>", sizeReason, createUsage), 2},
+		{a("create", "alpine", "--memory", "512K"), "", invalid("512K", "--memory <MEMORY>", sizeReason, createUsage), 2},
+		{a("create", "alpine", "--memory", "1.5M"), "", invalid("1.5M", "--memory <MEMORY>", "invalid size: invalid digit found in string", createUsage), 2},
+		{a("create", "alpine", "--root-disk", "xG"), "", invalid("xG", "--root-disk <SIZE>", "invalid size: invalid float literal", createUsage), 2},
+		{a("create", "alpine", "--max-duration", "10ms"), "", invalid("10ms", "--max-duration <DURATION>", durReason, createUsage), 2},
+		{a("create", "alpine", "--max-duration", "1d"), "", invalid("1d", "--max-duration <DURATION>", durReason, createUsage), 2},
+		{a("create", "alpine", "--idle-timeout", "1h30m"), "", invalid("1h30m", "--idle-timeout <DURATION>", durReason, createUsage), 2},
+		{a("create", "alpine", "--root-disk", "1G", "--oci-upper-size", "1G"), "", "error: the argument '--root-disk <SIZE>' cannot be used with '--oci-upper-size <SIZE>'\n" + tail(createUsage), 2},
+		{a("create", "alpine", "--security", "lax"), "", "error: invalid value 'lax' for '--security <SECURITY>'\n  [possible values: default, restricted]\n" + tail(createUsage), 2},
+		{a("create", "alpine", "--pull", "sometimes"), "", "error: invalid value 'sometimes' for '--pull <PULL>'\n  [possible values: always, if-missing, never]\n" + tail(createUsage), 2},
+		{a("create", "alpine", "-c", "two"), "", invalid("two", "--cpus <CPUS>", "invalid digit found in string", createUsage), 2},
+		{a("create", "alpine", "--tmpfs", "rel/path"), "", invalid("rel/path", "--tmpfs <TMPFS>", "guest path must be absolute: rel/path", createUsage), 2},
+		{a("create", "alpine", "--tmpfs", "/x:64M:exec"), "", invalid("/x:64M:exec", "--tmpfs <TMPFS>", `unknown mount option "exec"`, createUsage), 2},
+		{a("create", "alpine", "--mount-named", "vol"), "", invalid("vol", "--mount-named <MOUNT>", "expected NAME:PATH[:OPTIONS]", createUsage), 2},
+		{a("create", "alpine", "--mount-named", "v:/w:kind=lvm"), "", invalid("v:/w:kind=lvm", "--mount-named <MOUNT>", `invalid volume kind "lvm" (expected dir or disk)`, createUsage), 2},
+		// create: msb-side errors (exit 1).
+		{a("create", "alpine", "--label", "sandbox.id=1"), "", "error: invalid config: label key \"sandbox.id\" uses reserved prefix \"sandbox.\"\n", 1},
+		{a("create", "alpine", "--label", "microsandbox.x"), "", "error: invalid config: label key \"microsandbox.x\" uses reserved prefix \"microsandbox.\"\n", 1},
+		{a("create", "alpine", "--label", "service.port=80"), "", "error: invalid config: label key \"service.port\" uses reserved prefix \"service.\"\n", 1},
+		// create: success. The name is printed only when generated.
+		{a("create", "alpine", "-n", "box1", "--label", "team=a", "--label", "env=dev", "-m", "1.5G", "-c", "2", "--root-disk", "2G",
+			"--max-duration", "2h", "--idle-timeout", "300", "--mount-named", "vol1:/workspace:kind=dir", "--tmpfs", "/mnt/out:64m:noexec,nosuid,nodev",
+			"-w", "/workspace", "--no-net", "--security", "restricted", "--pull", "never"), "", "   ✓ Created      box1\n", 0},
+		{a("create", "alpine", "-n", "box1"), "", "error: sandbox already exists: box1\n", 1},
+		{a("create", "debian:12", "-n", "box2", "--oci-upper-size", "1g", "-q", "--label", "team=b", "--label", "flag"), "", "", 0},
+		// list.
+		{a("list", "--format", "json"), `[{"created_at":"` + ts + `","image":"alpine","name":"box1","status":"Running"},{"created_at":"` + ts + `","image":"debian:12","name":"box2","status":"Running"}]` + "\n", "", 0},
+		{a("ls", "--format", "json", "--label", "team=a"), `[{"created_at":"` + ts + `","image":"alpine","name":"box1","status":"Running"}]` + "\n", "", 0},
+		{a("list", "--format", "json", "--label", "team=a", "--label", "env=prod"), "[]\n", "", 0},
+		{a("list", "--format", "json", "--label", "flag"), `[{"created_at":"` + ts + `","image":"debian:12","name":"box2","status":"Running"}]` + "\n", "", 0},
+		{a("list", "-q"), "box1\nbox2\n", "", 0},
+		{a("list", "--format", "yaml"), "", "error: invalid value 'yaml' for '--format <FORMAT>'\n  [possible values: json]\n" + tail("msb list [OPTIONS]"), 2},
+		// inspect.
+		{a("inspect", "box1", "--format", "json"), `{"name":"box1","status":"Running","created_at":"` + ts + `","updated_at":"` + ts + `","active_config":` + cfg1 + `,"pending_changes":[],"config":` + cfg1 + "}\n", "", 0},
+		{a("inspect", "nope", "--format", "json"), "", "error: sandbox not found: nope\n", 1},
+		{a("inspect"), "", "error: the following required arguments were not provided:\n  <NAME>\n" + tail("msb inspect [OPTIONS] <NAME>"), 2},
+		// stop / start.
+		{a("stop", "box2"), "", "   ✓ Stopped      box2\n", 0},
+		{a("stop", "box2", "-q"), "", "", 0},
+		{a("inspect", "box2", "--format", "json"), `{"name":"box2","status":"Stopped","created_at":"` + ts + `","updated_at":"` + ts + `","active_config":null,"pending_changes":[],"config":` + cfg2 + "}\n", "", 0},
+		{a("list", "--running", "-q"), "box1\n", "", 0},
+		{a("list", "--stopped", "--format", "json"), `[{"created_at":"` + ts + `","image":"debian:12","name":"box2","status":"Stopped"}]` + "\n", "", 0},
+		{a("list", "--running", "--stopped", "-q"), "box1\nbox2\n", "", 0},
+		{a("start", "box2"), "", "   ✓ Started      box2\n", 0},
+		{a("stop", "--label", "team=b", "-q"), "", "", 0},
+		{a("stop", "nope"), "", "error: sandbox not found: nope\n", 1},
+		{a("stop"), "", "error: the following required arguments were not provided:\n  <NAMES>...\n" + tail("msb stop [OPTIONS] [NAMES]..."), 2},
+		{a("start", "nope", "-q"), "", "error: sandbox not found: nope\n", 1},
+		// exec argument errors.
+		{a("exec", "nope", "--", "true"), "", "error: sandbox not found: nope\n", 1},
+		{a("exec", "box1", "true"), "", "error: unexpected argument 'true' found\n\n  tip: to pass 'true' as a value, use '-- true'\n" + tail("msb exec [OPTIONS] <NAME> -- <COMMAND>..."), 2},
+		{a("exec", "box1", "--"), "", "error: the following required arguments were not provided:\n  <COMMAND>...\n" + tail("msb exec [OPTIONS] <NAME> -- <COMMAND>..."), 2},
+		{a("exec", "--timeout", "1d", "box1", "--", "true"), "", invalid("1d", "--timeout <DURATION>", durReason, "msb exec [OPTIONS] <NAME> -- <COMMAND>..."), 2},
+		{a("exec", "--stream", "-t", "box1", "--", "true"), "", "error: the argument '--stream' cannot be used with '--tty'\n" + tail("msb exec [OPTIONS] <NAME> -- <COMMAND>..."), 2},
+		{a("exec", "-u", "nosuchuser", "box1", "--", "true"), "", "error: exec failed: user not found: nosuchuser\n", 1},
+		// copy argument errors.
+		{a("copy", "./a", "/b"), "", "error: invalid config: exactly one of SRC and DST must be a sandbox path (NAME:/absolute/path)\n", 1},
+		{a("cp", "box1:/a", "box2:/b"), "", "error: invalid config: exactly one of SRC and DST must be a sandbox path (NAME:/absolute/path)\n", 1},
+		{a("copy", "box1:rel", "./b"), "", "error: invalid config: sandbox path must be absolute: rel\n", 1},
+		{a("copy", "nope:/a", "./b"), "", "error: sandbox not found: nope\n", 1},
+		{a("copy", "box1:/a"), "", "error: the following required arguments were not provided:\n  <DST>\n" + tail("msb copy [OPTIONS] <SRC> <DST>"), 2},
+		// volumes.
+		{a("volume", "create"), "", "error: the following required arguments were not provided:\n  <NAME>\n" + tail("msb volume create [OPTIONS] [NAME]"), 2},
+		{a("volume", "create", "vol2"), "vol2\n", "", 0},
+		{a("volume", "create", "--name", "vol3", "-q"), "", "", 0},
+		{a("volume", "create", "vol2"), "", "error: volume already exists: vol2\n", 1},
+		{a("volume", "create", "vol1", "-q"), "", "error: volume already exists: vol1\n", 1},
+		{a("volume", "create", "bad/name"), "", "error: invalid value 'bad/name' for '[NAME]': " + nameReason + "\n" + tail("msb volume create [OPTIONS] [NAME]"), 2},
+		{a("volume", "create", "vx", "--size", "1G"), "", "error: the argument '--size <SIZE>' requires '--kind disk'\n" + tail("msb volume create [OPTIONS] [NAME]"), 2},
+		{a("volume", "create", "vx", "--kind", "zfs"), "", "error: invalid value 'zfs' for '--kind <KIND>'\n  [possible values: dir, disk]\n" + tail("msb volume create [OPTIONS] [NAME]"), 2},
+		{a("volume", "create", "vd", "--kind", "disk", "--size", "1G"), "vd\n", "", 0},
+		{a("volume", "list", "--format", "json"), "[" + vdir("disk", "vd") + "," + vdir("dir", "vol1") + "," + vdir("dir", "vol2") + "," + vdir("dir", "vol3") + "]\n", "", 0},
+		{a("volume", "ls", "-q"), "vd\nvol1\nvol2\nvol3\n", "", 0},
+		{a("volume", "inspect", "vol2"), "Name:           vol2\nKind:           dir\nQuota:          unlimited\nPath:           " + f.home + "/volumes/vol2\nCreated:        " + local + "\nLabels:         -\n", "", 0},
+		{a("volume", "inspect", "vd"), "Name:           vd\nKind:           disk\nFormat:         raw\nFilesystem:     ext4\nCapacity:       1 GiB\nPath:           " + f.home + "/volumes/vd\nCreated:        " + local + "\nLabels:         -\n", "", 0},
+		{a("volume", "inspect", "nope"), "", "error: volume not found: nope\n", 1},
+		{a("volume", "remove", "vol1"), "", "error: invalid config: volume \"vol1\" is attached to active sandbox \"box1\"\n", 1},
+		{a("volume", "rm", "nope", "-q"), "", "error: volume not found: nope\n", 1},
+		{a("volume", "remove", "vol2", "vol3", "vd"), "", "   ✓ Removed      vol2\n   ✓ Removed      vol3\n   ✓ Removed      vd\n", 0},
+		{a("volume", "remove"), "", "error: the following required arguments were not provided:\n  <NAMES>...\n" + tail("msb volume remove [OPTIONS] <NAMES>..."), 2},
+		{a("volume", "frob"), "", "error: unrecognized subcommand 'frob'\n" + tail("msb volume <COMMAND>"), 2},
+		// remove.
+		{a("remove", "box1"), "", "error: sandbox still running: box1\n", 1},
+		{a("remove", "nope", "-q"), "", "error: sandbox not found: nope\n", 1},
+		{a("rm", "nope", "box2", "-q"), "", "error: sandbox not found: nope\n", 1},
+		{a("remove"), "", "error: the following required arguments were not provided:\n  <NAMES>...\n" + tail("msb remove [OPTIONS] [NAMES]..."), 2},
+		{a("remove", "--force", "box1"), "", "   ✓ Removed      box1\n", 0},
+		{a("volume", "remove", "vol1", "-q"), "", "", 0},
+		{a("list", "--format", "json"), "[]\n", "", 0},
+		{a("volume", "list", "--format", "json"), "[]\n", "", 0},
+		{a("list"), "", "No sandboxes found.\n", 0},
+		// top level.
+		{a("frobnicate"), "", "error: unrecognized subcommand 'frobnicate'\n" + tail("msb [OPTIONS] <COMMAND>"), 2},
+		{a(), "", "error: 'msb' requires a subcommand but one was not provided\n" + tail("msb [OPTIONS] <COMMAND>"), 2},
+	}
+	for i, s := range steps {
+		r := f.run(s.args...)
+		assert.Equal(t, step{s.args, s.out, s.err, s.code}, step{s.args, r.stdout, r.stderr, r.code}, "step %d", i)
+	}
+}
+
+func TestCreateGeneratedName(t *testing.T) {
+	f := newFx(t)
+	r := f.ok("create", "alpine", "-q")
+	require.Regexp(t, regexp.MustCompile(`^msb-[0-9a-f]{8}\n$`), r.stdout)
+	name := strings.TrimSpace(r.stdout)
+	assert.Equal(t, "", f.ok("exec", name, "--", "true").stdout)
+	f.ok("rm", "-f", "-q", name)
+}
+
+func TestCreateReplace(t *testing.T) {
+	f := newFx(t)
+	f.ok("create", "alpine", "-n", "box", "-q", "--label", "gen=1")
+	old := f.state().Sandboxes["box"].Holder
+	f.ok("create", "debian", "-n", "box", "-q", "--replace", "--label", "gen=2")
+	sb := f.state().Sandboxes["box"]
+	assert.Equal(t, "debian", sb.Image)
+	assert.Equal(t, map[string]string{"gen": "2"}, sb.Labels)
+	assert.False(t, old.alive(), "the replaced holder must be gone")
+	assert.True(t, sb.Holder.alive())
+}
+
+func TestInspectJSONParses(t *testing.T) {
+	f := newFx(t)
+	f.ok("create", "alpine", "-n", "box", "-q", "--mount-named", "v:/workspace:ro,noexec", "--tmpfs", "/scratch")
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal([]byte(f.ok("inspect", "box", "--format", "json").stdout), &doc))
+	cfg := doc["config"].(map[string]any)
+	mounts := cfg["mounts"].([]any)
+	require.Len(t, mounts, 2)
+	assert.Equal(t, map[string]any{"readonly": true, "noexec": true, "nosuid": false, "nodev": false}, mounts[0].(map[string]any)["options"])
+	assert.Nil(t, mounts[1].(map[string]any)["size_mib"])
+	// The read-only, noexec volume is enforced in the guest.
+	r := f.run("exec", "box", "--", "sh", "-c", "touch /workspace/x")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, "Read-only file system")
+}

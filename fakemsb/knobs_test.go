@@ -1,0 +1,224 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+type logRecord struct {
+	Argv []string `json:"argv"`
+	Exit int      `json:"exit"`
+	Ms   float64  `json:"ms"`
+}
+
+func (f *fx) records() []logRecord {
+	f.t.Helper()
+	file, err := os.Open(f.log)
+	require.NoError(f.t, err)
+	defer file.Close()
+	var out []logRecord
+	sc := bufio.NewScanner(file)
+	for sc.Scan() {
+		var r logRecord
+		require.NoError(f.t, json.Unmarshal(sc.Bytes(), &r), sc.Text())
+		out = append(out, r)
+	}
+	return out
+}
+
+func TestVolumeLifecycle(t *testing.T) {
+	f := newFx(t)
+	f.ok("create", "alpine", "-n", "box", "-q", "--mount-named", "auto:/workspace")
+	assert.Contains(t, f.state().Volumes, "auto", "--mount-named creates a missing volume")
+	f.ok("exec", "box", "--", "sh", "-c", "echo persisted > /workspace/f")
+	assert.Equal(t, 1, f.run("volume", "remove", "auto").code)
+	f.ok("stop", "-q", "box")
+	f.ok("volume", "remove", "-q", "auto")
+	_, err := os.Stat(f.home + "/volumes/auto")
+	assert.True(t, os.IsNotExist(err), "volume data is deleted")
+	// The stopped sandbox now refers to a missing volume.
+	assert.Equal(t, result{"", "error: volume not found: auto\n", 1}, f.run("start", "-q", "box"))
+	f.ok("remove", "-q", "box")
+
+	// A volume outlives its sandbox and is reattached by name.
+	f.ok("create", "alpine", "-n", "b1", "-q", "--mount-named", "keep:/data")
+	f.ok("exec", "b1", "--", "sh", "-c", "echo v1 > /data/f")
+	f.ok("remove", "-f", "-q", "b1")
+	f.ok("create", "alpine", "-n", "b2", "-q", "--mount-named", "keep:/other")
+	assert.Equal(t, "v1\n", f.ok("exec", "b2", "--", "cat", "/other/f").stdout)
+	var vols []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(f.ok("volume", "list", "--format", "json").stdout), &vols))
+	require.Len(t, vols, 1)
+	assert.Equal(t, float64(3), vols[0]["used_bytes"])
+}
+
+func TestConcurrentInvocations(t *testing.T) {
+	f := newFx(t)
+	const n = 6
+	var wg sync.WaitGroup
+	results := make([]result, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := fmt.Sprintf("c%d", i)
+			r := f.run("create", "alpine", "-n", name, "-q", "--mount-named", "shared:/workspace", "--label", "grp=c")
+			if r.code == 0 {
+				r = f.run("exec", name, "--", "sh", "-c", "echo "+name+" > /workspace/"+name)
+			}
+			results[i] = r
+		}()
+	}
+	// Racing creates of one name: exactly one wins.
+	same := make([]result, 4)
+	for i := range same {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			same[i] = f.run("create", "alpine", "-n", "dup", "-q")
+		}()
+	}
+	wg.Wait()
+	for i, r := range results {
+		assert.Equal(t, result{}, r, "c%d", i)
+	}
+	wins := 0
+	for _, r := range same {
+		if r.code == 0 {
+			wins++
+		} else {
+			assert.Equal(t, result{"", "error: sandbox already exists: dup\n", 1}, r)
+		}
+	}
+	assert.Equal(t, 1, wins)
+
+	st := f.state()
+	assert.Len(t, st.Sandboxes, n+1)
+	assert.Len(t, st.Volumes, 1)
+	for _, sb := range st.Sandboxes {
+		assert.True(t, sb.Holder.alive(), sb.Name)
+	}
+	assert.Equal(t, "c0\nc1\nc2\nc3\nc4\nc5\n", f.ok("exec", "c0", "--", "sh", "-c", "cat /workspace/*").stdout)
+
+	// Concurrent execs on one sandbox overlap: the lock is not held while
+	// a guest command runs.
+	start := time.Now()
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f.ok("exec", "c0", "--", "sleep", "0.5")
+		}()
+	}
+	wg.Wait()
+	assert.Less(t, time.Since(start), 1500*time.Millisecond)
+
+	recs := f.records()
+	assert.Len(t, recs, 2*n+4+1+4, "one log line per invocation")
+	f.ok("remove", "--force", "--label", "grp=c", "-q")
+	assert.Equal(t, []string{"dup"}, sortedNames(f.state()))
+}
+
+func sortedNames(st *state) []string {
+	var out []string
+	for _, sb := range st.sorted() {
+		out = append(out, sb.Name)
+	}
+	return out
+}
+
+func TestLogLatencyAndClock(t *testing.T) {
+	f := newFx(t)
+	f.env = []string{"FAKEMSB_LATENCY=150ms", "FAKEMSB_NOW=2030-01-02T03:04:05.678+02:00"}
+	start := time.Now()
+	f.ok("volume", "create", "v", "-q")
+	assert.GreaterOrEqual(t, time.Since(start), 150*time.Millisecond)
+	assert.Equal(t, `[{"name":"v","kind":"dir","quota_mib":null,"used_bytes":0,"capacity_bytes":null,"disk_format":null,"disk_fstype":null,"created_at":"2030-01-02T01:04:05.678+00:00"}]`+"\n",
+		f.ok("volume", "list", "--format", "json").stdout)
+	f.run("volume", "create", "v")
+	recs := f.records()
+	require.Len(t, recs, 3)
+	assert.Equal(t, []string{"volume", "create", "v", "-q"}, recs[0].Argv)
+	assert.Equal(t, 0, recs[0].Exit)
+	assert.GreaterOrEqual(t, recs[0].Ms, 150.0)
+	assert.Equal(t, 1, recs[2].Exit)
+
+	for _, bad := range []string{"FAKEMSB_LATENCY=fast", "FAKEMSB_NOW=yesterday"} {
+		f.env = []string{bad}
+		r := f.run("list")
+		assert.Equal(t, 2, r.code, bad)
+		assert.Regexp(t, "^error: FAKEMSB_(LATENCY|NOW): ", r.stderr)
+	}
+}
+
+func TestFaults(t *testing.T) {
+	f := newFx(t)
+	f.ok("create", "alpine", "-n", "box", "-q")
+
+	f.env = []string{"FAKEMSB_FAULTS=exec#2=exit:1:error: boom: twice;volume-remove#1=exit:3:error: disk busy"}
+	assert.Equal(t, result{"ok\n", "", 0}, f.run("exec", "box", "--", "echo", "ok"))
+	assert.Equal(t, result{"", "error: boom: twice\n", 1}, f.run("exec", "box", "--", "echo", "ok"))
+	assert.Equal(t, result{"ok\n", "", 0}, f.run("exec", "box", "--", "echo", "ok"))
+	f.ok("volume", "create", "v", "-q")
+	assert.Equal(t, result{"", "error: disk busy\n", 3}, f.run("volume", "rm", "v"))
+	f.ok("volume", "rm", "-q", "v")
+
+	// Changing the value restarts the count; a rule without #N always fires.
+	f.env = []string{"FAKEMSB_FAULTS=exec#1=exit:9;ls=exit:4:error: nope"}
+	assert.Equal(t, result{"", "", 9}, f.run("exec", "box", "--", "true"))
+	assert.Equal(t, 0, f.run("exec", "box", "--", "true").code)
+	assert.Equal(t, 4, f.run("list").code)
+	assert.Equal(t, 4, f.run("ls").code)
+
+	f.env = []string{"FAKEMSB_FAULTS=list#1=malformed"}
+	r := f.run("list", "--format", "json")
+	assert.Equal(t, 0, r.code)
+	var v any
+	assert.Error(t, json.Unmarshal([]byte(r.stdout), &v), "malformed output must not parse: %q", r.stdout)
+	assert.Equal(t, `[{"created_at":"`, r.stdout[:16])
+	f.ok("list", "--format", "json")
+
+	f.env = []string{"FAKEMSB_FAULTS=exec=die-after:10"}
+	r = f.run("exec", "box", "--", "sh", "-c", "echo 0123456789abcdef")
+	assert.Equal(t, -1, r.code, "killed by a signal")
+	assert.Equal(t, "0123456789", r.stdout)
+	s := uniqueSleep(t)
+	r = f.run("exec", "--stream", "box", "--", "sh", "-c", "echo 01234; sleep 0.2; echo 56789abc >&2; exec sleep "+s)
+	assert.Equal(t, -1, r.code)
+	assert.Equal(t, result{"01234\n", "5678", -1}, r)
+	awaitProcs(t, 0, "sleep", s)
+
+	f.env = []string{"FAKEMSB_FAULTS=create=hang"}
+	cmd := f.cmd("create", "alpine", "-n", "never", "-q")
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		t.Fatalf("hang fault returned: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	<-done
+	assert.NotContains(t, f.state().Sandboxes, "never")
+
+	recs := f.records()
+	last := recs[len(recs)-1]
+	assert.Equal(t, logRecord{Argv: []string{"create", "alpine", "-n", "never", "-q"}, Exit: -1, Ms: last.Ms}, last)
+
+	for _, bad := range []string{"exec", "exec=explode", "exec#0=hang", "frob=hang", "exec=exit:300", "exec=die-after:x", "exec=hang:1"} {
+		f.env = []string{"FAKEMSB_FAULTS=" + bad}
+		r := f.run("list")
+		assert.Equal(t, 2, r.code, bad)
+		assert.Regexp(t, "^error: FAKEMSB_FAULTS: rule ", r.stderr, bad)
+	}
+}
