@@ -79,12 +79,7 @@ func (s *spec) invalidValue(o *opt, v, reason string) error {
 }
 
 func (s *spec) invalidFlag(long, v, reason string) error {
-	for i := range s.opts {
-		if s.opts[i].long == long {
-			return s.invalidValue(&s.opts[i], v, reason)
-		}
-	}
-	return s.usageError("invalid value '%s' for '%s': %s", v, long, reason)
+	return s.invalidValue(s.findLong(long), v, reason)
 }
 
 func (s *spec) findLong(name string) *opt {
@@ -210,7 +205,11 @@ func (s *spec) parse(args []string) (*parsed, error) {
 	var missing []string
 	for _, prm := range s.params {
 		if prm.required && len(p.pos[prm.name]) == 0 {
-			missing = append(missing, "  <"+prm.name+">"+map[bool]string{true: "...", false: ""}[prm.multi])
+			m := "  <" + prm.name + ">"
+			if prm.multi {
+				m += "..."
+			}
+			missing = append(missing, m)
 		}
 	}
 	if s.last != "" && len(p.last) == 0 {

@@ -43,12 +43,12 @@ func (a *app) copy(p *parsed) error {
 	if !path.IsAbs(guest.path) {
 		return failf("invalid config: sandbox path must be absolute: %s", guest.path)
 	}
-	h, release, err := a.acquire(guest.sandbox)
+	sb, release, err := a.acquire(guest.sandbox)
 	if err != nil {
 		return err
 	}
 	defer release()
-	root, err := openGuestRoot(h.InitPID)
+	root, err := openGuestRoot(sb.Holder.InitPID)
 	if err != nil {
 		return failf("sandbox not found: %s", guest.sandbox)
 	}

@@ -21,10 +21,10 @@ const guestPATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 // with (mounts, modules, clock, host network when --no-net is not given).
 const droppedCaps = "-sys_admin,-sys_module,-sys_rawio,-sys_boot,-sys_time,-net_admin,-mknod,-mac_admin,-mac_override,-syslog,-audit_control,-sys_pacct"
 
-// acquire returns the running holder of name, starting a Stopped sandbox
-// for the duration of the call; release undoes that start.
-func (a *app) acquire(name string) (*holder, func(), error) {
-	var h *holder
+// acquire returns a snapshot of the running sandbox name, starting a
+// Stopped sandbox for the duration of the call; release undoes that start.
+func (a *app) acquire(name string) (*sandbox, func(), error) {
+	var snap sandbox
 	transient := false
 	err := a.withState(func(st *state) error {
 		sb, err := st.get(name)
@@ -41,7 +41,7 @@ func (a *app) acquire(name string) (*holder, func(), error) {
 			sb.TransientExecs++
 			transient = true
 		}
-		h = sb.Holder
+		snap = *sb
 		return nil
 	})
 	if err != nil {
@@ -62,7 +62,7 @@ func (a *app) acquire(name string) (*holder, func(), error) {
 			return nil
 		})
 	}
-	return h, release, nil
+	return &snap, release, nil
 }
 
 func (a *app) exec(p *parsed) error {
@@ -98,7 +98,7 @@ func (a *app) exec(p *parsed) error {
 	// does; a terminal is never read.
 	var input []byte
 	if !isTerminal(os.Stdin) {
-		b, err := io.ReadAll(a.stdin)
+		b, err := io.ReadAll(os.Stdin)
 		if err != nil {
 			return failf("io error: reading stdin: %v", err)
 		}
@@ -108,13 +108,13 @@ func (a *app) exec(p *parsed) error {
 	}
 
 	name := p.arg("NAME")
-	h, release, err := a.acquire(name)
+	sb, release, err := a.acquire(name)
 	if err != nil {
 		return err
 	}
 	defer release()
 
-	root, err := openGuestRoot(h.InitPID)
+	root, err := openGuestRoot(sb.Holder.InitPID)
 	if err != nil {
 		return failf("sandbox not found: %s", name)
 	}
@@ -127,15 +127,7 @@ func (a *app) exec(p *parsed) error {
 	}
 	wd := p.str("workdir")
 	if wd == "" {
-		err := a.withState(func(st *state) error {
-			if sb, ok := st.Sandboxes[name]; ok {
-				wd = sb.Workdir
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
+		wd = sb.Workdir
 	}
 	if wd == "" {
 		wd = "/"
@@ -154,7 +146,7 @@ func (a *app) exec(p *parsed) error {
 			fmt.Sprintf("  → %s: permission denied\n  → check that it is executable and not on a noexec mount\n", argv[0])}
 	}
 
-	nsArgs := []string{"-t", strconv.Itoa(h.InitPID), "-m", "-p", "-i", "-u", "-n", "--wdns=" + wd, "--",
+	nsArgs := []string{"-t", strconv.Itoa(sb.Holder.InitPID), "-m", "-p", "-i", "-u", "-n", "--wdns=" + wd, "--",
 		"/usr/bin/setpriv", "--bounding-set=" + droppedCaps}
 	if p.has("user") {
 		nsArgs = append(nsArgs, "--reuid="+strconv.Itoa(uid), "--regid="+strconv.Itoa(gid), "--clear-groups")

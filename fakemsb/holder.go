@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -24,34 +26,39 @@ type holder struct {
 	InitStart  uint64 `json:"init_start"`
 }
 
-// holderMarker is passed to bwrap as --setenv HOLDER_ENV MARKER so that
-// the holders of one state directory can be found in the process table.
+// holderEnv is set to holderMarker in every holder (bwrap --setenv), so
+// that the holders of one state directory can be found in the process
+// table.
 const holderEnv = "FAKEMSB_HOLDER"
 
 func (a *app) holderMarker(name string) string { return a.home + "|" + name }
 
-// procStart returns the start time (clock ticks since boot) of pid and
-// whether it is a live (non-zombie) process.
-func procStart(pid int) (uint64, bool) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+// readStat parses /proc/PID/stat: whether the process is live (not a
+// zombie), its parent and its start time in clock ticks since boot.
+func readStat(pid int) (ppid int, start uint64, live bool) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, false
+		return 0, 0, false
 	}
 	// The command name may contain spaces and parentheses: parse after
 	// the last ')'.
 	i := bytes.LastIndexByte(data, ')')
 	if i < 0 {
-		return 0, false
+		return 0, 0, false
 	}
 	f := strings.Fields(string(data[i+1:]))
 	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
-		return 0, false
+		return 0, 0, false
 	}
-	st, err := strconv.ParseUint(f[19], 10, 64)
-	if err != nil {
-		return 0, false
-	}
-	return st, true
+	ppid, _ = strconv.Atoi(f[1])
+	start, err = strconv.ParseUint(f[19], 10, 64)
+	return ppid, start, err == nil
+}
+
+// procStart returns the start time of pid and whether it is live.
+func procStart(pid int) (uint64, bool) {
+	_, st, ok := readStat(pid)
+	return st, ok
 }
 
 func (h *holder) alive() bool {
@@ -94,20 +101,9 @@ func listProcs() []procInfo {
 		if err != nil {
 			continue
 		}
-		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
+		if ppid, _, ok := readStat(pid); ok {
+			out = append(out, procInfo{pid: pid, ppid: ppid})
 		}
-		i := bytes.LastIndexByte(data, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(data[i+1:]))
-		if len(f) < 2 || f[0] == "Z" || f[0] == "X" {
-			continue
-		}
-		ppid, _ := strconv.Atoi(f[1])
-		out = append(out, procInfo{pid: pid, ppid: ppid})
 	}
 	return out
 }
@@ -116,8 +112,12 @@ func listProcs() []procInfo {
 // same symlink on a merged-/usr host, else a read-only bind.
 var hostRootLinks = []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
 
+// remount is a mount flag change that bwrap cannot express, applied from
+// the host inside the holder's mount namespace once bwrap is ready.
+type remount struct{ opts, path string }
+
 // holderArgs builds the bwrap argv for sb.
-func (a *app) holderArgs(sb *sandbox, st *state) ([]string, []string, error) {
+func (a *app) holderArgs(sb *sandbox, st *state) ([]string, []remount, error) {
 	args := []string{
 		"--unshare-pid", "--unshare-ipc", "--unshare-uts",
 		"--hostname", hostname(sb.Name),
@@ -146,9 +146,7 @@ func (a *app) holderArgs(sb *sandbox, st *state) ([]string, []string, error) {
 		"--perms", "0700", "--dir", "/root",
 		"--setenv", holderEnv, a.holderMarker(sb.Name),
 	)
-	// Remounts that bwrap cannot express are applied afterwards from the
-	// host, inside the holder's mount namespace.
-	var remounts []string
+	var remounts []remount
 	for _, m := range sb.Mounts {
 		v, ok := st.Volumes[m.Volume]
 		if !ok {
@@ -164,7 +162,7 @@ func (a *app) holderArgs(sb *sandbox, st *state) ([]string, []string, error) {
 			if m.Options.ReadOnly {
 				o += ",ro"
 			}
-			remounts = append(remounts, o, m.Guest)
+			remounts = append(remounts, remount{o, m.Guest})
 		}
 	}
 	for _, t := range sb.Tmpfs {
@@ -181,7 +179,7 @@ func (a *app) holderArgs(sb *sandbox, st *state) ([]string, []string, error) {
 			if t.Options.ReadOnly {
 				o += ",ro"
 			}
-			remounts = append(remounts, o, t.Guest)
+			remounts = append(remounts, remount{o, t.Guest})
 		}
 	}
 	// The idle process reports readiness on fd 4 once every mount is in
@@ -231,7 +229,7 @@ func (a *app) startHolder(sb *sandbox, st *state) error {
 	defer readyR.Close()
 
 	cmd := exec.Command("bwrap", args...)
-	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.Env = []string{"PATH=" + guestPATH}
 	cmd.Stderr = logf
 	cmd.ExtraFiles = []*os.File{infoW, readyW}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -244,51 +242,55 @@ func (a *app) startHolder(sb *sandbox, st *state) error {
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 
-	type result struct {
-		pid int
-		err error
-	}
-	got := make(chan result, 1)
+	// bwrap reports the sandbox init's pid on the info fd; the idle process
+	// then reports readiness once every mount is in place.
+	var initPID atomic.Int64
+	ready := make(chan error, 1)
 	go func() {
 		var info struct {
 			ChildPID int `json:"child-pid"`
 		}
 		if err := json.NewDecoder(infoR).Decode(&info); err != nil {
-			got <- result{err: err}
+			ready <- err
 			return
 		}
+		initPID.Store(int64(info.ChildPID))
 		line, err := bufio.NewReader(readyR).ReadString('\n')
 		if err != nil || line != "ready\n" {
-			got <- result{err: fmt.Errorf("holder did not report readiness")}
-			return
+			err = fmt.Errorf("holder did not report readiness")
 		}
-		got <- result{pid: info.ChildPID}
+		ready <- err
 	}()
-	var r result
 	select {
-	case r = <-got:
+	case err = <-ready:
 	case <-time.After(20 * time.Second):
-		r.err = fmt.Errorf("timed out waiting for the holder")
+		err = fmt.Errorf("timed out waiting for the holder")
 	}
 	fail := func(err error) error {
+		// Without the outer bwrap the sandbox init would live on.
+		if pid := int(initPID.Load()); pid > 0 {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
 		_ = cmd.Process.Kill()
 		<-exited
-		msg, _ := os.ReadFile(logPath)
-		return failf("failed to start %q: %v %s", sb.Name, err, strings.TrimSpace(string(msg)))
+		if msg, _ := os.ReadFile(logPath); len(bytes.TrimSpace(msg)) > 0 {
+			err = errors.New(string(bytes.TrimSpace(msg)))
+		}
+		return failf("failed to start %q: %v", sb.Name, err)
 	}
-	if r.err != nil {
-		return fail(r.err)
+	if err != nil {
+		return fail(err)
 	}
-	startTicks, ok := procStart(r.pid)
+	startTicks, ok := procStart(int(initPID.Load()))
 	if !ok {
 		return fail(fmt.Errorf("holder exited"))
 	}
 	outerTicks, _ := procStart(cmd.Process.Pid)
-	h := &holder{OuterPID: cmd.Process.Pid, OuterStart: outerTicks, InitPID: r.pid, InitStart: startTicks}
+	h := &holder{OuterPID: cmd.Process.Pid, OuterStart: outerTicks, InitPID: int(initPID.Load()), InitStart: startTicks}
 	if len(remounts) > 0 {
 		script := ""
-		for i := 0; i < len(remounts); i += 2 {
-			script += fmt.Sprintf("mount -o %s %s && ", remounts[i], shellQuote(remounts[i+1]))
+		for _, r := range remounts {
+			script += fmt.Sprintf("mount -o %s %s && ", r.opts, shellQuote(r.path))
 		}
 		out, err := exec.Command("nsenter", "-t", strconv.Itoa(h.InitPID), "-m", "--", "/bin/sh", "-c", script+"true").CombinedOutput()
 		if err != nil {

@@ -57,7 +57,9 @@
 // sandbox start it for the call and stop it again afterwards (so a copy
 // into a stopped sandbox persists only on its named volumes); guests run
 // without CAP_SYS_ADMIN and a few other host-affecting capabilities; an
-// unknown exec --user fails with "error: exec failed: user not found: U".
+// unknown exec --user fails with "error: exec failed: user not found: U";
+// exec --tty, --rlimit and -q are accepted and ignored; the guest root
+// outside named volumes is a tmpfs, lost on stop. README.md has the details.
 package main
 
 import (
@@ -94,7 +96,6 @@ type app struct {
 	args   []string
 	start  time.Time
 	log    string
-	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
 
@@ -105,7 +106,7 @@ type app struct {
 }
 
 func main() {
-	a := &app{args: os.Args[1:], start: time.Now(), stdin: os.Stdin}
+	a := &app{args: os.Args[1:], start: time.Now()}
 	os.Exit(a.run())
 }
 

@@ -150,3 +150,11 @@ func TestCreateExecRemove(t *testing.T) {
 	assert.Contains(t, f.state().Volumes, "vol")
 	assert.Empty(t, holderProcs(f.home+"|"))
 }
+
+func TestCreateFailureLeavesNothing(t *testing.T) {
+	f := newFx(t)
+	r := f.run("create", "alpine", "-n", "bad", "--tmpfs", "/proc/x")
+	assert.Equal(t, result{"", "error: failed to start \"bad\": bwrap: Can't mkdir /proc/x: No such file or directory\n", 1}, r)
+	assert.Empty(t, holderProcs(f.home+"|"))
+	assert.Equal(t, "[]\n", f.ok("list", "--format", "json").stdout)
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -161,21 +162,12 @@ func targets(p *parsed, st *state) []string {
 	names := append([]string(nil), p.pos["NAMES"]...)
 	if p.has("label") {
 		for _, sb := range st.sorted() {
-			if sb.matches(p.vals["label"]) && !contains(names, sb.Name) {
+			if sb.matches(p.vals["label"]) && !slices.Contains(names, sb.Name) {
 				names = append(names, sb.Name)
 			}
 		}
 	}
 	return names
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 func (sb *sandbox) matches(filters []string) bool {

@@ -21,9 +21,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -274,27 +277,38 @@ func (e *Env) Run(t testing.TB, args ...string) (stdout, stderr string, exit int
 	return out.String(), errb.String(), exit
 }
 
-// Holders returns the pids of live holder processes of this Env.
+// Holders returns the pids of live holder processes of this Env (each
+// running sandbox has two: bwrap and the sandbox's pid 1).
 func (e *Env) Holders() []int {
-	return holders(e.Home)
+	var out []int
+	for _, h := range holders(e.Home) {
+		out = append(out, h.pid)
+	}
+	return out
 }
 
-func holders(home string) []int {
+type holderProc struct {
+	pid     int
+	sandbox string
+}
+
+func holders(home string) []holderProc {
 	ents, _ := os.ReadDir("/proc")
-	var out []int
+	var out []holderProc
 	for _, ent := range ents {
-		var pid int
-		if _, err := fmt.Sscanf(ent.Name(), "%d", &pid); err != nil {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil {
 			continue
 		}
+		// A zombie has an empty command line: it is no longer running.
 		data, err := os.ReadFile("/proc/" + ent.Name() + "/cmdline")
 		if err != nil || len(data) == 0 {
 			continue
 		}
 		args := strings.Split(string(data), "\x00")
 		for i := 0; i+1 < len(args); i++ {
-			if args[i] == "FAKEMSB_HOLDER" && strings.HasPrefix(args[i+1], home+"|") {
-				out = append(out, pid)
+			if name, ok := strings.CutPrefix(args[i+1], home+"|"); ok && args[i] == "FAKEMSB_HOLDER" {
+				out = append(out, holderProc{pid: pid, sandbox: name})
 				break
 			}
 		}
@@ -311,16 +325,33 @@ func (e *Env) cleanup(t testing.TB) {
 	if err != nil {
 		t.Error(err)
 	}
-	if names := e.Sandboxes(t); len(names) > 0 {
+	names := e.Sandboxes(t)
+	if len(names) > 0 {
 		if _, stderr, code := e.Run(t, append([]string{"remove", "--force", "-q"}, names...)...); code != 0 {
 			t.Errorf("fakemsbtest: cleanup remove: exit %d: %s", code, stderr)
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for len(e.Holders()) > 0 && time.Now().Before(deadline) {
+	recorded := func() bool {
+		for _, h := range holders(e.Home) {
+			if slices.Contains(names, h.sandbox) {
+				return true
+			}
+		}
+		return false
+	}
+	for deadline := time.Now().Add(5 * time.Second); recorded() && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if left := e.Holders(); len(left) > 0 {
-		t.Errorf("fakemsbtest: holder processes still alive after cleanup: %v", left)
+	// A holder that the state never recorded belongs to a create that was
+	// killed while starting it, as a client's deadline can do: msb would
+	// leave such a VM behind too. It is killed here and only logged; a
+	// recorded one that survived remove --force is a fakemsb failure.
+	for _, h := range holders(e.Home) {
+		if slices.Contains(names, h.sandbox) {
+			t.Errorf("fakemsbtest: holder %d of sandbox %q still alive after remove --force", h.pid, h.sandbox)
+		} else {
+			t.Logf("fakemsbtest: killing holder %d of %q, which a killed create left behind", h.pid, h.sandbox)
+		}
+		_ = syscall.Kill(h.pid, syscall.SIGKILL)
 	}
 }

@@ -2,8 +2,10 @@ package fakemsbtest
 
 import (
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -61,5 +63,26 @@ func TestCleanupRemovesSandboxes(t *testing.T) {
 		_, stderr, code := env.Run(t, "create", "alpine", "-n", "leaky", "-q")
 		require.Equal(t, 0, code, stderr)
 	})
+	assert.Empty(t, holders(home))
+
+}
+
+func TestCleanupKillsUnrecordedHolders(t *testing.T) {
+	var home string
+	done := make(chan struct{})
+	t.Run("inner", func(t *testing.T) {
+		env := New(t)
+		home = env.Home
+		// Stands in for a holder whose create was killed before recording it.
+		cmd := exec.Command("sh", "-c", "while :; do sleep 0.05; done", "FAKEMSB_HOLDER", env.Home+"|ghost")
+		require.NoError(t, cmd.Start())
+		go func() { _ = cmd.Wait(); close(done) }()
+		require.Len(t, env.Holders(), 1)
+	})
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the unrecorded holder was not killed")
+	}
 	assert.Empty(t, holders(home))
 }
