@@ -222,3 +222,23 @@ func TestFaults(t *testing.T) {
 		assert.Regexp(t, "^error: FAKEMSB_FAULTS: rule ", r.stderr, bad)
 	}
 }
+
+func TestLogCountsKilledInvocations(t *testing.T) {
+	f := newFx(t)
+	f.ok("create", "alpine", "-n", "box", "-q")
+	cmd := f.cmd("exec", "--stream", "box", "--", "sh", "-c", "echo up; sleep 30")
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	_, err = bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err)
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+	f.ok("list", "-q")
+
+	recs := f.records()
+	require.Len(t, recs, 3)
+	assert.Equal(t, logRecord{Argv: []string{"exec", "--stream", "box", "--", "sh", "-c", "echo up; sleep 30"}, Exit: -1}, recs[1])
+	assert.Equal(t, 0, recs[2].Exit)
+	assert.Greater(t, recs[2].Ms, 0.0)
+}

@@ -14,9 +14,12 @@
 //	FAKEMSB_LATENCY  Go duration slept at the start of every invocation.
 //	FAKEMSB_LOG      file to which every invocation appends one JSON line
 //	                 {"argv":[...],"exit":N,"ms":F}; argv excludes the program
-//	                 name; exit is -1 for an invocation that a fault made hang
-//	                 or die (logged before it hangs or dies). Appends are
-//	                 flock'ed, so concurrent invocations never interleave.
+//	                 name. The line is appended when the invocation starts,
+//	                 with exit -1 and ms 0, and completed in place when it
+//	                 ends, so an invocation that is killed, or that a fault
+//	                 makes hang, keeps exit -1. Writers take an flock on the
+//	                 file; readers that may race a writer should take a shared
+//	                 one.
 //	FAKEMSB_FAULTS   fault injection, see below.
 //
 // A malformed FAKEMSB_NOW, FAKEMSB_LATENCY or FAKEMSB_FAULTS makes every
@@ -69,6 +72,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -91,13 +95,17 @@ func failf(format string, a ...any) error {
 }
 
 type app struct {
-	home   string
-	now    time.Time
-	args   []string
-	start  time.Time
-	log    string
-	stdout io.Writer
-	stderr io.Writer
+	home  string
+	now   time.Time
+	args  []string
+	start time.Time
+	// log is FAKEMSB_LOG; this invocation's record starts at logOffset
+	// with logPrefix.
+	log       string
+	logOffset int64
+	logPrefix string
+	stdout    io.Writer
+	stderr    io.Writer
 
 	// killGuest, when set, kills the running exec's guest tree; a
 	// die-after fault calls it before dying.
@@ -111,14 +119,15 @@ func main() {
 }
 
 func (a *app) run() int {
+	a.log = os.Getenv("FAKEMSB_LOG")
+	a.logStart()
 	code := a.main()
-	a.logInvocation(code)
+	a.logFinish(code)
 	return code
 }
 
 func (a *app) main() int {
 	a.stdout, a.stderr = os.Stdout, os.Stderr
-	a.log = os.Getenv("FAKEMSB_LOG")
 	if err := a.configure(); err != nil {
 		return a.report(err)
 	}
@@ -139,8 +148,6 @@ func (a *app) main() int {
 		}
 		return act.code
 	case act.kind == "hang":
-		a.logInvocation(-1)
-		a.log = ""
 		for {
 			time.Sleep(time.Hour)
 		}
@@ -246,30 +253,65 @@ func (a *app) progress(p *parsed, verb, target string) {
 	}
 }
 
-// logInvocation appends this invocation's record to FAKEMSB_LOG.
-func (a *app) logInvocation(code int) {
+// logStart appends this invocation's record to FAKEMSB_LOG with exit -1
+// and ms 0, so that an invocation killed from outside (a client's deadline
+// kills msb's process group) is still counted; logFinish fills in the real
+// values in place. Exit and ms are space-padded to fixed widths, which keeps
+// the record's length and its JSON valid.
+func (a *app) logStart() {
 	if a.log == "" {
 		return
 	}
-	argv := a.args
-	if argv == nil {
-		argv = []string{}
+	argv, _ := json.Marshal(a.args)
+	if a.args == nil {
+		argv = []byte("[]")
 	}
-	rec, _ := json.Marshal(struct {
-		Argv []string `json:"argv"`
-		Exit int      `json:"exit"`
-		Ms   float64  `json:"ms"`
-	}{argv, code, float64(time.Since(a.start).Microseconds()) / 1000})
+	a.logPrefix = `{"argv":` + string(argv) + `,"exit":`
+	rec := a.logRecord(-1, 0)
 	f, err := os.OpenFile(a.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "fakemsb: FAKEMSB_LOG: %v\n", err)
+		a.log = ""
+		return
+	}
+	defer f.Close()
+	if err := flock(f, unix.LOCK_EX); err != nil {
+		a.log = ""
+		return
+	}
+	defer unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	if _, err := f.WriteString(rec); err != nil {
+		a.log = ""
+		return
+	}
+	end, err := f.Seek(0, io.SeekCurrent)
+	if err != nil {
+		a.log = ""
+		return
+	}
+	a.logOffset = end - int64(len(rec))
+}
+
+func (a *app) logRecord(code int, ms float64) string {
+	return fmt.Sprintf("%s%-4d,\"ms\":%-18s}\n", a.logPrefix, code, strconv.FormatFloat(ms, 'f', 3, 64))
+}
+
+// logFinish rewrites this invocation's record with its exit code and time.
+func (a *app) logFinish(code int) {
+	if a.log == "" {
+		return
+	}
+	rec := a.logRecord(code, float64(time.Since(a.start).Microseconds())/1000)
+	// Without O_APPEND: on Linux pwrite on an O_APPEND file appends.
+	f, err := os.OpenFile(a.log, os.O_WRONLY, 0)
+	if err != nil {
 		return
 	}
 	defer f.Close()
 	if flock(f, unix.LOCK_EX) == nil {
 		defer unix.Flock(int(f.Fd()), unix.LOCK_UN)
 	}
-	_, _ = f.Write(append(rec, '\n'))
+	_, _ = f.WriteAt([]byte(rec), a.logOffset)
 }
 
 // die ends the process abruptly for a die-after fault.
@@ -280,7 +322,7 @@ func (a *app) die() {
 	if kill != nil {
 		kill()
 	}
-	a.logInvocation(-1)
+	a.logFinish(-1)
 	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	for {
 		time.Sleep(time.Hour)

@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,7 +47,8 @@ type Env struct {
 	knobs     map[string]string
 }
 
-// Invocation is one record of FAKEMSB_LOG.
+// Invocation is one record of FAKEMSB_LOG. Exit is -1 while the
+// invocation runs and stays -1 when it was killed or hung.
 type Invocation struct {
 	Argv []string `json:"argv"`
 	Exit int      `json:"exit"`
@@ -185,10 +187,20 @@ func (e *Env) saveKnobs() error {
 // Invocations returns every record logged so far, oldest first.
 func (e *Env) Invocations(t testing.TB) []Invocation {
 	t.Helper()
-	data, err := os.ReadFile(e.LogPath)
+	f, err := os.Open(e.LogPath)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// fakemsb completes a record in place when its invocation ends; the
+	// shared lock keeps a half-rewritten record from being read.
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH); err != nil {
+		t.Fatal(err)
+	}
+	data, err := io.ReadAll(f)
 	if err != nil {
 		t.Fatal(err)
 	}
