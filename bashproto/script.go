@@ -18,6 +18,10 @@ import (
 	"github.com/google/uuid"
 )
 
+// OwnerEnv tags every process of a command with its token, so a cleanup
+// can find the ones that left its process group (setsid, daemons).
+const OwnerEnv = "OMA_BASH_OWNER"
+
 // TimeoutExitCode is the exit status of a command killed by the guest timer
 // (128 + SIGKILL).
 const TimeoutExitCode = 137
@@ -27,6 +31,7 @@ const TimeoutExitCode = 137
 // session and process group (a background job of a non-interactive shell is
 // never a group leader, so setsid execs in place and $! is the group id);
 // its stderr is merged into stdout so the combined output keeps its order.
+// Its environment carries OwnerEnv=token, inherited by everything it starts.
 // It is not a login shell, so no profile files are read.
 //
 // $! exists before the child has called setsid, so every kill names the
@@ -43,7 +48,7 @@ pidfile=$1 secs=$2 command=$3 token=$4
 timerfile=$pidfile.timer markfile=$pidfile.timeout
 rm -f -- "$pidfile" "$timerfile" "$markfile"
 printf '__OMA_DISPATCHED__:%s\n' "$token"
-setsid /bin/bash -c "$command" </dev/null 2>&1 &
+setsid env "OMA_BASH_OWNER=$token" /bin/bash -c "$command" </dev/null 2>&1 &
 pid=$!
 setsid /bin/bash -c 'sleep "$1"; if kill -0 -- "$2" "-$2" 2>/dev/null; then : > "$3"; kill -KILL -- "$2" "-$2" 2>/dev/null; fi' timer "$secs" "$pid" "$markfile" </dev/null >/dev/null 2>&1 &
 timer=$!

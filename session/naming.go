@@ -48,6 +48,9 @@ type Names struct {
 // NewNames derives resource names from the ids. now and random (6 base-36
 // characters are taken from it) make the stem unique per creation.
 func NewNames(prefix, workspaceID, sessionID string, now time.Time, random uint64) Names {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
 	stem := strings.Join([]string{
 		namePart(prefix, maxPrefixLen),
 		namePart(workspaceID, maxIDLen),
@@ -86,6 +89,9 @@ func namePart(id string, max int) string {
 
 // stemPattern matches stems NewNames produces for a given sanitized prefix.
 func stemPattern(prefix string) *regexp.Regexp {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
 	return regexp.MustCompile(`^` + regexp.QuoteMeta(namePart(prefix, maxPrefixLen)) +
 		`-[a-z0-9_.-]+-[0-9a-z]+-[0-9a-z]{6}$`)
 }

@@ -1,0 +1,186 @@
+// Package sessiontest provides a session.Session that runs guest scripts
+// with the host's bash in a temporary directory tree. It has no isolation at
+// all: it exists so the tool layer's logic can be tested quickly and
+// directly; the backends' own suites prove isolation.
+package sessiontest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/oma-sandbox/oma-sandbox/session"
+)
+
+// Host is a session.Session rooted in a temporary directory.
+type Host struct {
+	root  string
+	paths session.Paths
+	calls atomic.Int64
+
+	mu     sync.Mutex
+	closed bool
+}
+
+var _ session.Session = (*Host)(nil)
+
+// NewHost makes the directory tree under t.TempDir().
+func NewHost(t testing.TB) *Host {
+	root := t.TempDir()
+	h := &Host{root: root, paths: session.Paths{
+		Workspace: filepath.Join(root, "workspace"),
+		Uploads:   filepath.Join(root, "uploads"),
+		Outputs:   filepath.Join(root, "outputs"),
+		Skills:    filepath.Join(root, "workspace", "skills"),
+	}}
+	for _, d := range []string{h.paths.Workspace, h.paths.Uploads, h.paths.Outputs} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return h
+}
+
+// Calls counts Shell and CopyIn calls: the stand-in for msb invocations.
+func (h *Host) Calls() int64 { return h.calls.Load() }
+
+func (h *Host) Name() string                        { return "host-" + filepath.Base(h.root) }
+func (h *Host) Paths() session.Paths                { return h.paths }
+func (h *Host) Poisoned() bool                      { return false }
+func (h *Host) Poison(context.Context, error) error { return h.Close(context.Background()) }
+
+func (h *Host) Close(context.Context) error {
+	h.mu.Lock()
+	h.closed = true
+	h.mu.Unlock()
+	return nil
+}
+
+func (h *Host) CopyIn(ctx context.Context, hostPath, guestPath string) error {
+	h.calls.Add(1)
+	return exec.CommandContext(ctx, "cp", "-r", hostPath, guestPath).Run()
+}
+
+// Shell runs the script with bash in its own process group and kills the
+// group when ctx ends, the guest timeout fires or the output cap is hit.
+func (h *Host) Shell(ctx context.Context, cmd session.Command, opts session.ShellOptions) (*session.Result, error) {
+	h.mu.Lock()
+	closed := h.closed
+	h.mu.Unlock()
+	if closed {
+		return nil, session.ErrClosed
+	}
+	h.calls.Add(1)
+	if opts.GuestTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, opts.GuestTimeout)
+		defer cancel()
+	}
+	c := exec.Command("/bin/bash", append([]string{"-c", cmd.Script, "bash"}, cmd.Args...)...)
+	c.Dir = opts.Workdir
+	if c.Dir == "" {
+		c.Dir = h.paths.Workspace
+	}
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// A background process may keep the output pipes open, as in a guest.
+	c.WaitDelay = time.Second
+	c.Stdin = opts.Stdin
+	if c.Stdin == nil {
+		c.Stdin = bytes.NewReader(nil)
+	}
+	limit := opts.MaxOutput
+	if limit == 0 {
+		limit = 16 << 20
+	}
+	var stdout, stderr bytes.Buffer
+	w := &capWriter{limit: limit}
+	w.out = writerFor(&stdout, opts.Stdout, w)
+	w.err = writerFor(&stderr, opts.Stderr, w)
+	c.Stdout, c.Stderr = w.out, w.err
+	if err := c.Start(); err != nil {
+		return nil, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Wait() }()
+	var waitErr error
+	select {
+	case waitErr = <-done:
+	case <-ctx.Done():
+		_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+		<-done
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, session.ErrGuestTimeout
+		}
+		return nil, session.ErrAborted
+	case <-w.overflow():
+		_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+		<-done
+		return nil, session.ErrOutputOverflow
+	}
+	_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+	res := &session.Result{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
+	var exitErr *exec.ExitError
+	if errors.As(waitErr, &exitErr) {
+		res.ExitCode = exitErr.ExitCode()
+		if res.ExitCode < 0 {
+			res.ExitCode = 255
+		}
+	} else if waitErr != nil {
+		return nil, waitErr
+	}
+	return res, nil
+}
+
+type capWriter struct {
+	mu       sync.Mutex
+	limit    int64
+	n        int64
+	over     chan struct{}
+	once     sync.Once
+	out, err io.Writer
+}
+
+func (w *capWriter) overflow() <-chan struct{} {
+	w.once.Do(func() { w.over = make(chan struct{}) })
+	return w.over
+}
+
+type streamWriter struct {
+	cap *capWriter
+	buf *bytes.Buffer
+	fn  func([]byte)
+}
+
+func writerFor(buf *bytes.Buffer, fn func([]byte), w *capWriter) io.Writer {
+	w.overflow()
+	return &streamWriter{cap: w, buf: buf, fn: fn}
+}
+
+func (s *streamWriter) Write(p []byte) (int, error) {
+	s.cap.mu.Lock()
+	defer s.cap.mu.Unlock()
+	s.cap.n += int64(len(p))
+	if s.cap.n > s.cap.limit {
+		select {
+		case <-s.cap.over:
+		default:
+			close(s.cap.over)
+		}
+		return 0, errors.New("output cap")
+	}
+	if s.fn != nil {
+		s.fn(bytes.Clone(p))
+	} else {
+		s.buf.Write(p)
+	}
+	return len(p), nil
+}

@@ -1,0 +1,410 @@
+package session
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/oma-sandbox/oma-sandbox/grep"
+	"github.com/oma-sandbox/oma-sandbox/msb"
+)
+
+// Defaults of a session on msb (the seed's, but memory 1G and --root-disk).
+const (
+	DefaultImage            = "ghcr.io/oma-sandbox/sandbox:latest"
+	DefaultCPUs             = 1
+	DefaultMemory           = "1G"
+	DefaultRootDisk         = "1G"
+	DefaultMaxDuration      = "2h"
+	DefaultSecurity         = "restricted"
+	DefaultPull             = "if-missing"
+	DefaultOperationTimeout = 10 * time.Second
+	DefaultStartupTimeout   = 5 * time.Minute
+	// HostGrace is added to a guest timeout to form the host deadline, so the
+	// guest timer fires first and its answer is the one reported.
+	HostGrace = 2 * time.Second
+
+	uploadsTmpfsSize = "64M"
+	outputsTmpfsSize = "100M"
+)
+
+// Guest paths of every msb session.
+var msbPaths = Paths{
+	Workspace: "/workspace",
+	Uploads:   "/mnt/session/uploads",
+	Outputs:   "/mnt/session/outputs",
+	Skills:    "/workspace/skills",
+}
+
+// Options configure Create. Zero values take the defaults above.
+type Options struct {
+	Client      *msb.Client
+	WorkspaceID string
+	SessionID   string
+	Image       string
+	CPUs        int
+	Memory      string
+	RootDisk    string
+	MaxDuration string
+	Security    string
+	Pull        string
+	Prefix      string
+	// OperationTimeout bounds every guest command that names no timeout of
+	// its own; StartupTimeout bounds `msb create` (an image pull can be slow).
+	OperationTimeout time.Duration
+	StartupTimeout   time.Duration
+	// Now and Random make names and the created-at label reproducible in tests.
+	Now    func() time.Time
+	Random func() uint64
+	Logger *slog.Logger
+}
+
+func (o *Options) setDefaults() {
+	if o.Client == nil {
+		o.Client = msb.NewClient(&msb.CLI{})
+	}
+	if o.Image == "" {
+		o.Image = DefaultImage
+	}
+	if o.CPUs == 0 {
+		o.CPUs = DefaultCPUs
+	}
+	if o.Memory == "" {
+		o.Memory = DefaultMemory
+	}
+	if o.RootDisk == "" {
+		o.RootDisk = DefaultRootDisk
+	}
+	if o.MaxDuration == "" {
+		o.MaxDuration = DefaultMaxDuration
+	}
+	if o.Security == "" {
+		o.Security = DefaultSecurity
+	}
+	if o.Pull == "" {
+		o.Pull = DefaultPull
+	}
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if o.OperationTimeout <= 0 {
+		o.OperationTimeout = DefaultOperationTimeout
+	}
+	if o.StartupTimeout <= 0 {
+		o.StartupTimeout = DefaultStartupTimeout
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Random == nil {
+		o.Random = randomUint64
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+func randomUint64() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux
+	return binary.LittleEndian.Uint64(b[:])
+}
+
+// MsbSession is a Session backed by one msb sandbox and its workspace volume.
+type MsbSession struct {
+	client    *msb.Client
+	names     Names
+	opTimeout time.Duration
+	logger    *slog.Logger
+
+	mu             sync.Mutex
+	closed         bool
+	poisoned       bool
+	sandboxRemoved bool
+	volumeRemoved  bool
+}
+
+var _ Session = (*MsbSession)(nil)
+
+// createOptions are the `msb create` flags of a session.
+func createOptions(o Options, names Names) msb.CreateOptions {
+	now := o.Now().UTC()
+	return msb.CreateOptions{
+		Image:  o.Image,
+		Name:   names.Sandbox,
+		Mounts: []msb.NamedMount{{Volume: names.Volume, Guest: msbPaths.Workspace}},
+		Tmpfs: []msb.Tmpfs{
+			{Path: msbPaths.Uploads, Size: uploadsTmpfsSize, Options: []string{"nosuid", "nodev", "noexec"}},
+			{Path: msbPaths.Outputs, Size: outputsTmpfsSize, Options: []string{"nosuid", "nodev", "noexec"}},
+		},
+		Workdir:     msbPaths.Workspace,
+		NoNet:       true,
+		CPUs:        o.CPUs,
+		Memory:      o.Memory,
+		RootDisk:    o.RootDisk,
+		MaxDuration: o.MaxDuration,
+		Security:    o.Security,
+		Pull:        o.Pull,
+		Quiet:       true,
+		Labels: append(OwnerLabels(),
+			msb.Label{Key: LabelWorkspaceID, Value: o.WorkspaceID},
+			msb.Label{Key: LabelSessionID, Value: o.SessionID},
+			msb.Label{Key: LabelCreatedAt, Value: now.Format("2006-01-02T15:04:05.000Z")},
+		),
+	}
+}
+
+// prepareScript sets the mount owners and modes, then runs the ripgrep
+// preflight ($4, with its own arguments after it) in the workspace: one
+// guest round trip.
+const prepareScript = `set -eu
+chown 0:0 "$1" && chmod 755 "$1"
+chown 65534:65534 "$2" && chmod 700 "$2"
+cd "$3"
+preflight=$4
+shift 4
+exec /bin/bash -c "$preflight" bash "$@"
+`
+
+// Create makes a sandbox with its workspace volume and prepares it: two msb
+// invocations (create with --mount-named, which makes the volume; one exec
+// that prepares the mounts and runs the ripgrep preflight). Any failure
+// removes what was made and returns the original error.
+func Create(ctx context.Context, o Options) (*MsbSession, error) {
+	o.setDefaults()
+	if o.WorkspaceID == "" || o.SessionID == "" {
+		return nil, fmt.Errorf("%w: workspace id and session id are required", ErrInvalid)
+	}
+	names := NewNames(o.Prefix, o.WorkspaceID, o.SessionID, o.Now(), o.Random())
+	createOpts := createOptions(o, names)
+	if _, err := createOpts.Args(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	s := &MsbSession{client: o.Client, names: names, opTimeout: o.OperationTimeout, logger: o.Logger}
+
+	startCtx, cancel := context.WithTimeout(ctx, o.StartupTimeout)
+	err := o.Client.Create(startCtx, createOpts)
+	cancel()
+	if err == nil {
+		err = s.prepare(ctx)
+	}
+	if err != nil {
+		if cleanupErr := s.remove(context.WithoutCancel(ctx)); cleanupErr != nil {
+			o.Logger.Warn("cleanup after failed create", "sandbox", names.Sandbox, "err", cleanupErr)
+			err = errors.Join(err, cleanupErr)
+		}
+		s.closed = true
+		return nil, fmt.Errorf("create session %s: %w", names.Sandbox, err)
+	}
+	o.Logger.Debug("session created", "sandbox", names.Sandbox, "volume", names.Volume)
+	return s, nil
+}
+
+func (s *MsbSession) prepare(ctx context.Context) error {
+	preflight, preflightArgs := grep.PreflightScript()
+	args := append([]string{msbPaths.Uploads, msbPaths.Outputs, msbPaths.Workspace, preflight}, preflightArgs...)
+	res, err := s.exec(ctx, Command{Script: prepareScript, Args: args}, ShellOptions{User: "0", GuestTimeout: s.opTimeout})
+	if err != nil {
+		return fmt.Errorf("prepare mounts and ripgrep preflight: %w", err)
+	}
+	if res.ExitCode != 0 {
+		return fmt.Errorf("prepare mounts and ripgrep preflight: exit %d: %s", res.ExitCode, tail(res.Stderr))
+	}
+	return nil
+}
+
+// Attach reopens a session by its sandbox name without any msb invocation;
+// the volume follows from the shared stem. A name that is not ours is
+// refused; a sandbox that no longer exists surfaces as ErrNotFound on first use.
+func Attach(client *msb.Client, prefix, sandbox string) (*MsbSession, error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	stem, ok := SandboxStem(prefix, sandbox)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q is not a session sandbox name with prefix %q", ErrInvalid, sandbox, prefix)
+	}
+	if client == nil {
+		client = msb.NewClient(&msb.CLI{})
+	}
+	return &MsbSession{
+		client:    client,
+		names:     NamesFromStem(stem),
+		opTimeout: DefaultOperationTimeout,
+		logger:    slog.New(slog.DiscardHandler),
+	}, nil
+}
+
+// Name is the sandbox name.
+func (s *MsbSession) Name() string { return s.names.Sandbox }
+
+// Names are the session's msb resources.
+func (s *MsbSession) Names() Names { return s.names }
+
+// Paths are the guest paths.
+func (s *MsbSession) Paths() Paths { return msbPaths }
+
+// Poisoned reports whether the session's state became unknown.
+func (s *MsbSession) Poisoned() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.poisoned
+}
+
+func (s *MsbSession) usable() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.poisoned:
+		return ErrPoisoned
+	case s.closed:
+		return ErrClosed
+	}
+	return nil
+}
+
+// Shell runs a bash script in the sandbox: one msb exec.
+func (s *MsbSession) Shell(ctx context.Context, cmd Command, opts ShellOptions) (*Result, error) {
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	return s.exec(ctx, cmd, opts)
+}
+
+func (s *MsbSession) exec(ctx context.Context, cmd Command, opts ShellOptions) (*Result, error) {
+	hostTimeout := s.opTimeout + HostGrace
+	execOpts := msb.ExecOptions{
+		Name:    s.names.Sandbox,
+		Argv:    append([]string{"/bin/bash", "-c", cmd.Script, "bash"}, cmd.Args...),
+		Stream:  opts.Stdout != nil || opts.Stderr != nil,
+		User:    opts.User,
+		Workdir: opts.Workdir,
+	}
+	if execOpts.Workdir == "" {
+		execOpts.Workdir = msbPaths.Workspace
+	}
+	if opts.GuestTimeout > 0 {
+		execOpts.Timeout = msb.FormatDuration(opts.GuestTimeout)
+		hostTimeout = opts.GuestTimeout + HostGrace
+	}
+	ctx, cancel := context.WithTimeout(ctx, hostTimeout)
+	defer cancel()
+	res, err := s.client.Exec(ctx, execOpts, msb.Streams{
+		Stdin: opts.Stdin, Stdout: opts.Stdout, Stderr: opts.Stderr, MaxOutput: opts.MaxOutput,
+	})
+	return shellResult(res, err)
+}
+
+// shellResult maps msb's outcome onto the Session contract: a guest's own
+// exit code is a result; everything that kept it from running is an error.
+func shellResult(res *msb.Result, err error) (*Result, error) {
+	var out *Result
+	if res != nil {
+		out = &Result{ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr}
+	}
+	if err == nil {
+		return out, nil
+	}
+	for _, m := range errorMap {
+		if errors.Is(err, m.from) {
+			return out, fmt.Errorf("%w: %w", m.to, err)
+		}
+	}
+	var exitErr *msb.ExitError
+	if errors.As(err, &exitErr) && exitErr.Kind == nil && out != nil {
+		return out, nil
+	}
+	return out, err
+}
+
+var errorMap = []struct{ from, to error }{
+	{msb.ErrHostTimeout, ErrHostTimeout},
+	{msb.ErrAborted, ErrAborted},
+	{msb.ErrOutputOverflow, ErrOutputOverflow},
+	{msb.ErrExecTimedOut, ErrGuestTimeout},
+	{msb.ErrCannotStart, ErrCannotStart},
+	{msb.ErrSandboxNotFound, ErrNotFound},
+}
+
+// CopyIn copies a host file or directory to an absolute guest path: one msb copy.
+func (s *MsbSession) CopyIn(ctx context.Context, hostPath, guestPath string) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	ref, err := msb.PathRef(s.names.Sandbox, guestPath)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
+	defer cancel()
+	if err := s.client.Copy(ctx, hostPath, ref); err != nil {
+		_, mapped := shellResult(nil, err)
+		return fmt.Errorf("copy %s to %s: %w", hostPath, guestPath, mapped)
+	}
+	return nil
+}
+
+// Poison marks the session unusable and removes the sandbox and volume now.
+// A removal that fails is retried by Close.
+func (s *MsbSession) Poison(ctx context.Context, cause error) error {
+	s.mu.Lock()
+	s.poisoned = true
+	s.mu.Unlock()
+	s.logger.Warn("session poisoned", "sandbox", s.names.Sandbox, "cause", cause)
+	if err := s.remove(ctx); err != nil {
+		return fmt.Errorf("poison %s: %w", s.names.Sandbox, err)
+	}
+	return nil
+}
+
+// Close removes the sandbox, then the volume. It is idempotent; a removal
+// that failed before is tried again.
+func (s *MsbSession) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	if err := s.remove(ctx); err != nil {
+		return fmt.Errorf("close %s: %w", s.names.Sandbox, err)
+	}
+	return nil
+}
+
+// remove force-removes whatever of the sandbox and volume is still there,
+// sandbox first (msb refuses to remove a volume attached to a live sandbox).
+// Already-gone resources count as removed.
+func (s *MsbSession) remove(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.sandboxRemoved {
+		rctx, cancel := context.WithTimeout(ctx, s.opTimeout)
+		err := s.client.Remove(rctx, msb.RemoveOptions{Names: []string{s.names.Sandbox}, Force: true})
+		cancel()
+		if err != nil && !errors.Is(err, msb.ErrSandboxNotFound) {
+			return fmt.Errorf("remove sandbox: %w", err)
+		}
+		s.sandboxRemoved = true
+	}
+	if !s.volumeRemoved {
+		rctx, cancel := context.WithTimeout(ctx, s.opTimeout)
+		err := s.client.VolumeRemove(rctx, s.names.Volume)
+		cancel()
+		if err != nil && !errors.Is(err, msb.ErrVolumeNotFound) {
+			return fmt.Errorf("remove volume: %w", err)
+		}
+		s.volumeRemoved = true
+	}
+	return nil
+}
+
+func tail(b []byte) string {
+	const max = 2048
+	if len(b) > max {
+		b = b[len(b)-max:]
+	}
+	return string(b)
+}

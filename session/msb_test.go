@@ -1,0 +1,242 @@
+package session_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
+	"github.com/oma-sandbox/oma-sandbox/msb"
+	"github.com/oma-sandbox/oma-sandbox/session"
+)
+
+var fixedNow = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+func options(env *fakemsbtest.Env) session.Options {
+	return session.Options{
+		Client:      msb.NewClient(&msb.CLI{Path: env.Bin}),
+		WorkspaceID: "Workspace 42",
+		SessionID:   "sess/7",
+		Image:       "debian",
+		Now:         func() time.Time { return fixedNow },
+		Random:      func() uint64 { return 12345 },
+	}
+}
+
+func argvs(t *testing.T, env *fakemsbtest.Env) [][]string {
+	var out [][]string
+	for _, inv := range env.Invocations(t) {
+		out = append(out, inv.Argv)
+	}
+	return out
+}
+
+func TestCreateArgvAndBudget(t *testing.T) {
+	env := fakemsbtest.New(t)
+	s, err := session.Create(context.Background(), options(env))
+	require.NoError(t, err)
+	defer s.Close(context.Background())
+
+	names := s.Names()
+	assert.Equal(t, "oma-workspace-42-sess-7-mx1seio0-0009ix-sandbox", names.Sandbox)
+	assert.Equal(t, names.Stem+"-workspace", names.Volume)
+
+	calls := argvs(t, env)
+	require.Len(t, calls, 2, "create + one prepare exec")
+	assert.Equal(t, []string{
+		"create", "debian", "--name", names.Sandbox,
+		"--mount-named", names.Volume + ":/workspace",
+		"--workdir", "/workspace", "--no-net",
+		"--tmpfs", "/mnt/session/uploads:64M:nosuid,nodev,noexec",
+		"--tmpfs", "/mnt/session/outputs:100M:nosuid,nodev,noexec",
+		"--cpus", "1", "--memory", "1G", "--root-disk", "1G", "--max-duration", "2h",
+		"--security", "restricted", "--pull", "if-missing", "--quiet",
+		"--label", "open-managed-agents.sandbox=microsandbox-local",
+		"--label", "open-managed-agents.owner=open-managed-agents",
+		"--label", "open-managed-agents.workspace-id=Workspace 42",
+		"--label", "open-managed-agents.session-id=sess/7",
+		"--label", "open-managed-agents.created-at=2026-11-29T12:00:00.000Z",
+	}, calls[0])
+	assert.Equal(t, []string{"exec", "--user", "0", "--timeout", "10s", "--workdir", "/workspace", names.Sandbox, "--", "/bin/bash", "-c"}, calls[1][:11])
+	assert.Equal(t, []string{names.Sandbox}, env.Sandboxes(t))
+	assert.Equal(t, []string{names.Volume}, env.Volumes(t))
+
+	// The prepared mounts have the owners and modes the tools rely on.
+	res, err := s.Shell(context.Background(), session.Command{Script: `stat -c '%u %a' /mnt/session/uploads /mnt/session/outputs`}, session.ShellOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "0 755\n65534 700\n", string(res.Stdout))
+}
+
+// A failure at each creation step leaves no sandbox and no volume behind,
+// and the original error is returned.
+func TestCreateFailureCleansUp(t *testing.T) {
+	cases := []struct {
+		name, faults, want string
+		opts                func(*session.Options)
+	}{
+		{name: "create fails", faults: "create#1=exit:1:error: image pull failed", want: "image pull failed"},
+		{name: "create hangs", faults: "create#1=hang", want: "host deadline exceeded",
+			opts: func(o *session.Options) { o.StartupTimeout = time.Second }},
+		{name: "prepare fails", faults: "exec#1=exit:1:error: guest agent unreachable", want: "guest agent unreachable"},
+		{name: "preflight fails", faults: "exec#1=exit:3:grep preflight: no match exits 2, not 1", want: "grep preflight: no match exits 2, not 1"},
+		{name: "prepare hangs", faults: "exec#1=hang", want: "host deadline exceeded",
+			opts: func(o *session.Options) { o.OperationTimeout = time.Second }},
+		{name: "create and cleanup fail", faults: "create#1=exit:1:error: boom;remove#1=exit:1:error: disk busy", want: "disk busy"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			env := fakemsbtest.New(t)
+			env.SetKnob("FAKEMSB_FAULTS", c.faults)
+			o := options(env)
+			if c.opts != nil {
+				c.opts(&o)
+			}
+			_, err := session.Create(context.Background(), o)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), c.want)
+			env.SetKnob("FAKEMSB_FAULTS", "")
+			if strings.Contains(c.faults, "remove#1") {
+				// The failed cleanup is reported; the reaper finds the rest by label.
+				return
+			}
+			assert.Empty(t, env.Sandboxes(t), "sandbox left behind")
+			assert.Empty(t, env.Volumes(t), "volume left behind")
+		})
+	}
+}
+
+func TestShellOutcomes(t *testing.T) {
+	env := fakemsbtest.New(t)
+	s, err := session.Create(context.Background(), options(env))
+	require.NoError(t, err)
+	defer s.Close(context.Background())
+	ctx := context.Background()
+
+	res, err := s.Shell(ctx, session.Command{Script: `echo "out $1"; echo err >&2; exit 7`, Args: []string{"a b"}}, session.ShellOptions{})
+	require.NoError(t, err, "a guest's exit code is a result, not an error")
+	assert.Equal(t, 7, res.ExitCode)
+	assert.Equal(t, "out a b\n", string(res.Stdout))
+	assert.Equal(t, "err\n", string(res.Stderr))
+
+	var streamed bytes.Buffer
+	res, err = s.Shell(ctx, session.Command{Script: `cat; printf tail`}, session.ShellOptions{
+		Stdin: strings.NewReader("from stdin\n"), Stdout: func(p []byte) { streamed.Write(p) },
+	})
+	require.NoError(t, err)
+	assert.Equal(t, 0, res.ExitCode)
+	assert.Equal(t, "from stdin\ntail", streamed.String())
+
+	_, err = s.Shell(ctx, session.Command{Script: `sleep 30`}, session.ShellOptions{GuestTimeout: time.Second})
+	assert.ErrorIs(t, err, session.ErrGuestTimeout)
+
+	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	_, err = s.Shell(short, session.Command{Script: `sleep 30`}, session.ShellOptions{})
+	assert.ErrorIs(t, err, session.ErrHostTimeout)
+
+	aborted, abort := context.WithCancel(ctx)
+	go func() { time.Sleep(300 * time.Millisecond); abort() }()
+	_, err = s.Shell(aborted, session.Command{Script: `sleep 30`}, session.ShellOptions{})
+	assert.ErrorIs(t, err, session.ErrAborted)
+
+	_, err = s.Shell(ctx, session.Command{Script: `head -c 100000 /dev/zero`}, session.ShellOptions{MaxOutput: 1000})
+	assert.ErrorIs(t, err, session.ErrOutputOverflow)
+
+	_, err = s.Shell(ctx, session.Command{Script: `true`}, session.ShellOptions{Workdir: "/missing"})
+	assert.NoError(t, err, "msb's missing-workdir quirk is an exit code, not an error")
+
+	assert.False(t, s.Poisoned(), "none of these poison the session")
+}
+
+func TestCloseOrderAndIdempotence(t *testing.T) {
+	env := fakemsbtest.New(t)
+	s, err := session.Create(context.Background(), options(env))
+	require.NoError(t, err)
+	env.ResetLog(t)
+
+	require.NoError(t, s.Close(context.Background()))
+	assert.Equal(t, [][]string{
+		{"remove", "--force", s.Names().Sandbox},
+		{"volume", "remove", s.Names().Volume},
+	}, argvs(t, env), "sandbox first, then its volume")
+	assert.Empty(t, env.Sandboxes(t))
+	assert.Empty(t, env.Volumes(t))
+
+	require.NoError(t, s.Close(context.Background()))
+	assert.Len(t, env.Invocations(t), 2, "a second Close runs nothing")
+	_, err = s.Shell(context.Background(), session.Command{Script: "true"}, session.ShellOptions{})
+	assert.ErrorIs(t, err, session.ErrClosed)
+	assert.Len(t, env.Invocations(t), 2, "a closed session starts nothing")
+}
+
+func TestPoisonAndRetriedRemoval(t *testing.T) {
+	env := fakemsbtest.New(t)
+	s, err := session.Create(context.Background(), options(env))
+	require.NoError(t, err)
+	env.SetKnob("FAKEMSB_FAULTS", "volume-remove#1=exit:1:error: disk busy")
+
+	err = s.Poison(context.Background(), errors.New("no readiness marker"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "disk busy")
+	assert.True(t, s.Poisoned())
+	assert.Empty(t, env.Sandboxes(t), "the sandbox went at once")
+	assert.Equal(t, []string{s.Names().Volume}, env.Volumes(t), "the failed volume removal is still pending")
+
+	_, err = s.Shell(context.Background(), session.Command{Script: "true"}, session.ShellOptions{})
+	assert.ErrorIs(t, err, session.ErrPoisoned)
+
+	env.ResetLog(t)
+	require.NoError(t, s.Close(context.Background()), "Close retries the failed removal")
+	assert.Equal(t, [][]string{{"volume", "remove", s.Names().Volume}}, argvs(t, env), "only what failed is retried")
+	assert.Empty(t, env.Volumes(t))
+}
+
+func TestAttach(t *testing.T) {
+	env := fakemsbtest.New(t)
+	client := msb.NewClient(&msb.CLI{Path: env.Bin})
+	created, err := session.Create(context.Background(), options(env))
+	require.NoError(t, err)
+	env.ResetLog(t)
+
+	s, err := session.Attach(client, "", created.Name())
+	require.NoError(t, err)
+	assert.Empty(t, env.Invocations(t), "attaching costs no msb invocation")
+	assert.Equal(t, created.Names(), s.Names())
+
+	res, err := s.Shell(context.Background(), session.Command{Script: "echo hi"}, session.ShellOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "hi\n", string(res.Stdout))
+	require.NoError(t, s.Close(context.Background()))
+	assert.Empty(t, env.Sandboxes(t))
+	assert.Empty(t, env.Volumes(t))
+
+	_, err = session.Attach(client, "", "someone-elses-box")
+	assert.ErrorIs(t, err, session.ErrInvalid)
+
+	gone, err := session.Attach(client, "", created.Name())
+	require.NoError(t, err)
+	_, err = gone.Shell(context.Background(), session.Command{Script: "true"}, session.ShellOptions{})
+	assert.ErrorIs(t, err, session.ErrNotFound)
+}
+
+func TestCreateRefusesBadOptions(t *testing.T) {
+	env := fakemsbtest.New(t)
+	for _, mod := range []func(*session.Options){
+		func(o *session.Options) { o.WorkspaceID = "" },
+		func(o *session.Options) { o.Memory = "1Gi" },
+		func(o *session.Options) { o.Image = "-evil" },
+		func(o *session.Options) { o.MaxDuration = "1h30m" },
+	} {
+		o := options(env)
+		mod(&o)
+		_, err := session.Create(context.Background(), o)
+		assert.ErrorIs(t, err, session.ErrInvalid)
+	}
+	assert.Empty(t, env.Invocations(t), "bad options start nothing")
+}

@@ -1,0 +1,54 @@
+package tools_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
+	"github.com/oma-sandbox/oma-sandbox/internal/sessiontest"
+	"github.com/oma-sandbox/oma-sandbox/msb"
+	"github.com/oma-sandbox/oma-sandbox/session"
+)
+
+// backends is every Session implementation the tool suite runs against.
+var backends = []backend{
+	{name: "host", open: openHost},
+	{name: "msb", open: openMsb},
+}
+
+func openHost(t *testing.T) (session.Session, func() int) {
+	h := sessiontest.NewHost(t)
+	return h, func() int { return int(h.Calls()) }
+}
+
+// countingRunner counts msb invocations as they start; fakemsb's own log
+// misses the ones the host kills.
+type countingRunner struct {
+	inner msb.Runner
+	n     atomic.Int64
+}
+
+func (r *countingRunner) Run(ctx context.Context, c msb.Call) (*msb.Result, error) {
+	r.n.Add(1)
+	return r.inner.Run(ctx, c)
+}
+
+// openMsb creates a session on fakemsb.
+func openMsb(t *testing.T) (session.Session, func() int) {
+	env := fakemsbtest.New(t)
+	runner := &countingRunner{inner: &msb.CLI{Path: env.Bin}}
+	s, err := session.Create(context.Background(), session.Options{
+		Client: msb.NewClient(runner), WorkspaceID: "ws-" + strings.ToLower(t.Name()), SessionID: "s1", Image: "debian",
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		require.NoError(t, s.Close(context.Background()))
+		require.Empty(t, env.Sandboxes(t), "no sandbox left")
+		require.Empty(t, env.Volumes(t), "no volume left")
+	})
+	return s, func() int { return int(runner.n.Load()) }
+}

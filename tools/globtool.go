@@ -1,0 +1,64 @@
+package tools
+
+import (
+	"context"
+	"path"
+	"strings"
+
+	"github.com/oma-sandbox/oma-sandbox/glob"
+	"github.com/oma-sandbox/oma-sandbox/session"
+)
+
+var globTool = tool{
+	description: "Find files in the workspace whose path matches a glob pattern (*, **, ?, [classes], {a,b}; an implicit **/ prefix, dotfiles included). Returns at most 100 paths, relative unless path is absolute.",
+	schema: schema{
+		{name: "pattern", kind: kindString, required: true, description: "Glob pattern, e.g. *.md or src/**/*.go"},
+		{name: "path", kind: kindString, description: "Directory to search in (default: /workspace)"},
+	},
+	run: runGlob,
+}
+
+func runGlob(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error) {
+	pattern, _ := a.str("pattern")
+	compiled, err := glob.Compile(pattern)
+	if err != nil {
+		return "", &InputError{Tool: "glob", Msg: err.Error()}
+	}
+	ws := t.sess.Paths().Workspace
+	p, hasPath := a.str("path")
+	if !hasPath {
+		p = ws
+	}
+	root, err := resolveIn("glob", p, ws, ws)
+	if err != nil {
+		return "", err
+	}
+	base := ws
+	if hasPath && path.IsAbs(p) {
+		base = ""
+	}
+	collector, err := glob.NewCollector(glob.EnumerationProtocol, glob.CollectorOptions{
+		Root: root, Match: compiled.Match, Base: base,
+	})
+	if err != nil {
+		return "", err
+	}
+	token := glob.NewToken("glob")
+	script, scriptArgs := glob.EnumerationScript(root, token)
+	cleanup, cleanupArgs := glob.CleanupScript(glob.OwnerEnv, token)
+	t.record("glob")
+	matches, err := t.runSearch(ctx, search{
+		tool:      "glob",
+		script:    session.Command{Script: script, Args: scriptArgs},
+		cleanup:   session.Command{Script: cleanup, Args: cleanupArgs},
+		readiness: glob.NewReadinessFilter(glob.EnumerationProtocol),
+		collector: collector,
+	})
+	if err != nil {
+		return "", err
+	}
+	if len(matches) == 0 {
+		return "No files found", nil
+	}
+	return strings.Join(matches, "\n"), nil
+}

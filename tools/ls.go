@@ -1,0 +1,104 @@
+package tools
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/oma-sandbox/oma-sandbox/session"
+)
+
+const lsDefaultLimit = 500
+
+var lsTool = tool{
+	description: "List a directory in the workspace: entries sorted case-insensitively, directories suffixed with /, dotfiles included, at most limit entries (default 500) or 50KB.",
+	schema: schema{
+		{name: "path", kind: kindString, description: "Directory to list (default: /workspace)"},
+		{name: "limit", kind: kindInteger, description: "Maximum number of entries to return (default: 500)", min: 1, max: 1 << 31},
+	},
+	run: runLs,
+}
+
+// lsScript prints NUL-terminated "TYPE NAME" records, TYPE being d for a
+// directory (following symlinks, as stat does) and f otherwise.
+const lsScript = `d=$1
+if [ ! -e "$d" ]; then printf 'Path not found: %s\n' "$2" >&2; exit 3; fi
+if [ ! -d "$d" ]; then printf 'Not a directory: %s\n' "$2" >&2; exit 3; fi
+exec find "$d" -mindepth 1 -maxdepth 1 -printf '%Y %f\0'
+`
+
+func runLs(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error) {
+	paths := t.sess.Paths()
+	p, ok := a.str("path")
+	if !ok {
+		p = paths.Workspace
+	}
+	abs, err := resolveIn("ls", p, paths.Workspace, paths.Workspace)
+	if err != nil {
+		return "", err
+	}
+	limit, ok := a.integer("limit")
+	if !ok {
+		limit = lsDefaultLimit
+	}
+	t.record("ls")
+	res, err := t.shell(ctx, session.Command{Script: lsScript, Args: []string{abs, p}}, session.ShellOptions{})
+	if err != nil {
+		return "", fmt.Errorf("ls %s: %w", p, err)
+	}
+	if res.ExitCode != 0 {
+		return "", guestError("ls", p, res)
+	}
+	return formatLs(res.Stdout, int(limit)), nil
+}
+
+func formatLs(listing []byte, limit int) string {
+	var names []string
+	for _, rec := range bytes.Split(listing, []byte{0}) {
+		kind, name, ok := bytes.Cut(rec, []byte{' '})
+		if !ok || len(name) == 0 || bytes.IndexByte(name, '/') >= 0 {
+			continue
+		}
+		entry := string(name)
+		if string(kind) == "d" {
+			entry += "/"
+		}
+		names = append(names, entry)
+	}
+	if len(names) == 0 {
+		return "(empty directory)"
+	}
+	sort.SliceStable(names, func(i, j int) bool {
+		a, b := strings.ToLower(names[i]), strings.ToLower(names[j])
+		if a != b {
+			return a < b
+		}
+		return names[i] < names[j]
+	})
+	var notes []string
+	if len(names) > limit {
+		names = names[:limit]
+		notes = append(notes, fmt.Sprintf("%d entries limit reached. Use limit=%d for more", limit, limit*2))
+	}
+	var kept []string
+	size := 0
+	for i, n := range names {
+		add := len(n)
+		if i > 0 {
+			add++
+		}
+		if size+add > readMaxBytes {
+			notes = append(notes, formatSize(readMaxBytes)+" limit reached")
+			break
+		}
+		size += add
+		kept = append(kept, n)
+	}
+	out := strings.Join(kept, "\n")
+	if len(notes) > 0 {
+		out += "\n\n[" + strings.Join(notes, ". ") + "]"
+	}
+	return out
+}

@@ -1,0 +1,159 @@
+// Package tools is the agent tool layer: the definitions (JSON Schema) of
+// read, write, edit, ls, glob, grep and bash, strict input validation, the
+// result texts agent runtimes expect, and one dispatcher, Call, used by the
+// CLI and the MCP server. Every tool is written once against session.Session,
+// so each backend gets identical behaviour.
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/oma-sandbox/oma-sandbox/session"
+)
+
+// Errors callers test with errors.Is.
+var (
+	ErrUnknownTool  = errors.New("unknown tool")
+	ErrInvalidInput = errors.New("invalid tool input")
+	ErrPathEscape   = errors.New("path escapes the allowed root")
+)
+
+// InputError is a refused tool input; nothing ran in the sandbox. It matches
+// ErrInvalidInput (and ErrPathEscape when a path left its root).
+type InputError struct {
+	Tool   string
+	Msg    string
+	escape bool
+}
+
+func (e *InputError) Error() string { return e.Msg }
+
+// Is reports whether target is ErrInvalidInput, or ErrPathEscape for an escape.
+func (e *InputError) Is(target error) bool {
+	return target == ErrInvalidInput || (e.escape && target == ErrPathEscape)
+}
+
+func inputErrorf(tool, format string, args ...any) error {
+	return &InputError{Tool: tool, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Options configure a Toolbox.
+type Options struct {
+	// OperationTimeout bounds each guest command; bash uses it as the default
+	// timeout. 0 means 10 s.
+	OperationTimeout time.Duration
+	Logger           *slog.Logger
+}
+
+// Toolbox runs the agent tools against one session. It is safe for
+// concurrent use.
+type Toolbox struct {
+	sess      session.Session
+	opTimeout time.Duration
+	logger    *slog.Logger
+
+	mu    sync.Mutex
+	stats map[string]int
+}
+
+// New returns a Toolbox for s.
+func New(s session.Session, o Options) *Toolbox {
+	if o.OperationTimeout <= 0 {
+		o.OperationTimeout = session.DefaultOperationTimeout
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Toolbox{sess: s, opTimeout: o.OperationTimeout, logger: o.Logger, stats: map[string]int{}}
+}
+
+// Session is the session the tools run in.
+func (t *Toolbox) Session() session.Session { return t.sess }
+
+// Stats reports how many calls each tool received that reached the sandbox
+// (validation failures are not counted: they start nothing).
+func (t *Toolbox) Stats() map[string]int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make(map[string]int, len(t.stats))
+	for k, v := range t.stats {
+		out[k] = v
+	}
+	return out
+}
+
+func (t *Toolbox) record(tool string) {
+	t.mu.Lock()
+	t.stats[tool]++
+	t.mu.Unlock()
+}
+
+// Progress receives streamed output of a long-running tool (bash) as it
+// arrives; nil discards it. The final result still carries the output.
+type Progress func([]byte)
+
+// Call validates input for the named tool and runs it. The returned text is
+// the tool's result; an error's text is what the agent should see. Invalid
+// input returns an *InputError before anything reaches the sandbox.
+func (t *Toolbox) Call(ctx context.Context, name string, input json.RawMessage, progress Progress) (string, error) {
+	tool, ok := registry[name]
+	if !ok {
+		return "", fmt.Errorf("%w: %q (known: %v)", ErrUnknownTool, name, Names())
+	}
+	args, err := tool.schema.decode(name, input)
+	if err != nil {
+		return "", err
+	}
+	return tool.run(ctx, t, args, progress)
+}
+
+// Definition describes one tool for an agent runtime.
+type Definition struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	InputSchema json.RawMessage `json:"inputSchema"`
+}
+
+// Definitions returns every tool's definition, sorted by name.
+func Definitions() []Definition {
+	out := make([]Definition, 0, len(registry))
+	for _, name := range Names() {
+		tool := registry[name]
+		out = append(out, Definition{Name: name, Description: tool.description, InputSchema: tool.schema.jsonSchema()})
+	}
+	return out
+}
+
+// Names lists the tool names, sorted.
+func Names() []string {
+	names := make([]string, 0, len(registry))
+	for name := range registry {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+type tool struct {
+	description string
+	schema      schema
+	run         func(ctx context.Context, t *Toolbox, args args, progress Progress) (string, error)
+}
+
+// registry holds every tool; each is defined in its own file.
+var registry = map[string]tool{
+	"read":  readTool,
+	"write": writeTool,
+	"edit":  editTool,
+	"ls":    lsTool,
+	"glob":  globTool,
+	"grep":  grepTool,
+	"bash":  bashTool,
+}
