@@ -160,6 +160,7 @@ func TestContract(t *testing.T) {
 		{a("volume", "inspect", "vol2"), "Name:           vol2\nKind:           dir\nQuota:          unlimited\nPath:           " + f.home + "/volumes/vol2\nCreated:        " + local + "\nLabels:         -\n", "", 0},
 		{a("volume", "inspect", "vd"), "Name:           vd\nKind:           disk\nFormat:         raw\nFilesystem:     ext4\nCapacity:       1 GiB\nPath:           " + f.home + "/volumes/vd\nCreated:        " + local + "\nLabels:         -\n", "", 0},
 		{a("volume", "inspect", "nope"), "", "error: volume not found: nope\n", 1},
+		{a("volume", "inspect", "vol2", "--format", "json"), "", "error: unexpected argument '--format' found\n\n  tip: to pass '--format' as a value, use '-- --format'\n" + tail("msb volume inspect <NAME>"), 2},
 		{a("volume", "remove", "vol1"), "", "error: invalid config: volume \"vol1\" is attached to active sandbox \"box1\"\n", 1},
 		{a("volume", "rm", "nope", "-q"), "", "error: volume not found: nope\n", 1},
 		{a("volume", "remove", "vol2", "vol3", "vd"), "", "   ✓ Removed      vol2\n   ✓ Removed      vol3\n   ✓ Removed      vd\n", 0},

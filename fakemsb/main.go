@@ -47,8 +47,9 @@
 // N is 1-based: "exec#2" is the second exec invocation counted from the
 // first invocation that saw this exact FAKEMSB_FAULTS value (changing the
 // value restarts the count). Counts are kept in the state directory, so they
-// span processes. Without "#N" a rule applies to every invocation. The
-// first matching rule wins. Example:
+// span processes; an invocation counts even when its arguments are then
+// refused. Without "#N" a rule applies to every invocation. The first
+// matching rule wins. Example:
 //
 //	exec#2=exit:1:error: boom;create=hang;list#1=malformed;exec#3=die-after:10
 //
@@ -88,6 +89,9 @@ type exitError struct {
 }
 
 func (e *exitError) Error() string { return e.msg }
+
+// errorf formats msb's one-line error message.
+func errorf(format string, a ...any) string { return fmt.Sprintf("error: "+format+"\n", a...) }
 
 // failf is an msb-side error: "error: ..." and exit code 1.
 func failf(format string, a ...any) error {

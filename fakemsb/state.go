@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -147,5 +146,3 @@ func (st *state) get(name string) (*sandbox, error) {
 func fmtTime(t time.Time) string {
 	return t.UTC().Format("2006-01-02T15:04:05.000+00:00")
 }
-
-func errorf(format string, a ...any) string { return fmt.Sprintf("error: "+format+"\n", a...) }
