@@ -143,6 +143,8 @@ func (a *app) holderArgs(sb *sandbox, st *state) ([]string, []remount, error) {
 	args = append(args,
 		"--ro-bind", "/etc", "/etc",
 		"--perms", "1777", "--tmpfs", "/tmp",
+		"--perms", "1777", "--tmpfs", "/dev/shm",
+		"--perms", "1777", "--dir", "/var/tmp",
 		"--perms", "0700", "--dir", "/root",
 		"--setenv", holderEnv, a.holderMarker(sb.Name),
 	)
