@@ -159,12 +159,14 @@ func createOptions(o Options, names Names) msb.CreateOptions {
 	}
 }
 
-// prepareScript sets the mount owners and modes, then runs the ripgrep
+// prepareScript sets the mount owners and modes (the image's agent user is
+// 65534: it owns the workspace and the outputs), then runs the ripgrep
 // preflight ($4, with its own arguments after it) in the workspace: one
 // guest round trip.
 const prepareScript = `set -eu
 chown 0:0 "$1" && chmod 755 "$1"
 chown 65534:65534 "$2" && chmod 700 "$2"
+chown 65534:65534 "$3"
 cd "$3"
 preflight=$4
 shift 4
