@@ -117,6 +117,9 @@ type Session struct {
 	removed  bool
 	calls    map[*context.CancelCauseFunc]struct{}
 	wg       sync.WaitGroup
+	// snaps holds snapshot content by digest for Restore.
+	snaps     map[string][]byte
+	snapBytes int64
 }
 
 var _ session.Session = (*Session)(nil)

@@ -1,0 +1,83 @@
+//go:build linux
+
+package local
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/oma-sandbox/oma-sandbox/session"
+)
+
+func TestSnapshotRestore(t *testing.T) {
+	s := newTestSession(t, Options{})
+	ctx := context.Background()
+	sh(t, s, `printf one > a.txt; mkdir -p d; printf two > d/b.txt`)
+	snaps, err := s.Snapshot(ctx, "a.txt", "/workspace/d/b.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snaps[0].Path != "/workspace/a.txt" || snaps[0].Size != 3 ||
+		snaps[0].Digest != "7692c3ad3540bb803c020b3aee66cd8887123234ea0c6e7143c0add73ff431ed" {
+		t.Fatalf("snapshot %+v", snaps[0])
+	}
+	sh(t, s, `printf changed > a.txt; rm d/b.txt`)
+	if err := s.Restore(ctx, snaps...); err != nil {
+		t.Fatal(err)
+	}
+	res := sh(t, s, `cat a.txt d/b.txt; stat -c %u d/b.txt`)
+	if got := string(res.Stdout); got != "onetwo65534\n" {
+		t.Fatalf("restored %q", got)
+	}
+
+	// Content of another session is not this one's to restore.
+	other := newTestSession(t, Options{})
+	if err := other.Restore(ctx, snaps[0]); !errors.Is(err, session.ErrInvalid) {
+		t.Fatalf("foreign restore: %v", err)
+	}
+}
+
+func TestSnapshotRefusals(t *testing.T) {
+	s := newTestSession(t, Options{})
+	ctx := context.Background()
+	sh(t, s, `printf one > a.txt; mkdir d; ln -s /etc/passwd out; ln -s a.txt in; ln -s d dl; mkfifo fifo`)
+	for _, p := range []string{"out", "in", "dl/x", "../x", "/workspace/../etc/passwd", "/etc/passwd", "/workspace-escape/a", "/workspace"} {
+		if _, err := s.Snapshot(ctx, p); !errors.Is(err, ErrPathEscape) {
+			t.Errorf("snapshot %q: %v", p, err)
+		}
+	}
+	for _, p := range []string{"fifo", "d", "missing"} {
+		if _, err := s.Snapshot(ctx, p); err == nil {
+			t.Errorf("snapshot %q accepted", p)
+		}
+	}
+	snaps, err := s.Snapshot(ctx, "a.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The agent swaps the file for a symlink leading out: restore refuses.
+	target := filepath.Join(t.TempDir(), "host")
+	if err := os.WriteFile(target, []byte("host"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(s.dirs.Workspace, "a.txt")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, filepath.Join(s.dirs.Workspace, "a.txt")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Restore(ctx, snaps...); !errors.Is(err, ErrPathEscape) {
+		t.Fatalf("restore through a symlink: %v", err)
+	}
+	if data, _ := os.ReadFile(target); string(data) != "host" {
+		t.Fatalf("host file changed: %q", data)
+	}
+	forged := snaps[0]
+	forged.Path = "/workspace/../../etc/x"
+	if err := s.Restore(ctx, forged); !errors.Is(err, ErrPathEscape) {
+		t.Fatalf("restore outside: %v", err)
+	}
+}
