@@ -2,6 +2,7 @@ package local
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -36,6 +37,8 @@ type Capabilities struct {
 	Process    Control
 	Resources  Control
 	Limits     map[string]Control
+	// NetworkModes are the network modes the backend can run.
+	NetworkModes []Network
 }
 
 // String renders the capabilities for an operator, one control a line.
@@ -85,36 +88,65 @@ func summarizeResources(limits map[string]Control) Control {
 	}
 }
 
+// rank orders evidence; -1 for an unknown value.
+func rank(e Evidence) int {
+	switch e {
+	case EvidenceNone:
+		return 0
+	case EvidencePartial:
+		return 1
+	case EvidenceFull:
+		return 2
+	}
+	return -1
+}
+
+// stronger is the stronger of a default and a required evidence.
+func stronger(def, req Evidence) Evidence {
+	if rank(req) > rank(def) {
+		return req
+	}
+	return def
+}
+
 // check refuses a policy and limits that need evidence the host lacks.
 func (c Capabilities) check(p Policy, l Limits) error {
-	need := func(name string, ctl Control) error {
-		if ctl.Evidence != EvidenceFull {
-			return &UnavailableError{Control: name, Reason: ctl.Detail}
-		}
-		return nil
-	}
 	if c.Backend == "" {
 		return &UnavailableError{Control: "filesystem", Reason: "no working sandbox backend: " + c.Filesystem.Detail}
 	}
-	if p.Mode != ModeDangerFullAccess {
-		if err := need("filesystem", c.Filesystem); err != nil {
-			return err
-		}
-		if p.Network == NetworkDeny {
-			if err := need("network", c.Network); err != nil {
-				return err
-			}
-		}
+	if !slices.Contains(c.NetworkModes, p.Network) {
+		return &UnavailableError{Control: "network", Reason: fmt.Sprintf("the %s backend cannot run network mode %s", c.Backend, p.Network)}
 	}
-	// Killing a command's whole tree is needed in every mode.
-	if err := need("process", c.Process); err != nil {
-		return err
+	fs, net := EvidenceFull, EvidenceNone
+	if p.Mode == ModeDangerFullAccess {
+		fs = EvidenceNone
+	} else if p.Network == NetworkDeny {
+		net = EvidenceFull
+	}
+	proc := stronger(EvidencePartial, p.Require.Process)
+	for _, r := range []struct {
+		name string
+		need Evidence
+		have Control
+	}{
+		{"filesystem", stronger(fs, p.Require.Filesystem), c.Filesystem},
+		{"network", stronger(net, p.Require.Network), c.Network},
+		{"process", proc, c.Process},
+	} {
+		if rank(r.have.Evidence) < rank(r.need) {
+			return &UnavailableError{Control: r.name, Reason: fmt.Sprintf("%s evidence needed, host has %s: %s", r.need, r.have.Evidence, r.have.Detail)}
+		}
 	}
 	for _, k := range limitKeys {
-		if l.has(k) {
-			if err := need("limit "+k, c.Limits[k]); err != nil {
-				return err
-			}
+		if !l.has(k) {
+			continue
+		}
+		need := EvidenceFull
+		if k == LimitWallTime || k == LimitOutput {
+			need = proc
+		}
+		if have := c.Limits[k]; rank(have.Evidence) < rank(need) {
+			return &UnavailableError{Control: "limit " + k, Reason: have.Detail}
 		}
 	}
 	return nil

@@ -12,14 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
-
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
 
 // procsWith lists host processes whose command line contains marker.
 func procsWith(marker string) []string {

@@ -113,23 +113,8 @@ func (p *linuxPlatform) launch(c call) (*launched, error) {
 	return l, nil
 }
 
-// probeRequest says what to probe: the isolation controls always, limits
-// as the policy needs them, or everything for a report.
-type probeRequest struct {
-	bwrap  string
-	limits Limits
-	all    bool
-}
-
-// Probe reports what this host can enforce, each control proven by
-// running a real sandbox and checking, from inside, what it can see.
-func Probe(ctx context.Context) Capabilities {
-	c, _ := probeHost(ctx, probeRequest{all: true})
-	return c
-}
-
 func probeHost(ctx context.Context, req probeRequest) (Capabilities, platform) {
-	caps := Capabilities{Platform: "linux", Limits: map[string]Control{}}
+	caps := Capabilities{Platform: "linux", Limits: map[string]Control{}, NetworkModes: []Network{NetworkDeny, NetworkUnrestricted}}
 	fail := func(why string) (Capabilities, platform) {
 		caps.Filesystem, caps.Network, caps.Process = none(why), none(why), none(why)
 		for _, k := range limitKeys {
@@ -160,7 +145,7 @@ func probeHost(ctx context.Context, req probeRequest) (Capabilities, platform) {
 	}
 	defer removeSession(tmp)
 	dirs := dirsOf(tmp)
-	for _, d := range []string{dirs.Workspace, dirs.Uploads, dirs.Outputs} {
+	for _, d := range []string{dirs.Box, dirs.Workspace, dirs.Uploads, dirs.Outputs} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			return fail("no directory for the probe: " + err.Error())
 		}

@@ -62,6 +62,20 @@ type Policy struct {
 	Network Network `json:"network"`
 	// AllowDangerous must be set for danger-full-access.
 	AllowDangerous bool `json:"allow_dangerous,omitempty"`
+	// Require raises the evidence a control must have; see Requirements.
+	Require Requirements `json:"require,omitzero"`
+}
+
+// Requirements are the least evidence a session needs per control. An
+// empty field means the default: filesystem full (none in danger mode),
+// network full under deny (none otherwise), process partial (the call's
+// process group is killed; full adds a pid namespace, so detached
+// descendants die too). Limits always need full evidence, except
+// wall-time and output, which need what Process needs.
+type Requirements struct {
+	Filesystem Evidence `json:"filesystem,omitempty"`
+	Network    Evidence `json:"network,omitempty"`
+	Process    Evidence `json:"process,omitempty"`
 }
 
 func (p Policy) withDefaults() Policy {
@@ -80,6 +94,11 @@ func (p Policy) validate() error {
 	}
 	if _, err := ParseNetwork(string(p.Network)); err != nil {
 		return err
+	}
+	for name, e := range map[string]Evidence{"filesystem": p.Require.Filesystem, "network": p.Require.Network, "process": p.Require.Process} {
+		if e != "" && rank(e) < 0 {
+			return &PolicyError{Field: "required " + name + " evidence", Value: string(e), Reason: "want none, partial or full"}
+		}
 	}
 	if p.Mode == ModeDangerFullAccess && !p.AllowDangerous {
 		return &PolicyError{Field: "mode", Value: string(p.Mode), Reason: "needs AllowDangerous"}

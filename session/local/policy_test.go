@@ -132,7 +132,8 @@ func TestCapabilitiesCheck(t *testing.T) {
 	for _, k := range limitKeys {
 		all[k] = full("x")
 	}
-	good := Capabilities{Backend: "bubblewrap", Filesystem: full("x"), Network: full("x"), Process: full("x"), Limits: all}
+	good := Capabilities{Backend: "bubblewrap", Filesystem: full("x"), Network: full("x"), Process: full("x"), Limits: all,
+		NetworkModes: []Network{NetworkDeny, NetworkUnrestricted}}
 	if err := good.check(Policy{}.withDefaults(), Limits{MemoryBytes: 64 << 20}); err != nil {
 		t.Fatal(err)
 	}
@@ -150,6 +151,19 @@ func TestCapabilitiesCheck(t *testing.T) {
 	}
 	if err := noNet.check(Policy{Network: NetworkUnrestricted}.withDefaults(), Limits{}); err != nil {
 		t.Fatalf("unrestricted needs no network evidence: %v", err)
+	}
+	denyOnly := good
+	denyOnly.NetworkModes = []Network{NetworkDeny}
+	if err := denyOnly.check(Policy{Network: NetworkUnrestricted}.withDefaults(), Limits{}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("unsupported network mode: %v", err)
+	}
+	partialProc := good
+	partialProc.Process = partial("group kill only")
+	if err := partialProc.check(Policy{}.withDefaults(), Limits{WallTime: time.Second}); err != nil {
+		t.Fatalf("default process requirement: %v", err)
+	}
+	if err := partialProc.check(Policy{Require: Requirements{Process: EvidenceFull}}.withDefaults(), Limits{}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("raised process requirement: %v", err)
 	}
 	if err := (Capabilities{}).check(Policy{Mode: ModeDangerFullAccess, AllowDangerous: true}, Limits{}); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("no backend: %v", err)

@@ -78,9 +78,11 @@ type record struct {
 	Bwrap       string            `json:"bwrap,omitempty"`
 }
 
-// hostDirs are a session's directories on the host.
+// hostDirs are a session's directories on the host. Commands reach only
+// Box; the record beside it stays out of their reach on every platform.
 type hostDirs struct {
 	Root      string // the session's state directory
+	Box       string // holds the three directories below
 	Workspace string
 	Uploads   string
 	Outputs   string
@@ -88,12 +90,14 @@ type hostDirs struct {
 }
 
 func dirsOf(root string) hostDirs {
-	ws := filepath.Join(root, "workspace")
+	box := filepath.Join(root, "box")
+	ws := filepath.Join(box, "workspace")
 	return hostDirs{
 		Root:      root,
+		Box:       box,
 		Workspace: ws,
-		Uploads:   filepath.Join(root, "uploads"),
-		Outputs:   filepath.Join(root, "outputs"),
+		Uploads:   filepath.Join(box, "uploads"),
+		Outputs:   filepath.Join(box, "outputs"),
 		Skills:    filepath.Join(ws, "skills"),
 	}
 }
@@ -176,7 +180,7 @@ func Create(ctx context.Context, o Options) (*Session, error) {
 }
 
 func createDirs(d hostDirs, plat platform, rec record) error {
-	for _, p := range []string{d.Workspace, d.Uploads, d.Outputs, d.Skills} {
+	for _, p := range []string{d.Box, d.Workspace, d.Uploads, d.Outputs, d.Skills} {
 		if err := os.Mkdir(p, 0o755); err != nil {
 			return fmt.Errorf("local sandbox: session directory: %w", err)
 		}
