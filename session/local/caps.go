@@ -37,9 +37,12 @@ type Capabilities struct {
 	Process    Control
 	Resources  Control
 	Limits     map[string]Control
-	// NetworkModes are the network modes the backend can run.
+	// Modes and NetworkModes are what the backend can run.
+	Modes        []Mode
 	NetworkModes []Network
 }
+
+var allModes = []Mode{ModeReadOnly, ModeWorkspaceWrite, ModeDangerFullAccess}
 
 // String renders the capabilities for an operator, one control a line.
 func (c Capabilities) String() string {
@@ -113,6 +116,9 @@ func stronger(def, req Evidence) Evidence {
 func (c Capabilities) check(p Policy, l Limits) error {
 	if c.Backend == "" {
 		return &UnavailableError{Control: "filesystem", Reason: "no working sandbox backend: " + c.Filesystem.Detail}
+	}
+	if !slices.Contains(c.Modes, p.Mode) {
+		return &UnavailableError{Control: "filesystem", Reason: fmt.Sprintf("the %s backend cannot run mode %s", c.Backend, p.Mode)}
 	}
 	if !slices.Contains(c.NetworkModes, p.Network) {
 		return &UnavailableError{Control: "network", Reason: fmt.Sprintf("the %s backend cannot run network mode %s", c.Backend, p.Network)}

@@ -56,7 +56,7 @@ func (p *darwinPlatform) launch(c call) (*launched, error) {
 }
 
 func probeHost(ctx context.Context, req probeRequest) (Capabilities, platform) {
-	caps := Capabilities{Platform: "darwin", Limits: map[string]Control{}, NetworkModes: []Network{NetworkDeny, NetworkUnrestricted}}
+	caps := Capabilities{Platform: "darwin", Limits: map[string]Control{}, Modes: allModes, NetworkModes: []Network{NetworkDeny, NetworkUnrestricted}}
 	for _, k := range []string{LimitMemory, LimitProcesses, LimitCPU} {
 		caps.Limits[k] = none("macOS has no cgroups to contain a call")
 	}

@@ -69,7 +69,11 @@ func (p *linuxPlatform) launch(c call) (*launched, error) {
 		System:  p.system,
 		Command: append([]string{"/bin/sh", "-c", markerScript, "oma-sandbox"}, c.argv...),
 	}
-	if c.policy.Mode == ModeDangerFullAccess {
+	switch {
+	case c.root:
+		// Preparing uploads never needs the host: root stays confined.
+		spec.Mode, spec.Network = ModeWorkspaceWrite, NetworkDeny
+	case c.policy.Mode == ModeDangerFullAccess:
 		spec.System = dangerEntries()
 	}
 	argv := append([]string{p.bwrap}, spec.args()...)
@@ -114,7 +118,7 @@ func (p *linuxPlatform) launch(c call) (*launched, error) {
 }
 
 func probeHost(ctx context.Context, req probeRequest) (Capabilities, platform) {
-	caps := Capabilities{Platform: "linux", Limits: map[string]Control{}, NetworkModes: []Network{NetworkDeny, NetworkUnrestricted}}
+	caps := Capabilities{Platform: "linux", Limits: map[string]Control{}, Modes: allModes, NetworkModes: []Network{NetworkDeny, NetworkUnrestricted}}
 	fail := func(why string) (Capabilities, platform) {
 		caps.Filesystem, caps.Network, caps.Process = none(why), none(why), none(why)
 		for _, k := range limitKeys {

@@ -33,7 +33,8 @@ func (p *windowsPlatform) launch(c call) (*launched, error) {
 }
 
 func probeHost(ctx context.Context, _ probeRequest) (Capabilities, platform) {
-	caps := Capabilities{Platform: "windows", Limits: map[string]Control{}, NetworkModes: []Network{NetworkDeny}}
+	// The broker has one confinement: a writable workspace root, no network.
+	caps := Capabilities{Platform: "windows", Limits: map[string]Control{}, Modes: []Mode{ModeWorkspaceWrite}, NetworkModes: []Network{NetworkDeny}}
 	for _, k := range []string{LimitMemory, LimitProcesses, LimitCPU, LimitFileSize} {
 		caps.Limits[k] = none("the broker's self-test does not prove resource quotas")
 	}

@@ -133,7 +133,7 @@ func TestCapabilitiesCheck(t *testing.T) {
 		all[k] = full("x")
 	}
 	good := Capabilities{Backend: "bubblewrap", Filesystem: full("x"), Network: full("x"), Process: full("x"), Limits: all,
-		NetworkModes: []Network{NetworkDeny, NetworkUnrestricted}}
+		Modes: allModes, NetworkModes: []Network{NetworkDeny, NetworkUnrestricted}}
 	if err := good.check(Policy{}.withDefaults(), Limits{MemoryBytes: 64 << 20}); err != nil {
 		t.Fatal(err)
 	}
@@ -156,6 +156,11 @@ func TestCapabilitiesCheck(t *testing.T) {
 	denyOnly.NetworkModes = []Network{NetworkDeny}
 	if err := denyOnly.check(Policy{Network: NetworkUnrestricted}.withDefaults(), Limits{}); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("unsupported network mode: %v", err)
+	}
+	writeOnly := good
+	writeOnly.Modes = []Mode{ModeWorkspaceWrite}
+	if err := writeOnly.check(Policy{Mode: ModeReadOnly}.withDefaults(), Limits{}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("unsupported mode: %v", err)
 	}
 	partialProc := good
 	partialProc.Process = partial("group kill only")

@@ -1,0 +1,120 @@
+//go:build linux
+
+package local
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const hybridMountinfo = `30 25 0:26 / /sys/fs/cgroup ro,nosuid,nodev,noexec - tmpfs tmpfs ro,mode=755
+31 30 0:27 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime - cgroup2 cgroup2 rw
+33 30 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid,nodev,noexec,relatime - cgroup cgroup rw,cpu,cpuacct
+34 30 0:30 / /sys/fs/cgroup/memory rw,nosuid,nodev,noexec,relatime - cgroup cgroup rw,memory
+35 30 0:31 / /sys/fs/cgroup/pids rw,nosuid,nodev,noexec,relatime - cgroup cgroup rw,pids
+`
+
+const hybridCgroup = `12:pids:/user.slice
+5:memory:/user.slice/app
+4:cpu,cpuacct:/
+0::/user.slice/session-1.scope
+`
+
+func TestParseCgroupLayout(t *testing.T) {
+	l := parseCgroupLayout([]byte(hybridMountinfo), []byte(hybridCgroup))
+	want := map[string]string{"memory": "/sys/fs/cgroup/memory/user.slice/app", "pids": "/sys/fs/cgroup/pids/user.slice", "cpu": "/sys/fs/cgroup/cpu,cpuacct"}
+	for c, d := range want {
+		if l.v1[c] != d {
+			t.Errorf("%s: %q, want %q", c, l.v1[c], d)
+		}
+	}
+	if l.v2 != "/sys/fs/cgroup/unified/user.slice/session-1.scope" || len(l.mounts) != 4 {
+		t.Fatalf("v2 %q mounts %q", l.v2, l.mounts)
+	}
+	if _, ok := l.support("memory"); !ok {
+		t.Fatal("v1 memory not supported")
+	}
+
+	// A pure v2 host, mounted from a sub-tree as in a container.
+	v2 := parseCgroupLayout([]byte("40 30 0:40 /kubepods/pod1 /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n"),
+		[]byte("0::/kubepods/pod1/ctr\n"))
+	if v2.v2 != "/sys/fs/cgroup/ctr" || len(v2.v1) != 0 {
+		t.Fatalf("v2 layout %+v", v2)
+	}
+	if why, ok := v2.support("memory"); ok || !strings.Contains(why, "does not offer memory") {
+		t.Fatalf("v2 without controllers: %q %v", why, ok)
+	}
+	v2.v2Ctl["memory"] = true
+	if how, ok := v2.support("memory"); !ok || !strings.Contains(how, "CLONE_INTO_CGROUP") {
+		t.Fatalf("v2 memory: %q", how)
+	}
+	if why, ok := (cgLayout{}).support("pids"); ok || !strings.Contains(why, "no cgroup hierarchy") {
+		t.Fatalf("no cgroups: %q", why)
+	}
+}
+
+// TestCgroupFilesV2 writes a call's limits into a directory standing in
+// for the unified hierarchy and checks the files and the record.
+func TestCgroupFilesV2(t *testing.T) {
+	root := t.TempDir()
+	session := t.TempDir()
+	l := cgLayout{v2: root, v2Ctl: map[string]bool{"memory": true, "pids": true, "cpu": true}}
+	g, err := l.create(session, "s1", Limits{MemoryBytes: 64 << 20, Processes: 10, CPUQuota: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(p string) string { b, _ := os.ReadFile(p); return string(b) }
+	parent := filepath.Join(root, "oma-s1")
+	if got := read(filepath.Join(root, "cgroup.subtree_control")); got != "+memory +pids +cpu" {
+		t.Fatalf("subtree_control %q", got)
+	}
+	if g.v2 == "" || filepath.Dir(g.v2) != parent || len(g.v1) != 0 {
+		t.Fatalf("groups %+v", g)
+	}
+	for file, want := range map[string]string{"memory.max": "67108864", "pids.max": "10", "cpu.max": "50000 100000"} {
+		if got := read(filepath.Join(g.v2, file)); got != want {
+			t.Errorf("%s = %q, want %q", file, got, want)
+		}
+	}
+	if got := read(filepath.Join(session, cgroupFile)); got != parent+"\n" {
+		t.Fatalf("record %q", got)
+	}
+	if err := os.WriteFile(filepath.Join(g.v2, "memory.events"), []byte("low 0\noom 2\noom_kill 2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if n := g.notes(); len(n) != 1 || n[0] != "memory limit of 64 MiB reached: the kernel killed 2 process(es)" {
+		t.Fatalf("notes %q", n)
+	}
+}
+
+func TestCgroupRecordIsValidated(t *testing.T) {
+	mounts := []string{"/sys/fs/cgroup/memory"}
+	for dir, ok := range map[string]bool{
+		"/sys/fs/cgroup/memory/oma-s":        true,
+		"/sys/fs/cgroup/memory/a/oma-s":      true,
+		"/sys/fs/cgroup/memory/other":        false,
+		"/sys/fs/cgroup/memory":              false,
+		"/etc/oma-s":                         false,
+		"/sys/fs/cgroup/memory/../oma-x":     false,
+		"sys/fs/cgroup/memory/oma-s":         false,
+		"/sys/fs/cgroup/memoryx/oma-s":       false,
+		"/sys/fs/cgroup/memory/oma-s/":       false,
+		"/sys/fs/cgroup/memory/oma-s/call-1": false,
+	} {
+		if got := isOurCgroup(dir, mounts); got != ok {
+			t.Errorf("%s: %v", dir, got)
+		}
+	}
+	// A tampered record never leads removal outside session groups.
+	dir := t.TempDir()
+	victim := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, cgroupFile), []byte(victim+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := removeCgroups(dir); err == nil || !exists(victim) {
+		t.Fatalf("tampered record: %v", err)
+	}
+}
