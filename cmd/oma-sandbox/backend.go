@@ -1,0 +1,275 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"golang.org/x/sys/unix"
+
+	"github.com/oma-sandbox/oma-sandbox/session"
+	"github.com/oma-sandbox/oma-sandbox/session/local"
+)
+
+// Backends.
+const (
+	backendMsb   = "msb"
+	backendLocal = "local"
+	backendAuto  = "auto"
+	backendAll   = "all"
+)
+
+// localPrefix starts every local session name; msb names end in -sandbox
+// and match session.SandboxStem, so a name tells its backend.
+const localPrefix = "oma-local"
+
+// kvmDevice is what msb needs on Linux.
+const kvmDevice = "/dev/kvm"
+
+// closeTimeout bounds removing a session when the command ends.
+const closeTimeout = 30 * time.Second
+
+// check is one fact doctor reports about a backend.
+type check struct {
+	Name   string `json:"name"`
+	Status string `json:"status"` // ok, fail (the backend is unusable), or warn (some options are)
+	Detail string `json:"detail"`
+}
+
+func okCheck(name, detail string) check   { return check{name, "ok", detail} }
+func failCheck(name, detail string) check { return check{name, "fail", detail} }
+func warnCheck(name, detail string) check { return check{name, "warn", detail} }
+
+// msbChecks are the msb backend's prerequisites: the binary and /dev/kvm.
+func (c *cli) msbChecks() []check {
+	var out []check
+	if p, err := exec.LookPath(c.msbBinary()); err != nil {
+		out = append(out, failCheck("msb binary", fmt.Sprintf("%s not found: set --msb or OMA_MSB, or install microsandbox (%v)", c.msbBinary(), err)))
+	} else {
+		out = append(out, okCheck("msb binary", p))
+	}
+	switch fi, err := os.Stat(kvmDevice); {
+	case err != nil:
+		out = append(out, failCheck(kvmDevice, fmt.Sprintf("not available: %v; msb needs hardware virtualization (KVM)", err)))
+	case fi.Mode()&os.ModeCharDevice == 0:
+		out = append(out, failCheck(kvmDevice, "is not a character device"))
+	default:
+		if err := unix.Access(kvmDevice, unix.R_OK|unix.W_OK); err != nil {
+			out = append(out, failCheck(kvmDevice, fmt.Sprintf("not readable and writable by this user: %v", err)))
+		} else {
+			out = append(out, okCheck(kvmDevice, "readable and writable"))
+		}
+	}
+	return out
+}
+
+func usable(checks []check) bool {
+	for _, ch := range checks {
+		if ch.Status == "fail" {
+			return false
+		}
+	}
+	return true
+}
+
+// createFlags are the flags that shape a new session (session create, run, mcp).
+type createFlags struct {
+	backend     string
+	workspaceID string
+	sessionID   string
+	image       string
+	cpus        int
+	memory      string
+	mode        string
+	network     string
+	limits      stringList
+	dangerous   bool
+}
+
+// stringList collects a repeated flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+var (
+	msbOnlyFlags   = []string{"image", "cpus", "memory"}
+	localOnlyFlags = []string{"mode", "network", "limit", "allow-dangerous"}
+)
+
+func (f *createFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.backend, "backend", backendAuto, "`backend`: auto (msb when doctor finds it usable, else local), msb or local")
+	fs.StringVar(&f.workspaceID, "workspace-id", "cli", "workspace `id` (labels and name)")
+	fs.StringVar(&f.sessionID, "session-id", "", "session `id` (default a fresh short uuid)")
+	fs.StringVar(&f.image, "image", "", "msb: OCI image `ref` (default "+session.DefaultImage+")")
+	fs.IntVar(&f.cpus, "cpus", 0, fmt.Sprintf("msb: virtual CPUs (default %d)", session.DefaultCPUs))
+	fs.StringVar(&f.memory, "memory", "", "msb: guest memory `size` such as 512M or 2G (default "+session.DefaultMemory+")")
+	fs.StringVar(&f.mode, "mode", "", "local: filesystem `mode`: workspace-write (default), read-only or danger-full-access")
+	fs.StringVar(&f.network, "network", "", "local: `network`: deny (default), unrestricted or allowlist (refused: not enforceable)")
+	fs.Var(&f.limits, "limit", "local: per-command limit `KEY=VALUE`, repeatable: wall-time, output, memory, processes, cpu, file-size")
+	fs.BoolVar(&f.dangerous, "allow-dangerous", false, "local: required with --mode danger-full-access")
+}
+
+// pendingSession is a validated create request.
+type pendingSession struct {
+	backend string
+	msb     session.Options
+	local   local.Options
+}
+
+// resolve validates the flags and picks the backend; nothing is created.
+// set holds the names of the flags given on the command line.
+func (c *cli) resolve(f *createFlags, set map[string]bool) (*pendingSession, error) {
+	p := &pendingSession{backend: f.backend}
+	switch f.backend {
+	case backendAuto:
+		p.backend = backendLocal
+		if usable(c.msbChecks()) {
+			p.backend = backendMsb
+		}
+	case backendMsb, backendLocal:
+	default:
+		return nil, &usageError{msg: fmt.Sprintf("--backend %q: want auto, msb or local", f.backend)}
+	}
+	foreign := localOnlyFlags
+	if p.backend == backendLocal {
+		foreign = msbOnlyFlags
+	}
+	for _, name := range foreign {
+		if set[name] {
+			how := "was given"
+			if f.backend == backendAuto {
+				how = "was picked by --backend auto"
+			}
+			return nil, &usageError{msg: fmt.Sprintf("--%s does not apply to the %s backend, which %s (msb takes --image, --cpus, --memory; local takes --mode, --network, --limit)", name, p.backend, how)}
+		}
+	}
+	if f.sessionID == "" {
+		f.sessionID = strings.SplitN(uuid.NewString(), "-", 2)[0]
+	}
+	if f.workspaceID == "" {
+		return nil, &usageError{msg: "--workspace-id must not be empty"}
+	}
+	if f.cpus < 0 {
+		return nil, &usageError{msg: fmt.Sprintf("--cpus %d: want a positive number", f.cpus)}
+	}
+	if p.backend == backendMsb {
+		p.msb = session.Options{
+			Client: c.client(), WorkspaceID: f.workspaceID, SessionID: f.sessionID,
+			Image: f.image, CPUs: f.cpus, Memory: f.memory, Logger: c.logger,
+		}
+		return p, nil
+	}
+	pol := local.Policy{AllowDangerous: f.dangerous}
+	if f.mode != "" {
+		m, err := local.ParseMode(f.mode)
+		if err != nil {
+			return nil, &usageError{msg: "--mode: " + err.Error()}
+		}
+		pol.Mode = m
+	}
+	if pol.Mode != local.ModeDangerFullAccess && f.dangerous {
+		return nil, &usageError{msg: "--allow-dangerous goes with --mode danger-full-access only"}
+	}
+	if pol.Mode == local.ModeDangerFullAccess && !f.dangerous {
+		return nil, &usageError{msg: "--mode danger-full-access shares the host's filesystem and network; confirm it with --allow-dangerous"}
+	}
+	if f.network != "" {
+		n, err := local.ParseNetwork(f.network)
+		if err != nil {
+			return nil, &usageError{msg: "--network: " + err.Error()}
+		}
+		pol.Network = n
+	}
+	lim, err := local.ParseLimits(f.limits...)
+	if err != nil {
+		return nil, &usageError{msg: "--limit: " + err.Error()}
+	}
+	p.local = local.Options{
+		StateDir: c.stateDir, NamePrefix: localPrefix, WorkspaceID: f.workspaceID, SessionID: f.sessionID,
+		Policy: pol, Limits: lim, Logger: c.logger,
+	}
+	return p, nil
+}
+
+// create makes the session, with a spinner on a terminal. A refused option
+// is a usage error; nothing was created then.
+func (c *cli) create(ctx context.Context, p *pendingSession) (session.Session, error) {
+	stop := c.spinner("creating " + p.backend + " session")
+	var s session.Session
+	var err error
+	if p.backend == backendMsb {
+		var ms *session.MsbSession
+		if ms, err = session.Create(ctx, p.msb); err == nil {
+			s = ms
+		}
+	} else {
+		var ls *local.Session
+		if ls, err = local.Create(ctx, p.local); err == nil {
+			s = ls
+		}
+	}
+	stop()
+	switch {
+	case err == nil:
+		c.logger.Debug("session created", "backend", p.backend, "name", s.Name())
+		return s, nil
+	case interrupted(ctx) != nil:
+		return nil, interrupted(ctx)
+	case errors.Is(err, session.ErrInvalid):
+		return nil, &usageError{msg: err.Error()}
+	}
+	return nil, fmt.Errorf("create %s session: %w", p.backend, err)
+}
+
+// backendOf tells a session name's backend, or "" when it is neither's.
+func backendOf(name string) string {
+	if _, ok := session.SandboxStem(session.DefaultPrefix, name); ok {
+		return backendMsb
+	}
+	if strings.HasPrefix(name, localPrefix+"-") {
+		return backendLocal
+	}
+	return ""
+}
+
+// open attaches to a session by name. On msb this runs nothing; on the
+// local backend it probes the host again, as every local Attach does.
+func (c *cli) open(ctx context.Context, name string) (session.Session, error) {
+	switch backendOf(name) {
+	case backendMsb:
+		return session.Attach(c.client(), session.DefaultPrefix, name)
+	case backendLocal:
+		s, err := local.Attach(ctx, c.stateDir, name)
+		if err != nil {
+			return nil, fmt.Errorf("session %s: %w", name, err)
+		}
+		return s, nil
+	}
+	return nil, unknownName(name)
+}
+
+func unknownName(name string) error {
+	return fmt.Errorf("%q is not a session name: msb sessions are named %s-…-sandbox, local ones %s-…", name, session.DefaultPrefix, localPrefix)
+}
+
+// closeSession removes a session after its command is done, even when ctx
+// was cancelled by a signal.
+func closeSession(ctx context.Context, s session.Session) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+	defer cancel()
+	return s.Close(ctx)
+}
+
+// setFlags names the flags given on the command line.
+func setFlags(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
+}

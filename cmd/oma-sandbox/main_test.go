@@ -1,0 +1,282 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
+)
+
+func TestMain(m *testing.M) {
+	testscript.Main(m, map[string]func(){"oma-sandbox": main})
+}
+
+type fakemsbKey struct{}
+
+// TestScripts runs testdata/script/*.txtar. Each script gets its own
+// fakemsb (OMA_MSB), HOME and local state directory (XDG_STATE_HOME).
+//
+// Commands beside testscript's own:
+//
+//	status N PROG [ARG...]   run PROG; fail unless it exits with N
+//	capture VAR [FIELD]      set $VAR to the last command's stdout, trimmed (or its FIELDth word)
+//	msbcalls reset|N         forget fakemsb's log | fail unless it logged N invocations since
+//	knob NAME [VALUE]        set (or unset) a fakemsb knob such as FAKEMSB_FAULTS
+//	waitfile GLOB            wait up to 20s for a file matching GLOB
+//	mcpclient [-http] TOOL JSON... -- MCPARGS...
+//	                         run `oma-sandbox mcp MCPARGS`, list its tools, call
+//	                         each TOOL with JSON, then disconnect (stdio) or send
+//	                         SIGTERM (-http); fail unless the server exits 0
+func TestScripts(t *testing.T) {
+	testscript.Run(t, testscript.Params{
+		Dir: "testdata/script",
+		Setup: func(e *testscript.Env) error {
+			env := fakemsbtest.New(t)
+			home := filepath.Join(e.WorkDir, ".home")
+			if err := os.MkdirAll(home, 0o755); err != nil {
+				return err
+			}
+			e.Setenv("HOME", home)
+			e.Setenv("XDG_STATE_HOME", filepath.Join(e.WorkDir, ".state"))
+			e.Setenv("OMA_MSB", env.Bin)
+			e.Setenv("FAKEMSB_HOME", env.Home)
+			e.Setenv("FAKEMSB_LOG", env.LogPath)
+			// testscript puts its command directory first on PATH.
+			e.Setenv("OMA_BIN_DIR", filepath.SplitList(e.Getenv("PATH"))[0])
+			e.Values[fakemsbKey{}] = env
+			return nil
+		},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"status":   cmdStatus,
+			"capture":  cmdCapture,
+			"knob":     cmdKnob,
+			"waitfile": cmdWaitFile,
+			"msbcalls": func(ts *testscript.TestScript, neg bool, args []string) {
+				cmdMsbCalls(t, ts, neg, args)
+			},
+			"mcpclient": cmdMCPClient,
+		},
+	})
+}
+
+func cmdStatus(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: status N PROG [ARG...]")
+	}
+	want, err := strconv.Atoi(args[0])
+	if err != nil {
+		ts.Fatalf("status: %v", err)
+	}
+	got := 0
+	var exitErr *exec.ExitError
+	switch err := ts.Exec(args[1], args[2:]...); {
+	case errors.As(err, &exitErr):
+		got = exitErr.ExitCode()
+	case err != nil:
+		ts.Fatalf("status: %v", err)
+	}
+	if got != want {
+		ts.Fatalf("%s exited %d, want %d", args[1], got, want)
+	}
+}
+
+func cmdCapture(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 1 || len(args) > 2 {
+		ts.Fatalf("usage: capture VAR [FIELD]")
+	}
+	value := strings.TrimSpace(ts.ReadFile("stdout"))
+	if len(args) == 2 {
+		n, err := strconv.Atoi(args[1])
+		fields := strings.Fields(value)
+		if err != nil || n < 1 || n > len(fields) {
+			ts.Fatalf("capture: no field %s in %q", args[1], value)
+		}
+		value = fields[n-1]
+	}
+	ts.Setenv(args[0], value)
+}
+
+func fakemsbOf(ts *testscript.TestScript) *fakemsbtest.Env {
+	return ts.Value(fakemsbKey{}).(*fakemsbtest.Env)
+}
+
+func cmdKnob(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 1 || len(args) > 2 {
+		ts.Fatalf("usage: knob NAME [VALUE]")
+	}
+	fakemsbOf(ts).SetKnob(args[0], strings.Join(args[1:], ""))
+}
+
+func cmdMsbCalls(t *testing.T, ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: msbcalls reset|N")
+	}
+	env := fakemsbOf(ts)
+	if args[0] == "reset" {
+		env.ResetLog(t)
+		return
+	}
+	want, err := strconv.Atoi(args[0])
+	if err != nil {
+		ts.Fatalf("msbcalls: %v", err)
+	}
+	var got []string
+	for _, inv := range env.Invocations(t) {
+		got = append(got, strings.Join(inv.Argv[:min(len(inv.Argv), 2)], " "))
+	}
+	if len(got) != want {
+		ts.Fatalf("fakemsb logged %d invocations, want %d: %q", len(got), want, got)
+	}
+}
+
+func cmdWaitFile(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: waitfile GLOB")
+	}
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if m, _ := filepath.Glob(ts.MkAbs(args[0])); len(m) > 0 {
+			return
+		}
+	}
+	ts.Fatalf("no file matches %s", args[0])
+}
+
+func cmdMCPClient(ts *testscript.TestScript, neg bool, args []string) {
+	if neg {
+		ts.Fatalf("unsupported: ! mcpclient")
+	}
+	useHTTP := len(args) > 0 && args[0] == "-http"
+	if useHTTP {
+		args = args[1:]
+	}
+	sep := -1
+	for i, a := range args {
+		if a == "--" {
+			sep = i
+			break
+		}
+	}
+	if sep < 0 || sep%2 != 0 {
+		ts.Fatalf("usage: mcpclient [-http] TOOL JSON... -- MCPARGS...")
+	}
+	calls, mcpArgs := args[:sep], append([]string{"mcp"}, args[sep+1:]...)
+	var endpoint string
+	if useHTTP {
+		endpoint = freeLoopback(ts)
+		mcpArgs = append(mcpArgs, "--http", endpoint)
+	}
+	cmd := exec.Command("oma-sandbox", mcpArgs...)
+	cmd.Dir = ts.MkAbs(".")
+	for _, k := range []string{"PATH", "HOME", "TMPDIR", "XDG_STATE_HOME", "OMA_MSB"} {
+		cmd.Env = append(cmd.Env, k+"="+ts.Getenv(k))
+	}
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := mcp.NewClient(&mcp.Implementation{Name: "oma-sandbox-test", Version: "1"}, nil)
+
+	var transport mcp.Transport = &mcp.CommandTransport{Command: cmd, TerminateDuration: 30 * time.Second}
+	if useHTTP {
+		if err := cmd.Start(); err != nil {
+			ts.Fatalf("start mcp: %v", err)
+		}
+		waitListening(ts, endpoint, stderr)
+		transport = &mcp.StreamableClientTransport{Endpoint: "http://" + endpoint + "/mcp", MaxRetries: -1}
+	}
+	cs, err := client.Connect(ctx, transport, nil)
+	if err != nil {
+		ts.Fatalf("connect: %v\n%s", err, stderr.String())
+	}
+	out := ts.Stdout()
+	list, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		ts.Fatalf("tools/list: %v", err)
+	}
+	var names []string
+	for _, tool := range list.Tools {
+		names = append(names, tool.Name)
+	}
+	fmt.Fprintf(out, "tools: %s\n", strings.Join(names, ","))
+	for i := 0; i < len(calls); i += 2 {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: calls[i], Arguments: rawArgs(calls[i+1])})
+		if err != nil {
+			ts.Fatalf("tools/call %s: %v", calls[i], err)
+		}
+		fmt.Fprintf(out, "%s isError=%v\n", calls[i], res.IsError)
+		for _, c := range res.Content {
+			if text, ok := c.(*mcp.TextContent); ok {
+				fmt.Fprintln(out, text.Text)
+			}
+		}
+	}
+	if useHTTP {
+		_ = cs.Close()
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			ts.Fatalf("signal mcp: %v", err)
+		}
+		err = cmd.Wait()
+	} else {
+		err = cs.Close() // closes stdin and waits for the server to exit
+	}
+	fmt.Fprint(ts.Stderr(), stderr.String())
+	if err != nil {
+		ts.Fatalf("mcp server: %v\n%s", err, stderr.String())
+	}
+}
+
+// rawArgs passes a tool's JSON arguments through unchanged.
+type rawArgs string
+
+func (r rawArgs) MarshalJSON() ([]byte, error) { return []byte(r), nil }
+
+func freeLoopback(ts *testscript.TestScript) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		ts.Fatalf("free port: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func waitListening(ts *testscript.TestScript, addr string, stderr *lockedBuffer) {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return
+		}
+	}
+	ts.Fatalf("mcp server never listened on %s\n%s", addr, stderr.String())
+}
+
+// lockedBuffer collects a child's stderr while the test may read it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/oma-sandbox/oma-sandbox/reaper"
+	"github.com/oma-sandbox/oma-sandbox/session/local"
+)
+
+// localReapReport is the JSON form of local.ReapReport.
+type localReapReport struct {
+	DryRun  bool     `json:"dry_run"`
+	Removed []string `json:"removed"`
+	Kept    []string `json:"kept"`
+	Errors  []string `json:"errors"`
+}
+
+func runReap(ctx context.Context, c *cli, args []string) error {
+	fs := c.flagSet("reap", "--older-than DUR [--dry-run] [--json] [--prefix P] [--concurrency N] [--backend msb|local|all]", `Removes stale sessions: msb sandboxes and volumes of ours (found from msb's
+own listings, see docs/reaper.md), and local sessions of the state directory
+(--backend local or all), created at least --older-than ago. Meant for cron.
+
+With --json the report is printed as JSON: the msb report of docs/reaper.md
+for --backend msb, {dry_run, removed, kept, errors} for local, and
+{"msb": ..., "local": ...} for all (msb is null there when its binary is not
+found). Exit status: 0 when every attempted removal succeeded, 1 when a
+listing or any removal failed (the other removals still run).`)
+	olderThan := fs.Duration("older-than", 0, "required: resources at least this old are stale (90m, 2h, 36h)")
+	dryRun := fs.Bool("dry-run", false, "report what would be removed; remove nothing")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	prefix := fs.String("prefix", "", "msb: the name `prefix` sessions were created with (default oma)")
+	concurrency := fs.Int("concurrency", reaper.DefaultConcurrency, "msb: removals run at once")
+	backend := fs.String("backend", backendMsb, "`backend` to reap: msb, local or all")
+	rest, err := c.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	set := setFlags(fs)
+	switch {
+	case len(rest) > 0:
+		return &usageError{msg: fmt.Sprintf("reap takes no arguments, got %q", rest), usage: usage(fs)}
+	case !set["older-than"]:
+		return &usageError{msg: "reap needs --older-than DUR", usage: usage(fs)}
+	case *olderThan <= 0:
+		return &usageError{msg: fmt.Sprintf("--older-than %v: want a positive duration", *olderThan)}
+	case *concurrency < 1:
+		return &usageError{msg: fmt.Sprintf("--concurrency %d: want at least 1", *concurrency)}
+	case *backend != backendMsb && *backend != backendLocal && *backend != backendAll:
+		return &usageError{msg: fmt.Sprintf("--backend %q: want msb, local or all", *backend)}
+	case *backend == backendLocal && (set["prefix"] || set["concurrency"]):
+		return &usageError{msg: "--prefix and --concurrency apply to the msb backend only"}
+	}
+
+	failed := false
+	var msbRep *reaper.Report
+	if *backend == backendMsb || *backend == backendAll && c.msbInstalled() {
+		rep, err := reaper.Reap(ctx, c.client(), reaper.Options{
+			OlderThan: *olderThan, Prefix: *prefix, DryRun: *dryRun, Concurrency: *concurrency, Logger: c.logger,
+		})
+		if rep == nil {
+			return fmt.Errorf("reap msb: %w", err)
+		}
+		msbRep, failed = rep, err != nil
+	}
+	var localRep *localReapReport
+	if *backend != backendMsb {
+		rep, err := local.Reap(ctx, c.stateDir, *olderThan, time.Now(), *dryRun)
+		localRep = &localReapReport{DryRun: *dryRun, Removed: nonNil(rep.Removed), Kept: nonNil(rep.Kept), Errors: []string{}}
+		for _, f := range rep.Failed {
+			localRep.Errors = append(localRep.Errors, fmt.Sprintf("%s: %v", f.Name, f.Err))
+		}
+		if err != nil && len(rep.Failed) == 0 {
+			return fmt.Errorf("reap local: %w", err)
+		}
+		failed = failed || err != nil
+	}
+
+	switch {
+	case *asJSON && *backend == backendMsb:
+		err = writeJSON(c.stdout, msbRep)
+	case *asJSON && *backend == backendLocal:
+		err = writeJSON(c.stdout, localRep)
+	case *asJSON:
+		err = writeJSON(c.stdout, struct {
+			Msb   *reaper.Report   `json:"msb"`
+			Local *localReapReport `json:"local"`
+		}{msbRep, localRep})
+	default:
+		c.printReap(msbRep, localRep, *dryRun)
+	}
+	if err != nil {
+		return err
+	}
+	if failed {
+		return exitCode(exitFailure)
+	}
+	return nil
+}
+
+func (c *cli) printReap(m *reaper.Report, l *localReapReport, dryRun bool) {
+	verb := "removed"
+	if dryRun {
+		verb = "would remove"
+	}
+	if m != nil {
+		for _, n := range m.RemovedSandboxes {
+			fmt.Fprintf(c.stdout, "%s msb sandbox %s\n", verb, n)
+		}
+		for _, n := range m.RemovedVolumes {
+			fmt.Fprintf(c.stdout, "%s msb volume %s\n", verb, n)
+		}
+		for _, s := range m.Skipped {
+			fmt.Fprintf(c.stdout, "kept msb %s %s: %s\n", s.Kind, s.Name, s.Reason)
+		}
+		for _, err := range m.Errors {
+			fmt.Fprintf(c.stderr, "oma-sandbox: reap msb: %v\n", err)
+		}
+	}
+	if l != nil {
+		for _, n := range l.Removed {
+			fmt.Fprintf(c.stdout, "%s local session %s\n", verb, n)
+		}
+		for _, n := range l.Kept {
+			fmt.Fprintf(c.stdout, "kept local session %s\n", n)
+		}
+		for _, e := range l.Errors {
+			fmt.Fprintf(c.stderr, "oma-sandbox: reap local: %s\n", e)
+		}
+	}
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}

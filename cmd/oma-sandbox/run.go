@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/oma-sandbox/oma-sandbox/tools"
+)
+
+// Exit status of run when its command timed out, as coreutils timeout.
+const exitTimeout = 124
+
+const defaultRunTimeout = 10 * time.Minute
+
+func runRun(ctx context.Context, c *cli, args []string) (err error) {
+	fs := c.flagSet("run", "[flags] [--] COMMAND [ARG...]", `Creates a session, runs COMMAND in its workspace through the bash tool
+(the arguments joined with shell quoting into one bash command line), streams
+the command's output (stdout and stderr combined) to stdout as it arrives,
+collects the files it left in /mnt/session/outputs into the --outputs
+directory (each one named on stderr), then removes the session. SIGINT and
+SIGTERM remove the session before oma-sandbox exits.
+
+Exit status: the command's own; 124 when it timed out; 1 with a message on
+stderr when oma-sandbox itself failed (creating, collecting, removing);
+128+N after signal N.`)
+	var f createFlags
+	f.register(fs)
+	keep := fs.Bool("keep", false, "keep the session afterwards and print its name on stderr")
+	outDir := fs.String("outputs", "outputs", "host `directory` for the collected output files")
+	timeout := fs.Duration("timeout", defaultRunTimeout, "the command's time limit, 1s to 1h")
+	argv, err := c.parseLeading(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(argv) == 0 {
+		return &usageError{msg: "run needs a COMMAND", usage: usage(fs)}
+	}
+	if *timeout < time.Second || *timeout > tools.MaxBashTimeout {
+		return &usageError{msg: fmt.Sprintf("--timeout %v: want 1s to %v", *timeout, tools.MaxBashTimeout)}
+	}
+	if *outDir == "" {
+		return &usageError{msg: "--outputs must name a directory"}
+	}
+	p, err := c.resolve(&f, setFlags(fs))
+	if err != nil {
+		return err
+	}
+	s, err := c.create(ctx, p)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if *keep {
+			fmt.Fprintf(c.stderr, "oma-sandbox: kept session %s\n", s.Name())
+			return
+		}
+		if cerr := closeSession(ctx, s); cerr != nil {
+			fmt.Fprintf(c.stderr, "oma-sandbox: %v\n", cerr)
+			if err == nil || errors.As(err, new(exitCode)) {
+				err = exitCode(exitFailure)
+			}
+		}
+	}()
+
+	out := &streamed{w: c.stdout}
+	_, runErr := tools.New(s, tools.Options{Logger: c.logger}).Bash(ctx, shellJoin(argv), *timeout, out.write)
+	status := exitOK
+	var cmdErr *tools.CommandError
+	switch {
+	case runErr == nil:
+	case errors.As(runErr, &cmdErr) && cmdErr.TimedOut:
+		fmt.Fprintf(c.stderr, "oma-sandbox: command timed out after %v\n", *timeout)
+		status = exitTimeout
+	case errors.As(runErr, &cmdErr):
+		status = cmdErr.ExitCode
+	case interrupted(ctx) != nil:
+		return interrupted(ctx)
+	default:
+		return fmt.Errorf("run: %w", runErr)
+	}
+	files, err := collect(ctx, s, *outDir)
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		fmt.Fprintf(c.stderr, "oma-sandbox: output %s (%d bytes)\n", f.HostPath, f.Size)
+	}
+	if len(files) == 0 {
+		fmt.Fprintln(c.stderr, "oma-sandbox: no output files")
+	}
+	if status != exitOK {
+		return exitCode(status)
+	}
+	return nil
+}
+
+var shellSafe = regexp.MustCompile(`^[A-Za-z0-9_@%+=:,./-]+$`)
+
+// shellJoin quotes each argument for bash and joins them, so the command
+// line bash runs has exactly these words.
+func shellJoin(argv []string) string {
+	quoted := make([]string, len(argv))
+	for i, a := range argv {
+		if shellSafe.MatchString(a) {
+			quoted[i] = a
+		} else {
+			quoted[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(quoted, " ")
+}

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/oma-sandbox/oma-sandbox/tools"
+)
+
+// maxToolInput bounds a tool input read from stdin (a write tool's content).
+const maxToolInput = 64 << 20
+
+func runTool(ctx context.Context, c *cli, args []string) error {
+	fs := c.flagSet("tool", "NAME TOOL [JSON|-]\n       oma-sandbox tool --list [--json]", `Calls one agent tool in session NAME and prints the tool's result text on
+stdout (followed by a newline when the text does not end in one). JSON is
+the tool's input object, {} when omitted; - reads it from stdin. Attaching
+by name runs nothing in the sandbox: the call costs what the tool costs.
+
+bash streams the command's output to stdout as it arrives, then prints the
+rest of the result text (the exit or timeout note), so stdout is the same
+text either way.
+
+Exit status: 0 on success; 1 when the tool failed (its message on stderr;
+for a bash command that exited non-zero or timed out, the result text is on
+stdout); 2 when the command line or the tool input was refused before
+anything ran (unknown tool, malformed JSON, an invalid field).`)
+	list := fs.Bool("list", false, "print the tool definitions instead of calling a tool")
+	asJSON := fs.Bool("json", false, "with --list: print the definitions (name, description, inputSchema) as JSON")
+	rest, err := c.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if *list {
+		if len(rest) > 0 {
+			return &usageError{msg: fmt.Sprintf("tool --list takes no arguments, got %q", rest), usage: usage(fs)}
+		}
+		return c.listTools(*asJSON)
+	}
+	if *asJSON {
+		return &usageError{msg: "--json goes with --list", usage: usage(fs)}
+	}
+	if len(rest) < 2 || len(rest) > 3 {
+		return &usageError{msg: "tool needs NAME TOOL [JSON|-]", usage: usage(fs)}
+	}
+	name, toolName := rest[0], rest[1]
+	if !slices.Contains(tools.Names(), toolName) {
+		return &usageError{msg: fmt.Sprintf("unknown tool %q (known: %s)", toolName, strings.Join(tools.Names(), ", "))}
+	}
+	input := json.RawMessage("{}")
+	if len(rest) == 3 {
+		input = json.RawMessage(rest[2])
+		if rest[2] == "-" {
+			if input, err = readInput(c.stdin); err != nil {
+				return err
+			}
+		}
+	}
+	s, err := c.open(ctx, name)
+	if err != nil {
+		return err
+	}
+	tb := tools.New(s, tools.Options{Logger: c.logger})
+	out := &streamed{w: c.stdout}
+	var progress tools.Progress
+	if toolName == "bash" {
+		progress = out.write
+	}
+	text, err := tb.Call(ctx, toolName, input, progress)
+	var cmdErr *tools.CommandError
+	switch {
+	case err == nil:
+		return out.finish(text)
+	case errors.As(err, &cmdErr):
+		if err := out.finish(cmdErr.Text); err != nil {
+			return err
+		}
+		return exitCode(exitFailure)
+	case errors.Is(err, tools.ErrInvalidInput):
+		return &usageError{msg: err.Error()}
+	case interrupted(ctx) != nil:
+		return interrupted(ctx)
+	}
+	return fmt.Errorf("%s: %w", toolName, err)
+}
+
+func readInput(r io.Reader) (json.RawMessage, error) {
+	data, err := io.ReadAll(io.LimitReader(r, maxToolInput+1))
+	if err != nil {
+		return nil, fmt.Errorf("read tool input from stdin: %w", err)
+	}
+	if len(data) > maxToolInput {
+		return nil, &usageError{msg: fmt.Sprintf("tool input on stdin exceeds %d bytes", maxToolInput)}
+	}
+	return data, nil
+}
+
+func (c *cli) listTools(asJSON bool) error {
+	defs := tools.Definitions()
+	if asJSON {
+		return writeJSON(c.stdout, defs)
+	}
+	for _, d := range defs {
+		fmt.Fprintf(c.stdout, "%-6s %s\n", d.Name, d.Description)
+	}
+	return nil
+}
+
+// streamed writes a tool's output as it streams, then whatever of the
+// final text has not been written yet, so the bytes on w are the result
+// text whether or not it streamed.
+type streamed struct {
+	w   io.Writer
+	mu  sync.Mutex
+	buf strings.Builder // what was streamed
+	err error
+}
+
+func (s *streamed) write(p []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err == nil {
+		_, s.err = s.w.Write(p)
+	}
+	s.buf.Write(p)
+}
+
+// finish writes the rest of text, and a final newline if it lacks one.
+func (s *streamed) finish(text string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return fmt.Errorf("write result: %w", s.err)
+	}
+	rest := strings.TrimPrefix(text, s.buf.String())
+	if !strings.HasSuffix(text, "\n") {
+		rest += "\n"
+	}
+	_, err := io.WriteString(s.w, rest)
+	return err
+}

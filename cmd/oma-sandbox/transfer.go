@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/oma-sandbox/oma-sandbox/outputs"
+	"github.com/oma-sandbox/oma-sandbox/session"
+	"github.com/oma-sandbox/oma-sandbox/transfer"
+)
+
+func runUpload(ctx context.Context, c *cli, args []string) error {
+	fs := c.flagSet("upload", "NAME HOSTPATH [GUESTPATH]", `Places a host file, or every regular file of a directory tree, in session
+NAME at GUESTPATH (default /mnt/session/uploads/<basename of HOSTPATH>).
+Under /workspace/skills the files are a skill mount (*/scripts/* executable);
+elsewhere they must be under the uploads directory, read-only to the agent.
+Each file's size and sha256 are computed on the host and verified before
+anything reaches the session; the whole tree goes in one guest command.
+Symbolic links and other non-regular files are refused. Prints one line per
+file: GUESTPATH SIZE SHA256.`)
+	rest, err := c.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) < 2 || len(rest) > 3 {
+		return &usageError{msg: "upload needs NAME HOSTPATH [GUESTPATH]", usage: usage(fs)}
+	}
+	name, host := rest[0], rest[1]
+	files, err := hostFiles(host)
+	if err != nil {
+		return err
+	}
+	s, err := c.open(ctx, name)
+	if err != nil {
+		return err
+	}
+	paths := s.Paths()
+	guest := paths.Uploads + "/" + filepath.Base(filepath.Clean(host))
+	if len(rest) == 3 {
+		guest = rest[2]
+	}
+	if !path.IsAbs(guest) {
+		return &usageError{msg: fmt.Sprintf("GUESTPATH %q must be an absolute path under %s or %s", guest, paths.Uploads, paths.Skills)}
+	}
+	guest = path.Clean(guest)
+	kind := transfer.Upload
+	if guest == paths.Skills || strings.HasPrefix(guest, paths.Skills+"/") {
+		kind = transfer.Skill
+	}
+	mounts := make([]transfer.Mount, len(files))
+	for i, f := range files {
+		mounts[i] = transfer.Mount{Kind: kind, Path: path.Join(guest, f.rel), Size: f.size, SHA256: f.sha256, Content: f}
+	}
+	err = transfer.Materialize(ctx, s, mounts)
+	for _, f := range files {
+		f.close()
+	}
+	switch {
+	case err == nil:
+	case interrupted(ctx) != nil:
+		return interrupted(ctx)
+	case errors.Is(err, transfer.ErrPath):
+		return &usageError{msg: err.Error()}
+	default:
+		return fmt.Errorf("upload %s: %w", host, err)
+	}
+	for _, m := range mounts {
+		fmt.Fprintf(c.stdout, "%s %d %s\n", m.Path, m.Size, m.SHA256)
+	}
+	return nil
+}
+
+// hostFile is one file to upload; it opens on first Read, so a large tree
+// does not hold a descriptor per file.
+type hostFile struct {
+	path, rel string // rel is "" for a single file, slash-separated below the tree otherwise
+	size      int64
+	sha256    string
+	f         *os.File
+}
+
+func (h *hostFile) Read(p []byte) (int, error) {
+	if h.f == nil {
+		f, err := os.Open(h.path)
+		if err != nil {
+			return 0, err
+		}
+		h.f = f
+	}
+	return h.f.Read(p)
+}
+
+func (h *hostFile) close() {
+	if h.f != nil {
+		h.f.Close()
+	}
+}
+
+// hostFiles lists and hashes the regular files at root (a file or a tree).
+func hostFiles(root string) ([]*hostFile, error) {
+	fi, err := os.Stat(root)
+	if err != nil {
+		return nil, err
+	}
+	if fi.Mode().IsRegular() {
+		f, err := hashFile(root, "")
+		if err != nil {
+			return nil, err
+		}
+		return []*hostFile{f}, nil
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("upload %s: not a regular file or directory", root)
+	}
+	var out []*hostFile
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		if !d.Type().IsRegular() {
+			return fmt.Errorf("upload %s: %s is not a regular file (%s); only files and directories are uploaded", root, p, d.Type())
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return err
+		}
+		f, err := hashFile(p, filepath.ToSlash(rel))
+		if err != nil {
+			return err
+		}
+		out = append(out, f)
+		return nil
+	})
+	return out, err
+}
+
+func hashFile(p, rel string) (*hostFile, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	return &hostFile{path: p, rel: rel, size: n, sha256: hex.EncodeToString(h.Sum(nil))}, nil
+}
+
+func runOutputs(ctx context.Context, c *cli, args []string) error {
+	fs := c.flagSet("outputs", "NAME --dest DIR [--json]", `Collects the files session NAME left in its outputs directory
+(/mnt/session/outputs) into DIR, verifying each file's size and sha256, in
+two guest commands. Prints one line per file: HOSTPATH SIZE SHA256, or with
+--json an array of {path, size, sha256, mime_type, host_path}. Limits: 100
+files, 25 MiB per file, 100 MiB in all; over them nothing is written.`)
+	dest := fs.String("dest", "", "host `directory` to write the files into (required)")
+	asJSON := fs.Bool("json", false, "print the files as JSON")
+	rest, err := c.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return &usageError{msg: "outputs needs exactly one NAME", usage: usage(fs)}
+	}
+	if *dest == "" {
+		return &usageError{msg: "outputs needs --dest DIR", usage: usage(fs)}
+	}
+	s, err := c.open(ctx, rest[0])
+	if err != nil {
+		return err
+	}
+	files, err := collect(ctx, s, *dest)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		if files == nil {
+			files = []transfer.File{}
+		}
+		return writeJSON(c.stdout, files)
+	}
+	for _, f := range files {
+		fmt.Fprintf(c.stdout, "%s %d %s\n", f.HostPath, f.Size, f.SHA256)
+	}
+	return nil
+}
+
+func collect(ctx context.Context, s session.Session, dest string) ([]transfer.File, error) {
+	files, err := transfer.Collect(ctx, s, dest, outputs.Limits{})
+	if err != nil {
+		if sig := interrupted(ctx); sig != nil {
+			return nil, sig
+		}
+		return nil, fmt.Errorf("collect outputs of %s: %w", s.Name(), err)
+	}
+	return files, nil
+}
