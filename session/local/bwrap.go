@@ -145,6 +145,8 @@ func (s bwrapSpec) args() []string {
 	// bwrap would create the parents of a bind target 0700.
 	a = append(a, "--dir", "/mnt", "--dir", "/mnt/session",
 		ws, s.Workspace, guestWorkspace, up, s.Uploads, guestUploads, out, s.Outputs, guestOutputs)
+	// Nothing may write the root tmpfs: it would be memory without a bound.
+	a = append(a, "--remount-ro", "/")
 	for _, kv := range s.Env {
 		k, v, _ := strings.Cut(kv, "=")
 		a = append(a, "--setenv", k, v)

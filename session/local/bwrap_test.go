@@ -22,7 +22,7 @@ func TestBwrapArgv(t *testing.T) {
 		" --ro-bind /usr /usr --ro-bind /etc /etc --symlink usr/bin /bin --ro-bind /lib64 /lib64" +
 		" --proc /proc --dev /dev --perms 1777 --size 67108864 --tmpfs /tmp --dir /mnt --dir /mnt/session" +
 		" --bind /s/ws /workspace --ro-bind /s/up /mnt/session/uploads --bind /s/out /mnt/session/outputs" +
-		" --setenv HOME /workspace --setenv PATH /usr/bin:/bin --chdir /workspace/sub -- /bin/bash -c echo hi bash"
+		" --remount-ro / --setenv HOME /workspace --setenv PATH /usr/bin:/bin --chdir /workspace/sub -- /bin/bash -c echo hi bash"
 	if unprivileged != want {
 		t.Fatalf("unprivileged argv\n got %s\nwant %s", unprivileged, want)
 	}

@@ -161,7 +161,7 @@ func probeHost(ctx context.Context, req probeRequest) (Capabilities, platform) {
 	isolation := probeIsolation(ctx, p, dirs, canary)
 	caps.Backend = "bubblewrap"
 	caps.Filesystem, caps.Network, caps.Process = isolation.fs, isolation.net, isolation.proc
-	if isolation.fs.Evidence != EvidenceFull || isolation.proc.Evidence != EvidenceFull {
+	if isolation.fs.Evidence != EvidenceFull || isolation.proc.Evidence == EvidenceNone {
 		caps.Backend = ""
 	}
 	host := "enforced by the host: the call's process group is killed and its pid namespace goes with it"
@@ -241,10 +241,21 @@ func probeIsolation(ctx context.Context, p *linuxPlatform, dirs hostDirs, canary
 		r.proc = none(fmt.Sprintf("%d processes visible in the sandbox's /proc", procs))
 	case len(idProblems) > 0:
 		r.proc = none(strings.Join(idProblems, "; "))
+	case !p.privileged && !yamaGuardsInit():
+		r.proc = partial("own pid namespace, but commands can ptrace the sandbox's init: it runs as their uid and Yama ptrace_scope is below 1")
 	default:
-		r.proc = full("own pid namespace: only the call's processes are visible, and all die with it")
+		r.proc = full("own pid namespace: only the call's processes are visible, all die with it, and none can ptrace its init")
 	}
 	return r
+}
+
+// yamaGuardsInit reports whether Yama restricts ptrace to descendants,
+// which keeps a command from tracing the sandbox's init when both run as
+// the same uid.
+func yamaGuardsInit() bool {
+	data, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope")
+	n, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+	return err == nil && n >= 1
 }
 
 // probeRun runs script in a read-only, network-less sandbox over dirs,

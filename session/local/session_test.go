@@ -45,7 +45,11 @@ func TestCopyInAndAttach(t *testing.T) {
 		}
 	}
 	res := sh(t, s, `cat /workspace/a/b/f.txt /mnt/session/uploads/u/f.txt; echo; stat -c %u /workspace/a/b/f.txt /mnt/session/uploads/u/f.txt /workspace/skills/s/f.txt; echo x > /mnt/session/uploads/u/g 2>/dev/null || echo denied`)
-	if got := string(res.Stdout); got != "hellohello\n65534\n0\n0\ndenied\n" {
+	rootOwned := "0"
+	if os.Geteuid() != 0 {
+		rootOwned = "65534" // the caller's own files, mapped to the guest uid
+	}
+	if got, want := string(res.Stdout), "hellohello\n65534\n"+rootOwned+"\n"+rootOwned+"\ndenied\n"; got != want {
 		t.Fatalf("got %q (stderr %q)", got, res.Stderr)
 	}
 	a, err := Attach(ctx, dir, s.Name())
@@ -82,8 +86,12 @@ func TestRootPreparesUploadsAndSkills(t *testing.T) {
 		return res
 	}
 	// What the upload materialisation does, as root inside the sandbox.
-	if res := run(`chown 0:0 "$1" && chmod 755 "$1" && chown 65534:65534 "$2" && chmod 700 "$2" && mkdir -p "$1/docs" "$3/s/scripts" && id -u`,
-		root, s.paths.Uploads, s.paths.Outputs, s.paths.Skills); res.ExitCode != 0 || string(res.Stdout) != "0\n" {
+	// Without host root, the user namespace maps only uid 0.
+	prep := `chown 0:0 "$1" && chmod 755 "$1" && chown 65534:65534 "$2" && chmod 700 "$2" && mkdir -p "$1/docs" "$3/s/scripts" && id -u`
+	if os.Geteuid() != 0 {
+		prep = `chmod 755 "$1" && chmod 700 "$2" && mkdir -p "$1/docs" "$3/s/scripts" && id -u`
+	}
+	if res := run(prep, root, s.paths.Uploads, s.paths.Outputs, s.paths.Skills); res.ExitCode != 0 || string(res.Stdout) != "0\n" {
 		t.Fatalf("root preparation: %d %q %q", res.ExitCode, res.Stdout, res.Stderr)
 	}
 	src := filepath.Join(t.TempDir(), "f")
@@ -109,7 +117,11 @@ find "$2" -type f -exec chmod 444 {} + && find "$2" -path '*/scripts/*' -type f 
 echo x > /mnt/session/uploads/docs/f 2>/dev/null && echo "wrote upload"
 echo x > /workspace/skills/s/scripts/run.sh 2>/dev/null && echo "wrote skill"
 echo out > /mnt/session/outputs/o && cat /mnt/session/outputs/o`, session.ShellOptions{})
-	if got := string(res.Stdout); got != "data444 0\n555 0\n700 65534\nout\n" {
+	owner := "0"
+	if os.Geteuid() != 0 {
+		owner = "65534"
+	}
+	if got, want := string(res.Stdout), "data444 "+owner+"\n555 "+owner+"\n700 65534\nout\n"; got != want {
 		t.Fatalf("agent view: %q %q", got, res.Stderr)
 	}
 	if _, err := s.Shell(ctx, session.Command{Script: "true"}, session.ShellOptions{User: "1000"}); !errors.Is(err, session.ErrInvalid) {

@@ -1,0 +1,69 @@
+// Package local is the session backend for hosts without KVM: an OS
+// sandbox per command instead of a microVM, behind the same
+// session.Session seam, so the agent tools, uploads and outputs behave as
+// on msb.
+//
+// # Backends
+//
+// Linux runs every Shell call under bubblewrap in fresh mount, pid, ipc,
+// uts and (under network deny) network namespaces. The root is a tmpfs
+// holding /usr, /etc and the runtime directories read-only, a private
+// /tmp, and the session's host directories at the msb image's guest
+// paths: /workspace, /mnt/session/uploads (read-only to commands),
+// /mnt/session/outputs and /workspace/skills. Commands run as uid 65534
+// without capabilities: when this process is root, bwrap builds the
+// namespaces and setpriv drops the command to host uid 65534 with
+// no_new_privs, so it owns nothing of the host's; otherwise bwrap maps the
+// caller to uid 65534 in a user namespace. ShellOptions.User "0" is root
+// inside the sandbox for preparing uploads and skills: host root with only
+// CAP_CHOWN, CAP_DAC_OVERRIDE and CAP_FOWNER, the session directories
+// writable, the rest read-only, no network, whatever the policy.
+//
+// macOS runs each call under sandbox-exec with a generated Seatbelt
+// profile. There is no path remapping, so Paths reports the host paths
+// and the tools follow it. Windows runs each call through an external
+// broker (brambo-windows-sandbox-broker) confined to the session's
+// directories; without a broker that passes its self-test every session
+// is refused.
+//
+// Each call is its own sandbox: no process outlives its Shell call, and
+// on Linux the call's pid namespace takes detached descendants with it.
+//
+// # Policy and evidence
+//
+// A Policy has a Mode (read-only, workspace-write, danger-full-access,
+// the last only with AllowDangerous) and a Network (deny, the default, or
+// unrestricted; allowlist is refused rather than widened). Create and
+// Attach first probe the host by running real sandboxes (Probe gives the
+// same report for a doctor command): each control (filesystem, network,
+// process, resources and each limit) gets none, partial or full evidence
+// with the reason. A session whose policy needs more than the host proved
+// is refused with an *UnavailableError before anything runs; a missing
+// or no-op bwrap is caught by what a probe command sees from inside.
+//
+// # Limits
+//
+// Limits apply to each call on its own: wall time (a guest timeout),
+// output bytes, memory, process count, CPU quota and file size. Memory,
+// processes and CPU use cgroups created under this process's own groups
+// and entered before the sandbox executes: on cgroup v2 at clone
+// (CLONE_INTO_CGROUP), on a cgroup v1 or hybrid host by a /bin/sh shim
+// that writes its own pid into each group and only then execs bwrap. File
+// size is RLIMIT_FSIZE set by prlimit before bwrap. A call whose limits
+// cannot be set up is refused, never run unlimited. Limits that fire are
+// reported as "oma-sandbox: ..." lines appended to the call's stderr.
+// ParseLimits reads the CLI's `--limit KEY=VALUE` specs; ParseMode and
+// ParseNetwork read the mode and network names.
+//
+// # State
+//
+// Each session has a directory under the state directory (Options.StateDir,
+// by default DefaultStateDir): its record, its cgroup list and its box of
+// workspace, uploads and outputs. Attach opens it by name from any
+// process, Close and Poison remove it, List and Reap find and remove stale
+// ones. Commands never see the record.
+//
+// Beside the seam, a Session offers line-framed stdio conversations
+// (OpenStdio), file snapshots with restore of its own content (Snapshot,
+// Restore), and audit events in danger-full-access mode.
+package local
