@@ -341,7 +341,9 @@ func formatBytes(n int64) string {
 	return strconv.FormatInt(n, 10) + " bytes"
 }
 
-// remove kills whatever is left in the call's groups and removes them.
+// remove kills whatever is left in the call's groups and removes them,
+// and the session's groups too once no other call uses them, so nothing
+// of ours stays under this process's cgroups between calls.
 func (g *callGroups) remove() error {
 	var errs []error
 	seen := map[string]bool{}
@@ -349,6 +351,7 @@ func (g *callGroups) remove() error {
 		if !seen[dir] {
 			seen[dir] = true
 			errs = append(errs, emptyAndRemove(dir))
+			_ = syscall.Rmdir(filepath.Dir(dir)) // busy while another call runs
 		}
 	}
 	return errors.Join(errs...)

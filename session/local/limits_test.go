@@ -5,7 +5,9 @@ package local
 import (
 	"context"
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,9 +26,15 @@ func TestMemoryBombIsKilledAndReported(t *testing.T) {
 	if !strings.Contains(string(res.Stderr), "memory limit of 64 MiB reached: the kernel killed") {
 		t.Fatalf("kill not reported: %q", res.Stderr)
 	}
-	// The session stays usable after the kill.
+	// The session stays usable after the kill, and no group outlives a call.
 	if got := string(sh(t, s, `echo ok`).Stdout); got != "ok\n" {
 		t.Fatalf("after bomb: %q", got)
+	}
+	data, _ := os.ReadFile(filepath.Join(s.dirs.Root, cgroupFile))
+	for _, dir := range strings.Fields(string(data)) {
+		if exists(dir) {
+			t.Errorf("cgroup %s left between calls", dir)
+		}
 	}
 }
 

@@ -19,7 +19,11 @@ func TestListAndReap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh(t, old, `true`) // leaves the session's cgroup parent behind until removal
+	// A call that never finished leaves the session's cgroup behind.
+	g, err := detectCgroups().create(old.dirs.Root, old.Name(), Limits{Processes: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
 	young, err := Create(ctx, Options{StateDir: dir, WorkspaceID: "w", SessionID: "young"})
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +67,7 @@ func TestListAndReap(t *testing.T) {
 		!slices.Equal(rep.Kept, []string{young.Name()}) {
 		t.Fatalf("reap: %v %+v", err, rep)
 	}
-	for _, p := range append([]string{old.dirs.Root, orphan}, strings.Fields(string(cgroups))...) {
+	for _, p := range append([]string{old.dirs.Root, orphan, g.dirs["pids"]}, strings.Fields(string(cgroups))...) {
 		if exists(p) {
 			t.Errorf("%s survived the reap", p)
 		}

@@ -119,19 +119,28 @@ func run(ctx context.Context, rs runSpec) (*session.Result, error) {
 	}
 
 	var (
-		killOnce sync.Once
-		killErr  error
+		killMu  sync.Mutex
+		killErr error
+		exited  bool
 	)
-	kill := func(why error) {
-		killOnce.Do(func() {
-			killErr = why
+	// kill records the first cause and kills the group. Once the command
+	// has exited it ran to its end: only an output overflow still counts,
+	// and the reaped group is not signalled.
+	kill := func(why error, afterExit bool) {
+		killMu.Lock()
+		defer killMu.Unlock()
+		if killErr != nil || exited && !afterExit {
+			return
+		}
+		killErr = why
+		if !exited {
 			killGroup(cmd.Process)
-		})
+		}
 	}
 	max := rs.maxOutput
 	out := &output{max: max, cb: [2]func([]byte){rs.stdout, rs.stderr}}
 	out.overflow = func() {
-		kill(fmt.Errorf("command output exceeded %d bytes and was killed: %w", max, session.ErrOutputOverflow))
+		kill(fmt.Errorf("command output exceeded %d bytes and was killed: %w", max, session.ErrOutputOverflow), true)
 	}
 	var readers sync.WaitGroup
 	for i, r := range []*os.File{outR, errR} {
@@ -173,28 +182,30 @@ func run(ctx context.Context, rs runSpec) (*session.Result, error) {
 		}
 		select {
 		case <-ctx.Done():
-			kill(ctxError(ctx))
+			kill(ctxError(ctx), false)
 		case <-timeout:
-			kill(fmt.Errorf("command killed after its %s timeout: %w", rs.guestTimeout, session.ErrGuestTimeout))
+			kill(fmt.Errorf("command killed after its %s timeout: %w", rs.guestTimeout, session.ErrGuestTimeout), false)
 		case <-stop:
 		}
 	}()
 
 	waitErr := cmd.Wait()
-	// Every sandboxed process is gone with the sandbox's pid namespace, so
-	// the pipes close now; a straggler holding them is killed.
+	killMu.Lock()
+	exited = true
+	killMu.Unlock()
+	close(stop)
+	<-watched
+	// On Linux every sandboxed process is gone with the pid namespace, so
+	// the pipes close now; elsewhere a detached straggler may hold them.
 	drained := make(chan struct{})
 	go func() { readers.Wait(); close(drained) }()
 	select {
 	case <-drained:
 	case <-time.After(drainGrace):
-		killGroup(cmd.Process)
 		outR.Close()
 		errR.Close()
 		<-drained
 	}
-	close(stop)
-	<-watched
 	ok := <-started
 	closeAll()
 
