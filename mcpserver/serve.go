@@ -1,0 +1,114 @@
+package mcpserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// ErrNotLoopback is returned by ServeHTTP for an address other than a
+// loopback one.
+var ErrNotLoopback = errors.New("the MCP HTTP endpoint must listen on a loopback address (127.0.0.1, ::1 or localhost): it has no authentication and its tools run commands")
+
+// HTTPPath is where ServeHTTP serves the streamable HTTP endpoint.
+const HTTPPath = "/mcp"
+
+// httpShutdownTimeout bounds how long ServeHTTP waits for open HTTP
+// connections once ctx ends; the tool calls on them are already cancelled.
+const httpShutdownTimeout = 5 * time.Second
+
+// ServeStdio serves one client on os.Stdin and os.Stdout. It returns nil
+// when the client disconnects or ctx ends. Either cancels the tool calls
+// still running, which kills their guest work; when ctx ends, the
+// connection closes without their results.
+func ServeStdio(ctx context.Context, opts Options) error {
+	return serve(ctx, opts, &mcp.StdioTransport{})
+}
+
+// serve is Server.Run without its error-level record of a cancelled
+// context, which is an ordinary shutdown here.
+func serve(ctx context.Context, opts Options, t mcp.Transport) error {
+	ss, err := newServer(opts, ctx).Connect(ctx, t, nil)
+	if err != nil {
+		return fmt.Errorf("mcpserver: %w", err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- ss.Wait() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			return fmt.Errorf("mcpserver: %w", err)
+		}
+		return nil
+	case <-ctx.Done():
+		// ctx's end has cancelled the running calls; Close waits for them.
+		_ = ss.Close()
+		<-closed
+		return nil
+	}
+}
+
+// ServeHTTP serves the streamable HTTP transport at HTTPPath on addr, which
+// must be a loopback address ("127.0.0.1:0" picks a free port; the URL is
+// logged at info level). Any number of clients may connect; they share the
+// Toolbox. It returns when serving fails, or nil when ctx ends, after
+// cancelling the tool calls still running and closing every connection.
+func ServeHTTP(ctx context.Context, addr string, opts Options) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("mcpserver: HTTP address %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("mcpserver: refusing to serve on %q: %w", addr, ErrNotLoopback)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("mcpserver: %w", err)
+	}
+	// localhost is whatever the resolver says; check what was bound.
+	if tcp, ok := ln.Addr().(*net.TCPAddr); !ok || !tcp.IP.IsLoopback() {
+		ln.Close()
+		return fmt.Errorf("mcpserver: refusing to serve on %q, which is %s: %w", addr, ln.Addr(), ErrNotLoopback)
+	}
+	return serveHTTP(ctx, ln, opts)
+}
+
+func serveHTTP(ctx context.Context, ln net.Listener, opts Options) error {
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	server := newServer(opts, ctx)
+	mux := http.NewServeMux()
+	mux.Handle(HTTPPath, mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
+		&mcp.StreamableHTTPOptions{Logger: logger}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	logger.Info("serving MCP over streamable HTTP", "url", "http://"+ln.Addr().String()+HTTPPath)
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("mcpserver: %w", err)
+	case <-ctx.Done():
+	}
+	// A session's standalone event stream stays open until the session
+	// closes, and Shutdown would wait for it.
+	for ss := range server.Sessions() {
+		_ = ss.Close()
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), httpShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		logger.Warn("MCP HTTP shutdown: closing the remaining connections", "err", err)
+		_ = srv.Close()
+	}
+	<-served
+	return nil
+}

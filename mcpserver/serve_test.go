@@ -1,0 +1,272 @@
+package mcpserver
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
+	"github.com/oma-sandbox/oma-sandbox/internal/sessiontest"
+	"github.com/oma-sandbox/oma-sandbox/msb"
+	"github.com/oma-sandbox/oma-sandbox/session"
+	"github.com/oma-sandbox/oma-sandbox/tools"
+)
+
+// pipeTransports are two connected stdio-like transports; closing the
+// client's writer is what a client process exiting looks like to a stdio
+// server.
+func pipeTransports() (server, client *mcp.IOTransport, hangUp func()) {
+	toServer, fromClient := io.Pipe()
+	toClient, fromServer := io.Pipe()
+	server = &mcp.IOTransport{Reader: toServer, Writer: fromServer}
+	client = &mcp.IOTransport{Reader: toClient, Writer: fromClient}
+	return server, client, func() { fromClient.Close() }
+}
+
+// msbSession creates a session on a private fakemsb.
+func msbSession(t *testing.T) (*fakemsbtest.Env, *session.MsbSession) {
+	env := fakemsbtest.New(t)
+	s, err := session.Create(context.Background(), session.Options{
+		Client: msb.NewClient(&msb.CLI{Path: env.Bin}), WorkspaceID: "ws-mcp", SessionID: strings.ToLower(t.Name()), Image: "debian",
+	})
+	require.NoError(t, err)
+	require.Len(t, env.Sandboxes(t), 1)
+	return env, s
+}
+
+// closeAndCheck closes the session as the CLI does once the server has
+// returned, and checks that fakemsb keeps nothing.
+func closeAndCheck(t *testing.T, env *fakemsbtest.Env, s session.Session) {
+	require.NoError(t, s.Close(context.Background()))
+	assert.Empty(t, env.Sandboxes(t), "no sandbox left")
+	assert.Empty(t, env.Volumes(t), "no volume left")
+}
+
+// Cancellation from the client kills the guest's process group in the
+// sandbox, as a host timeout does.
+func TestMsbCancelKillsGuestWork(t *testing.T) {
+	env, s := msbSession(t)
+	server := NewServer(Options{Toolbox: tools.New(s, tools.Options{})})
+	c := connect(t, server)
+	assert.Equal(t, "Successfully wrote 2 bytes to a.txt", c.mustCall(t, "write", obj{"path": "a.txt", "content": "hi"}))
+	marker := uniqueSleep()
+	took, text := cancelCall(t, server, c, marker)
+	assert.Less(t, took, 10*time.Second, "the call ends promptly")
+	assert.Contains(t, text, session.ErrAborted.Error())
+	assert.Equal(t, "0\n", c.mustCall(t, "bash", obj{"command": "ps -eo args | grep -c '[s]leep " + marker + "' || true"}),
+		"no guest process is left")
+	assert.False(t, s.Poisoned())
+	require.NoError(t, c.cs.Close())
+	closeAndCheck(t, env, s)
+}
+
+// A server stopped by its context (SIGINT/SIGTERM in the CLI) or left by
+// its client returns promptly even with a long call running, whose guest
+// work is killed; closing the session then leaves fakemsb empty.
+func TestMsbShutdownLeavesNothing(t *testing.T) {
+	for _, how := range []string{"signal", "disconnect"} {
+		t.Run(how, func(t *testing.T) {
+			env, s := msbSession(t)
+			ctx, stop := context.WithCancel(context.Background())
+			defer stop()
+			st, ct, hangUp := pipeTransports()
+			served := make(chan error, 1)
+			go func() { served <- serve(ctx, Options{Toolbox: tools.New(s, tools.Options{})}, st) }()
+
+			c, mc := newClient()
+			var err error
+			c.cs, err = mc.Connect(context.Background(), ct, nil)
+			require.NoError(t, err)
+			assert.Equal(t, "ok\n", c.mustCall(t, "bash", obj{"command": "echo ok"}))
+
+			marker := uniqueSleep()
+			params := &mcp.CallToolParams{Name: "bash", Arguments: obj{"command": "echo started; sleep " + marker, "timeout": 600}}
+			params.SetProgressToken(1)
+			type result struct {
+				res *mcp.CallToolResult
+				err error
+			}
+			long := make(chan result, 1)
+			go func() {
+				res, err := c.cs.CallTool(context.Background(), params)
+				long <- result{res, err}
+			}()
+			<-c.started
+
+			begin := time.Now()
+			if how == "signal" {
+				stop()
+			} else {
+				hangUp()
+			}
+			select {
+			case err := <-served:
+				require.NoError(t, err)
+			case <-time.After(30 * time.Second):
+				t.Fatal("the server did not return")
+			}
+			assert.Less(t, time.Since(begin), 10*time.Second, "the server returns promptly")
+			_ = c.cs.Close()
+			// The connection closed under the running call.
+			assert.Error(t, (<-long).err)
+
+			res, err := s.Shell(context.Background(), session.Command{Script: `ps -eo args | grep -c "[s]leep $1" || true`, Args: []string{marker}}, session.ShellOptions{})
+			require.NoError(t, err)
+			assert.Equal(t, "0\n", string(res.Stdout), "no guest process is left")
+			closeAndCheck(t, env, s)
+		})
+	}
+}
+
+const stdioChildEnv = "MCPSERVER_TEST_STDIO_CHILD"
+
+// TestStdioChild is the server process of TestServeStdio.
+func TestStdioChild(t *testing.T) {
+	if os.Getenv(stdioChildEnv) == "" {
+		t.Skip("run by TestServeStdio")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	err := ServeStdio(ctx, Options{Toolbox: tools.New(sessiontest.NewHost(t), tools.Options{})})
+	// The protocol owned stdout; the test verdict goes elsewhere.
+	os.Stdout = os.Stderr
+	require.NoError(t, err)
+}
+
+func TestServeStdio(t *testing.T) {
+	start := func(t *testing.T) (*client, *exec.Cmd) {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestStdioChild$")
+		cmd.Env = append(os.Environ(), stdioChildEnv+"=1")
+		cmd.Stderr = os.Stderr
+		c, mc := newClient()
+		var err error
+		c.cs, err = mc.Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)
+		require.NoError(t, err)
+		res, err := c.cs.ListTools(context.Background(), nil)
+		require.NoError(t, err)
+		assert.Len(t, res.Tools, len(tools.Names()))
+		assert.Equal(t, "hi\n", c.mustCall(t, "bash", obj{"command": "echo hi"}))
+		return c, cmd
+	}
+
+	t.Run("client closes", func(t *testing.T) {
+		c, cmd := start(t)
+		require.NoError(t, c.cs.Close(), "the server exits 0 once its stdin ends")
+		assert.True(t, cmd.ProcessState.Success())
+	})
+
+	t.Run("SIGTERM", func(t *testing.T) {
+		c, cmd := start(t)
+		marker := uniqueSleep()
+		params := &mcp.CallToolParams{Name: "bash", Arguments: obj{"command": "echo started; sleep " + marker, "timeout": 600}}
+		params.SetProgressToken("p")
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.cs.CallTool(context.Background(), params)
+			done <- err
+		}()
+		<-c.started
+		require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+		select {
+		case err := <-done:
+			assert.Error(t, err, "the server closed the connection under the running call")
+		case <-time.After(30 * time.Second):
+			t.Fatal("the running call did not end")
+		}
+		require.NoError(t, c.cs.Close())
+		assert.True(t, cmd.ProcessState.Success(), "a signalled server exits cleanly")
+		out, _ := exec.Command("ps", "-eo", "args").Output()
+		assert.NotContains(t, string(out), "sleep "+marker, "no guest process is left")
+	})
+}
+
+// urlHandler is a slog handler that reports the URL ServeHTTP logs.
+type urlHandler struct{ urls chan string }
+
+func (h urlHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h urlHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h urlHandler) WithGroup(string) slog.Handler            { return h }
+func (h urlHandler) Handle(_ context.Context, r slog.Record) error {
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "url" {
+			h.urls <- a.Value.String()
+		}
+		return true
+	})
+	return nil
+}
+
+func TestServeHTTP(t *testing.T) {
+	_, tb, _ := hostServer(t)
+	urls := make(chan string, 1)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	served := make(chan error, 1)
+	go func() {
+		served <- ServeHTTP(ctx, "127.0.0.1:0", Options{Toolbox: tb, Logger: slog.New(urlHandler{urls})})
+	}()
+	var url string
+	select {
+	case url = <-urls:
+	case err := <-served:
+		t.Fatalf("ServeHTTP: %v", err)
+	}
+	require.True(t, strings.HasPrefix(url, "http://127.0.0.1:") && strings.HasSuffix(url, HTTPPath), url)
+
+	transport := &http.Transport{}
+	defer transport.CloseIdleConnections()
+	c, mc := newClient()
+	var err error
+	c.cs, err = mc.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: transport}}, nil)
+	require.NoError(t, err)
+	res, err := c.cs.ListTools(context.Background(), nil)
+	require.NoError(t, err)
+	assert.Len(t, res.Tools, len(tools.Names()))
+	assert.Equal(t, "Successfully wrote 1 bytes to h.txt", c.mustCall(t, "write", obj{"path": "h.txt", "content": "h"}))
+
+	params := &mcp.CallToolParams{Name: "bash", Arguments: obj{"command": "echo started; sleep 0.3; echo more"}}
+	params.SetProgressToken("http")
+	call, err := c.cs.CallTool(context.Background(), params)
+	require.NoError(t, err)
+	assert.Equal(t, "started\nmore\n", resultText(t, call))
+	var joined strings.Builder
+	for _, n := range c.notifications() {
+		joined.WriteString(n.Message)
+	}
+	assert.Equal(t, "started\nmore\n", joined.String(), "progress reaches an HTTP client")
+
+	// Stopping with a client still connected (its event stream open).
+	stop()
+	select {
+	case err := <-served:
+		require.NoError(t, err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("ServeHTTP did not return")
+	}
+	_ = c.cs.Close()
+}
+
+func TestServeHTTPRefusesNonLoopback(t *testing.T) {
+	_, tb, _ := hostServer(t)
+	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0", "192.0.2.1:8080", "example.com:80", "127.0.0.1.nip.io:80"} {
+		err := ServeHTTP(context.Background(), addr, Options{Toolbox: tb})
+		assert.ErrorIs(t, err, ErrNotLoopback, addr)
+		assert.ErrorContains(t, err, "loopback", addr)
+	}
+	err := ServeHTTP(context.Background(), "127.0.0.1", Options{Toolbox: tb})
+	assert.ErrorContains(t, err, "missing port")
+	assert.False(t, errors.Is(err, ErrNotLoopback))
+}
