@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,7 +34,8 @@ type fakemsbKey struct{}
 // Commands beside testscript's own:
 //
 //	status N PROG [ARG...]   run PROG; fail unless it exits with N
-//	capture VAR [FIELD]      set $VAR to the last command's stdout, trimmed (or its FIELDth word)
+//	capture VAR [REGEXP]     set $VAR to the last command's stdout, trimmed, or to
+//	                         the first group of REGEXP's first match in it
 //	msbcalls reset|N         forget fakemsb's log | fail unless it logged N invocations since
 //	knob NAME [VALUE]        set (or unset) a fakemsb knob such as FAKEMSB_FAULTS
 //	waitfile GLOB            wait up to 20s for a file matching GLOB
@@ -96,16 +98,15 @@ func cmdStatus(ts *testscript.TestScript, neg bool, args []string) {
 
 func cmdCapture(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) < 1 || len(args) > 2 {
-		ts.Fatalf("usage: capture VAR [FIELD]")
+		ts.Fatalf("usage: capture VAR [REGEXP]")
 	}
 	value := strings.TrimSpace(ts.ReadFile("stdout"))
 	if len(args) == 2 {
-		n, err := strconv.Atoi(args[1])
-		fields := strings.Fields(value)
-		if err != nil || n < 1 || n > len(fields) {
-			ts.Fatalf("capture: no field %s in %q", args[1], value)
+		m := regexp.MustCompile("(?m)" + args[1]).FindStringSubmatch(value)
+		if len(m) != 2 {
+			ts.Fatalf("capture: %s has no match with one group in %q", args[1], value)
 		}
-		value = fields[n-1]
+		value = m[1]
 	}
 	ts.Setenv(args[0], value)
 }
