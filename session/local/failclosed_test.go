@@ -114,3 +114,15 @@ func TestProbeReportsEveryControl(t *testing.T) {
 		}
 	}
 }
+
+func TestCreateHonoursContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	dir := t.TempDir()
+	if _, err := Create(ctx, Options{StateDir: dir}); !errors.Is(err, session.ErrAborted) {
+		t.Fatalf("canceled Create: %v", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Fatal("canceled Create left state")
+	}
+}

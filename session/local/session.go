@@ -153,8 +153,8 @@ func Create(ctx context.Context, o Options) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	caps, plat := probeHost(ctx, probeRequest{bwrap: o.Bwrap, limits: o.Limits, all: false})
-	if err := caps.check(o.Policy, o.Limits); err != nil {
+	caps, plat := probeHost(ctx, probeRequest{bwrap: o.Bwrap, limits: o.Limits})
+	if err := admit(ctx, caps, o.Policy, o.Limits); err != nil {
 		return nil, err
 	}
 	now := time.Now().UTC()
@@ -232,10 +232,22 @@ func Attach(ctx context.Context, stateDir, name string) (*Session, error) {
 		return nil, fmt.Errorf("local sandbox: record of %s names %q: %w", name, rec.Name, session.ErrInvalid)
 	}
 	caps, plat := probeHost(ctx, probeRequest{bwrap: rec.Bwrap, limits: rec.Limits})
-	if err := caps.check(rec.Policy, rec.Limits); err != nil {
+	if err := admit(ctx, caps, rec.Policy, rec.Limits); err != nil {
 		return nil, err
 	}
 	return newSession(rec, dirs, caps, plat, slog.Default()), nil
+}
+
+// admit checks probe results against a policy; a probe cut short by ctx
+// reports that rather than a missing control.
+func admit(ctx context.Context, caps Capabilities, p Policy, l Limits) error {
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return fmt.Errorf("local sandbox: probing the host: %w", session.ErrHostTimeout)
+	case ctx.Err() != nil:
+		return fmt.Errorf("local sandbox: probing the host: %w", session.ErrAborted)
+	}
+	return caps.check(p, l)
 }
 
 func resolveStateDir(dir string) (string, error) {
