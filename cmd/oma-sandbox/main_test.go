@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -38,7 +39,7 @@ type fakemsbKey struct{}
 //	                         the first group of REGEXP's first match in it
 //	msbcalls reset|N         forget fakemsb's log | fail unless it logged N invocations since
 //	knob NAME [VALUE]        set (or unset) a fakemsb knob such as FAKEMSB_FAULTS
-//	waitfile GLOB            wait up to 20s for a file matching GLOB
+//	waitfile DIR NAME        wait up to 20s for a file NAME anywhere below DIR
 //	mcpclient [-http] TOOL JSON... -- MCPARGS...
 //	                         run `oma-sandbox mcp MCPARGS`, list its tools, call
 //	                         each TOOL with JSON, then disconnect (stdio) or send
@@ -59,6 +60,8 @@ func TestScripts(t *testing.T) {
 			e.Setenv("FAKEMSB_LOG", env.LogPath)
 			// testscript puts its command directory first on PATH.
 			e.Setenv("OMA_BIN_DIR", filepath.SplitList(e.Getenv("PATH"))[0])
+			// Under -race every process would sleep 1s at exit by default.
+			e.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 			e.Values[fakemsbKey{}] = env
 			return nil
 		},
@@ -145,15 +148,22 @@ func cmdMsbCalls(t *testing.T, ts *testscript.TestScript, neg bool, args []strin
 }
 
 func cmdWaitFile(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) != 1 {
-		ts.Fatalf("usage: waitfile GLOB")
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: waitfile DIR NAME")
 	}
+	found := errors.New("found")
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if m, _ := filepath.Glob(ts.MkAbs(args[0])); len(m) > 0 {
+		err := filepath.WalkDir(ts.MkAbs(args[0]), func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.Name() == args[1] {
+				return found
+			}
+			return nil
+		})
+		if err == found {
 			return
 		}
 	}
-	ts.Fatalf("no file matches %s", args[0])
+	ts.Fatalf("no file named %s under %s", args[1], args[0])
 }
 
 func cmdMCPClient(ts *testscript.TestScript, neg bool, args []string) {
@@ -182,7 +192,7 @@ func cmdMCPClient(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	cmd := exec.Command("oma-sandbox", mcpArgs...)
 	cmd.Dir = ts.MkAbs(".")
-	for _, k := range []string{"PATH", "HOME", "TMPDIR", "XDG_STATE_HOME", "OMA_MSB"} {
+	for _, k := range []string{"PATH", "HOME", "TMPDIR", "XDG_STATE_HOME", "OMA_MSB", "GORACE"} {
 		cmd.Env = append(cmd.Env, k+"="+ts.Getenv(k))
 	}
 	stderr := &lockedBuffer{}
