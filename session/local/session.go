@@ -180,7 +180,8 @@ func Create(ctx context.Context, o Options) (*Session, error) {
 }
 
 func createDirs(d hostDirs, plat platform, rec record) error {
-	for _, p := range []string{d.Box, d.Workspace, d.Uploads, d.Outputs, d.Skills} {
+	// Skills appear only once materialised, as on msb.
+	for _, p := range []string{d.Box, d.Workspace, d.Uploads, d.Outputs} {
 		if err := os.Mkdir(p, 0o755); err != nil {
 			return fmt.Errorf("local sandbox: session directory: %w", err)
 		}
