@@ -12,12 +12,37 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/internal/sessiontest"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
+	"github.com/oma-sandbox/oma-sandbox/session/local"
 )
 
 // backends is every Session implementation the tool suite runs against.
 var backends = []backend{
 	{name: "host", open: openHost},
 	{name: "msb", open: openMsb},
+	{name: "local", open: openLocal},
+}
+
+// countingSession counts the round trips a backend without an invocation
+// log makes.
+type countingSession struct {
+	session.Session
+	n atomic.Int64
+}
+
+func (c *countingSession) Shell(ctx context.Context, cmd session.Command, o session.ShellOptions) (*session.Result, error) {
+	c.n.Add(1)
+	return c.Session.Shell(ctx, cmd, o)
+}
+
+// openLocal creates a session on the local bubblewrap backend.
+func openLocal(t *testing.T) (session.Session, func() int) {
+	s, err := local.Create(context.Background(), local.Options{
+		StateDir: t.TempDir(), WorkspaceID: "ws", SessionID: strings.ToLower(t.Name()),
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close(context.Background())) })
+	c := &countingSession{Session: s}
+	return c, func() int { return int(c.n.Load()) }
 }
 
 func openHost(t *testing.T) (session.Session, func() int) {
