@@ -78,7 +78,7 @@ func TestCreateArgvAndBudget(t *testing.T) {
 func TestCreateFailureCleansUp(t *testing.T) {
 	cases := []struct {
 		name, faults, want string
-		opts                func(*session.Options)
+		opts               func(*session.Options)
 	}{
 		{name: "create fails", faults: "create#1=exit:1:error: image pull failed", want: "image pull failed"},
 		{name: "create hangs", faults: "create#1=hang", want: "host deadline exceeded",
