@@ -115,7 +115,7 @@ func mainUsage(fs *flag.FlagSet) string {
 	return b.String()
 }
 
-// logger builds the stderr logger from --log-level; it becomes slog's
+// setupLogger builds the stderr logger from --log-level; it becomes slog's
 // default so that library code logging there obeys the level too.
 func (c *cli) setupLogger() error {
 	var level slog.Level
