@@ -246,12 +246,13 @@ func (c *cli) parseLeading(fs *flag.FlagSet, args []string) ([]string, error) {
 	return fs.Args(), c.setupLogger()
 }
 
-func (c *cli) parseError(fs *flag.FlagSet, usage func(*flag.FlagSet) string, err error) error {
+// parseError handles a flag parsing error; render produces the usage text.
+func (c *cli) parseError(fs *flag.FlagSet, render func(*flag.FlagSet) string, err error) error {
 	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(c.stdout, usage(fs))
+		fmt.Fprint(c.stdout, render(fs))
 		return errHelp
 	}
-	return &usageError{msg: err.Error(), usage: usage(fs)}
+	return &usageError{msg: err.Error(), usage: render(fs)}
 }
 
 // writeFlags lists the flags that keep selects, sorted, in --name form.
