@@ -69,7 +69,7 @@ file: GUESTPATH SIZE SHA256.`)
 	case interrupted(ctx) != nil:
 		return interrupted(ctx)
 	case errors.Is(err, transfer.ErrPath):
-		return &usageError{msg: err.Error()}
+		return &usageError{msg: fmt.Sprintf("upload %s: %v", host, err)}
 	default:
 		return fmt.Errorf("upload %s: %w", host, err)
 	}
