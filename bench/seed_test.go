@@ -1,0 +1,335 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/oma-sandbox/oma-sandbox/bashproto"
+	"github.com/oma-sandbox/oma-sandbox/glob"
+	"github.com/oma-sandbox/oma-sandbox/grep"
+	"github.com/oma-sandbox/oma-sandbox/msb"
+	"github.com/oma-sandbox/oma-sandbox/session"
+)
+
+// seed replays, against one sandbox, the msb invocations the seed
+// (open-managed-agents 0.1.0, microsandbox.js) makes for each operation: the
+// same execs in the same order, each `/bin/bash -lc SCRIPT` with the seed's
+// exec flags. Where this project has a script for the same job (the grep
+// preflight, the glob and grep searches and their cleanups, the bash
+// protocol) the replay runs ours, so a difference in time comes from the
+// round trips, not from script content.
+type seed struct {
+	client  *msb.Client
+	sandbox string
+	volume  string
+}
+
+const (
+	seedWorkspace    = "/workspace"
+	seedOpTimeout    = 10 * time.Second
+	seedHostGrace    = 2 * time.Second
+	seedAuxTimeout   = 3 * time.Second // preflight and search cleanup
+	seedGuestTimeout = "10s"
+)
+
+// seedExec is one of the seed's shell calls.
+type seedExec struct {
+	script  string
+	args    []string
+	user    string
+	stdin   []byte
+	stdout  func([]byte)
+	noGuest bool          // the seed passes guestTimeout: false
+	host    time.Duration // 0: the operation timeout plus the grace
+}
+
+func (s *seed) exec(ctx context.Context, x seedExec) (*msb.Result, error) {
+	o := msb.ExecOptions{
+		Name:    s.sandbox,
+		Argv:    append([]string{"/bin/bash", "-lc", x.script, "bash"}, x.args...),
+		Workdir: seedWorkspace,
+		User:    x.user,
+		Stream:  x.stdin != nil || x.stdout != nil,
+	}
+	if !x.noGuest {
+		o.Timeout = seedGuestTimeout
+	}
+	host := x.host
+	if host == 0 {
+		host = seedOpTimeout + seedHostGrace
+	}
+	ctx, cancel := context.WithTimeout(ctx, host)
+	defer cancel()
+	var streams msb.Streams
+	if x.stdin != nil {
+		streams.Stdin = bytes.NewReader(x.stdin)
+	}
+	streams.Stdout = x.stdout
+	return s.client.Exec(ctx, o, streams)
+}
+
+// checked is the seed's microsandboxChecked: any non-zero exit fails.
+func (s *seed) checked(ctx context.Context, x seedExec) ([]byte, error) {
+	res, err := s.exec(ctx, x)
+	if err != nil {
+		return nil, err
+	}
+	return res.Stdout, nil
+}
+
+// seedCreate is the seed's createMicrosandboxSandboxProvider: volume
+// create, create, the mount preparation exec and the grep preflight exec;
+// what was made is removed when a step fails.
+func seedCreate(ctx context.Context, client *msb.Client, names session.Names) (*seed, error) {
+	s := &seed{client: client, sandbox: names.Sandbox, volume: names.Volume}
+	err := client.VolumeCreate(ctx, msb.VolumeCreateOptions{Name: names.Volume})
+	if err != nil {
+		return nil, err
+	}
+	err = client.Create(ctx, msb.CreateOptions{
+		Image:  image,
+		Name:   names.Sandbox,
+		Mounts: []msb.NamedMount{{Volume: names.Volume, Guest: seedWorkspace}},
+		Tmpfs: []msb.Tmpfs{
+			{Path: "/mnt/session/uploads", Size: "64M", Options: []string{"nosuid", "nodev", "noexec"}},
+			{Path: "/mnt/session/outputs", Size: "100M", Options: []string{"nosuid", "nodev", "noexec"}},
+		},
+		Workdir: seedWorkspace, NoNet: true, CPUs: 1, Memory: "1G", RootDisk: "1G",
+		MaxDuration: "2h", Security: "restricted", Pull: "if-missing", Quiet: true,
+		Labels: append(session.OwnerLabels(),
+			msb.Label{Key: session.LabelWorkspaceID, Value: "bench"},
+			msb.Label{Key: session.LabelSessionID, Value: "seed"},
+			msb.Label{Key: session.LabelCreatedAt, Value: time.Now().UTC().Format(time.RFC3339)},
+		),
+	})
+	if err == nil {
+		_, err = s.checked(ctx, seedExec{
+			script: `chown 0:0 "$1" && chmod 755 "$1" && chown 65534:65534 "$2" && chmod 700 "$2"`,
+			args:   []string{"/mnt/session/uploads", "/mnt/session/outputs"},
+			user:   "0",
+		})
+	}
+	if err == nil {
+		script, args := grep.PreflightScript()
+		_, err = s.checked(ctx, seedExec{script: script, args: args, noGuest: true, host: seedAuxTimeout})
+	}
+	if err != nil {
+		return nil, errors.Join(err, s.close(context.WithoutCancel(ctx)))
+	}
+	return s, nil
+}
+
+// close is the seed's dispose: remove --force, then volume remove.
+func (s *seed) close(ctx context.Context) error {
+	err := s.client.Remove(ctx, msb.RemoveOptions{Names: []string{s.sandbox}, Force: true})
+	return errors.Join(err, s.client.VolumeRemove(ctx, s.volume))
+}
+
+// read: an access check exec, then a cat exec.
+func (s *seed) read(ctx context.Context, abs string) (string, error) {
+	if _, err := s.checked(ctx, seedExec{script: `test -r "$1" -a -f "$1"`, args: []string{abs}}); err != nil {
+		return "", err
+	}
+	out, err := s.checked(ctx, seedExec{script: `cat "$1"`, args: []string{abs}})
+	return string(out), err
+}
+
+// write: a mkdir exec for the parent, then a cat exec fed the content.
+func (s *seed) write(ctx context.Context, abs, content string) error {
+	if _, err := s.checked(ctx, seedExec{script: `mkdir -p "$1"`, args: []string{path.Dir(abs)}}); err != nil {
+		return err
+	}
+	_, err := s.checked(ctx, seedExec{script: `cat > "$1"`, args: []string{abs}, stdin: []byte(content)})
+	return err
+}
+
+// edit: an access check exec, a cat exec, then a cat exec writing back.
+func (s *seed) edit(ctx context.Context, abs, oldText, newText string) error {
+	if _, err := s.checked(ctx, seedExec{script: `test -r "$1" -a -w "$1" -a -f "$1"`, args: []string{abs}}); err != nil {
+		return err
+	}
+	out, err := s.checked(ctx, seedExec{script: `cat "$1"`, args: []string{abs}})
+	if err != nil {
+		return err
+	}
+	if strings.Count(string(out), oldText) != 1 {
+		return fmt.Errorf("seed edit: %q does not occur exactly once in %s", oldText, abs)
+	}
+	updated := strings.Replace(string(out), oldText, newText, 1)
+	_, err = s.checked(ctx, seedExec{script: `cat > "$1"`, args: []string{abs}, stdin: []byte(updated)})
+	return err
+}
+
+// ls: an exists exec, a stat exec, then a readdir exec.
+func (s *seed) ls(ctx context.Context, abs string) ([]string, error) {
+	res, err := s.exec(ctx, seedExec{script: `test -e "$1"`, args: []string{abs}})
+	if err != nil {
+		return nil, err
+	}
+	if res.ExitCode != 0 {
+		return nil, fmt.Errorf("seed ls: %s does not exist", abs)
+	}
+	kind, err := s.checked(ctx, seedExec{
+		script: `if [ -d "$1" ]; then printf directory; elif [ -e "$1" ]; then printf file; else exit 1; fi`,
+		args:   []string{abs},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if string(kind) != "directory" {
+		return nil, fmt.Errorf("seed ls: %s is not a directory", abs)
+	}
+	out, err := s.checked(ctx, seedExec{script: `ls -1A "$1"`, args: []string{abs}})
+	if err != nil {
+		return nil, err
+	}
+	return strings.Fields(string(out)), nil
+}
+
+// search streams a readiness-marked search through one exec, then always
+// runs its cleanup exec, as the seed's glob and grep do.
+func (s *seed) search(ctx context.Context, script, cleanup string, args, cleanupArgs []string,
+	ready *glob.ReadinessFilter, c *glob.Collector) ([]string, error) {
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var streamErr error
+	_, err := s.exec(runCtx, seedExec{script: script, args: args, noGuest: true, stdout: func(chunk []byte) {
+		if streamErr != nil || c.LimitReached() {
+			return
+		}
+		rest, err := ready.Push(chunk)
+		if err == nil {
+			err = c.Push(rest)
+		}
+		if err != nil || c.LimitReached() {
+			streamErr = err
+			cancel()
+		}
+	}})
+	if _, cerr := s.checked(context.WithoutCancel(ctx), seedExec{script: cleanup, args: cleanupArgs, noGuest: true, host: seedAuxTimeout}); cerr != nil {
+		return nil, cerr
+	}
+	switch {
+	case streamErr != nil:
+		return nil, streamErr
+	case c.LimitReached():
+		return c.Matches(), nil
+	case err != nil:
+		return nil, err
+	}
+	if err := ready.Finish(); err != nil {
+		return nil, err
+	}
+	return c.Matches(), c.Finish()
+}
+
+func (s *seed) glob(ctx context.Context, root, pattern string) ([]string, error) {
+	p, err := glob.Compile(pattern)
+	if err != nil {
+		return nil, err
+	}
+	c, err := glob.NewCollector(glob.EnumerationProtocol, glob.CollectorOptions{Root: root, Match: p.Match})
+	if err != nil {
+		return nil, err
+	}
+	token := glob.NewToken("glob")
+	script, args := glob.EnumerationScript(root, token)
+	cleanup, cleanupArgs := glob.CleanupScript(glob.OwnerEnv, token)
+	return s.search(ctx, script, cleanup, args, cleanupArgs, glob.NewReadinessFilter(glob.EnumerationProtocol), c)
+}
+
+func (s *seed) grep(ctx context.Context, root, pattern string) ([]string, error) {
+	c, err := grep.NewCollector(grep.CollectorOptions{Root: root})
+	if err != nil {
+		return nil, err
+	}
+	token := grep.NewToken()
+	script, args := grep.SearchScript(root, token, pattern, "")
+	cleanup, cleanupArgs := grep.CleanupScript(token)
+	return s.search(ctx, script, cleanup, args, cleanupArgs, grep.NewReadinessFilter(), c)
+}
+
+// bash: one streaming exec of the sentinel protocol, without msb's
+// --timeout (the guest timer is the script's own).
+func (s *seed) bash(ctx context.Context, command string) (string, error) {
+	token := bashproto.NewToken()
+	script, args := bashproto.Script(command, seedOpTimeout, bashproto.PidFile(seedWorkspace, token), token)
+	var out bytes.Buffer
+	f := bashproto.NewFilter(token, func(p []byte) { out.Write(p) })
+	res, err := s.exec(ctx, seedExec{script: script, args: args, noGuest: true,
+		stdout: func(p []byte) { _, _ = f.Write(p) }})
+	_ = f.Close()
+	if err != nil && res == nil {
+		return "", err
+	}
+	if verr := f.Verdict(res.ExitCode); verr != nil {
+		return "", verr
+	}
+	return out.String(), nil
+}
+
+// reap is the seed's reapMicrosandboxSandboxes, step for step and
+// sequential: list, inspect each sandbox, remove each stale one, volume
+// list, volume inspect each volume of ours, remove each stale one. The seed
+// parses `volume inspect` as JSON, which msb does not print, so against msb
+// it never removes a volume; the replay takes the age from the volume
+// listing instead, so that it does the whole job ours does.
+func (s *seed) reap(ctx context.Context, olderThan time.Duration, now time.Time) (removed int, err error) {
+	sandboxes, err := s.client.List(ctx, msb.ListOptions{Labels: session.OwnerLabels()})
+	if err != nil {
+		return 0, err
+	}
+	attached := map[string]bool{}
+	var stale []string
+	for _, sb := range sandboxes {
+		info, err := s.client.Inspect(ctx, sb.Name)
+		if err != nil {
+			continue
+		}
+		if now.Sub(info.CreatedAt) >= olderThan {
+			stale = append(stale, sb.Name)
+			continue
+		}
+		for _, m := range info.Mounts {
+			attached[m.Name] = true
+		}
+	}
+	for _, name := range stale {
+		if s.client.Remove(ctx, msb.RemoveOptions{Names: []string{name}, Force: true}) == nil {
+			removed++
+		}
+	}
+	volumes, err := s.client.VolumeList(ctx)
+	if err != nil {
+		return removed, err
+	}
+	var staleVolumes []string
+	for _, v := range volumes {
+		if _, ours := session.VolumeStem(session.DefaultPrefix, v.Name); !ours || attached[v.Name] {
+			continue
+		}
+		if _, err := s.client.VolumeInspect(ctx, v.Name); err != nil {
+			continue
+		}
+		if now.Sub(v.CreatedAt) >= olderThan {
+			staleVolumes = append(staleVolumes, v.Name)
+		}
+	}
+	for _, name := range staleVolumes {
+		if s.client.VolumeRemove(ctx, name) == nil {
+			removed++
+		}
+	}
+	return removed, nil
+}
+
+// seedNames are fresh resource names for a seed-created session.
+func seedNames() session.Names {
+	return session.NewNames("seed", "bench", "s"+strconv.FormatInt(sessionSeq.Add(1), 10), time.Now(), uint64(time.Now().UnixNano()))
+}

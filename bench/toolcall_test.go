@@ -1,0 +1,121 @@
+package bench
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/oma-sandbox/oma-sandbox/msb"
+	"github.com/oma-sandbox/oma-sandbox/session"
+	"github.com/oma-sandbox/oma-sandbox/tools"
+)
+
+// fixtureScript lays out the small workspace the per-tool rows work on.
+const fixtureScript = `set -eu
+mkdir -p bench/sub
+for i in $(seq 1 200); do echo "line $i of the file"; done > bench/read.txt
+printf 'alpha\nkeep\n' > bench/edit-ours.txt
+printf 'alpha\nkeep\n' > bench/edit-seed.txt
+for i in 1 2 3 4 5 6 7 8; do echo "plain $i" > "bench/sub/file$i.txt"; done
+echo needle > bench/sub/needle.txt
+`
+
+// toolRow is one tool call as ours makes it and as the seed replays it.
+type toolRow struct {
+	name string
+	ours func(b *testing.B, tb *tools.Toolbox)
+	seed func(b *testing.B, s *seed)
+}
+
+// toolRows are the per-tool rows over the fixture in the workspace ws. Edits
+// flip a word back and forth, so every call changes the file; each set of
+// rows keeps its own flips.
+func toolRows(ws string) []toolRow {
+	ctx := context.Background()
+	content := strings.Repeat("written by the benchmark\n", 40)
+	var oursFlip, seedFlip bool
+	flip := func(f *bool) (string, string) {
+		*f = !*f
+		if *f {
+			return "alpha", "omega"
+		}
+		return "omega", "alpha"
+	}
+	return []toolRow{
+		{"read", func(b *testing.B, tb *tools.Toolbox) {
+			call(b, tb, "read", map[string]any{"path": "bench/read.txt"})
+		}, func(b *testing.B, s *seed) {
+			_, err := s.read(ctx, ws+"/bench/read.txt")
+			check(b, err)
+		}},
+		{"write", func(b *testing.B, tb *tools.Toolbox) {
+			call(b, tb, "write", map[string]any{"path": "bench/out/ours.txt", "content": content})
+		}, func(b *testing.B, s *seed) {
+			check(b, s.write(ctx, ws+"/bench/out/seed.txt", content))
+		}},
+		{"edit", func(b *testing.B, tb *tools.Toolbox) {
+			o, n := flip(&oursFlip)
+			call(b, tb, "edit", map[string]any{"path": "bench/edit-ours.txt", "oldText": o, "newText": n})
+		}, func(b *testing.B, s *seed) {
+			o, n := flip(&seedFlip)
+			check(b, s.edit(ctx, ws+"/bench/edit-seed.txt", o, n))
+		}},
+		{"ls", func(b *testing.B, tb *tools.Toolbox) {
+			call(b, tb, "ls", map[string]any{"path": "bench/sub"})
+		}, func(b *testing.B, s *seed) {
+			_, err := s.ls(ctx, ws+"/bench/sub")
+			check(b, err)
+		}},
+		{"glob", func(b *testing.B, tb *tools.Toolbox) {
+			call(b, tb, "glob", map[string]any{"pattern": "sub/*.txt", "path": "bench"})
+		}, func(b *testing.B, s *seed) {
+			_, err := s.glob(ctx, ws+"/bench", "sub/*.txt")
+			check(b, err)
+		}},
+		{"grep", func(b *testing.B, tb *tools.Toolbox) {
+			call(b, tb, "grep", map[string]any{"pattern": "needle", "path": ws + "/bench"})
+		}, func(b *testing.B, s *seed) {
+			_, err := s.grep(ctx, ws+"/bench", "needle")
+			check(b, err)
+		}},
+		{"bash", func(b *testing.B, tb *tools.Toolbox) {
+			call(b, tb, "bash", map[string]any{"command": "echo hello"})
+		}, func(b *testing.B, s *seed) {
+			_, err := s.bash(ctx, "echo hello")
+			check(b, err)
+		}},
+	}
+}
+
+// toolFixture lays the fixture out in sess and returns the toolbox on it and
+// the seed replay pointed at the same sandbox.
+func toolFixture(b *testing.B, client *msb.Client, sess *session.MsbSession) (*tools.Toolbox, *seed) {
+	b.Helper()
+	mustShell(b, sess, fixtureScript)
+	names := sess.Names()
+	return tools.New(sess, tools.Options{}), &seed{client: client, sandbox: names.Sandbox, volume: names.Volume}
+}
+
+// BenchmarkToolCall is the wall time of each tool call with every msb
+// invocation delayed by -bench.latency (a VM round trip stand-in), side by
+// side with the seed's sequence for the same call and with the floor, one
+// raw `msb exec NAME -- true`, all against the same sandbox.
+func BenchmarkToolCall(b *testing.B) {
+	env := newEnv(b, *latency)
+	client := newClient(env)
+	sess := mustSession(b, client)
+	tb, sd := toolFixture(b, client, sess)
+	for _, row := range toolRows(sess.Paths().Workspace) {
+		b.Run("tool="+row.name, func(b *testing.B) {
+			s := newSideBySide(b)
+			for b.Loop() {
+				s.round(
+					variant{"ours", func() { row.ours(b, tb) }},
+					variant{"seed", func() { row.seed(b, sd) }},
+					variant{"floor", func() { floor(b, client, sess.Name()) }},
+				)
+			}
+			s.report()
+		})
+	}
+}

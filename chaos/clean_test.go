@@ -1,0 +1,119 @@
+package chaos
+
+import (
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
+)
+
+// checkClean verifies that nothing of the run is left: no sandbox and no
+// volume in any fakemsb's state; no holder process of any of them; no
+// fakemsb process of theirs still running; no child of this process. A
+// guest process cannot outlive its sandbox's holder, since the kernel kills
+// a pid namespace with its init, so no holder means no guest process.
+func checkClean(t *testing.T, envs []*fakemsbtest.Env, rec *recorder) {
+	t.Helper()
+	homes := map[string]int{}
+	for i, env := range envs {
+		homes["FAKEMSB_HOME="+env.Home] = i
+		if sb := env.Sandboxes(t); len(sb) > 0 {
+			t.Errorf("fakemsb %d: sandboxes left: %v", i, sb)
+		}
+		if v := env.Volumes(t); len(v) > 0 {
+			t.Errorf("fakemsb %d: volumes left: %v", i, v)
+		}
+		holders := holdersOf(env.Home)
+		if len(holders) == 0 {
+			continue
+		}
+		state, log := env.Sandboxes(t), env.Invocations(t)
+		orphans := map[string]bool{}
+		for pid, name := range holders {
+			if !slices.Contains(state, name) && removedAfterKilledCreate(log, name) {
+				orphans[name] = true
+				continue
+			}
+			t.Errorf("fakemsb %d: holder %d of sandbox %s left", i, pid, name)
+		}
+		rec.mu.Lock()
+		for name := range orphans {
+			rec.sawKnown("killed-create-holder", "the holder of "+name)
+		}
+		rec.mu.Unlock()
+	}
+	self := strconv.Itoa(os.Getpid())
+	ents, _ := os.ReadDir("/proc")
+	for _, ent := range ents {
+		if _, err := strconv.Atoi(ent.Name()); err != nil {
+			continue
+		}
+		dir := "/proc/" + ent.Name()
+		stat, err := os.ReadFile(dir + "/stat")
+		if err != nil {
+			continue
+		}
+		// Fields after the command's closing parenthesis: state, ppid, ...
+		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(fields) < 2 || fields[0] == "Z" {
+			continue
+		}
+		cmdline, _ := os.ReadFile(dir + "/cmdline")
+		what := strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")
+		if fields[1] == self {
+			t.Errorf("child process %s left: %.200s", ent.Name(), what)
+		}
+		environ, _ := os.ReadFile(dir + "/environ")
+		for kv := range strings.SplitSeq(string(environ), "\x00") {
+			if i, ok := homes[kv]; ok {
+				t.Errorf("fakemsb %d: process %s left: %.200s", i, ent.Name(), what)
+			}
+		}
+	}
+}
+
+// holdersOf maps the live holder processes of the fakemsb at home to their
+// sandboxes' names (fakemsb tags each holder's command line).
+func holdersOf(home string) map[int]string {
+	out := map[int]string{}
+	ents, _ := os.ReadDir("/proc")
+	for _, ent := range ents {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil {
+			continue
+		}
+		// A zombie has an empty command line: it is no longer running.
+		data, err := os.ReadFile("/proc/" + ent.Name() + "/cmdline")
+		if err != nil || len(data) == 0 {
+			continue
+		}
+		args := strings.Split(string(data), "\x00")
+		for i := 0; i+1 < len(args); i++ {
+			if name, ok := strings.CutPrefix(args[i+1], home+"|"); ok && args[i] == "FAKEMSB_HOLDER" {
+				out[pid] = name
+				break
+			}
+		}
+	}
+	return out
+}
+
+// removedAfterKilledCreate reports whether the log shows a create of the
+// sandbox that was killed (exit -1), followed by a remove of it: the
+// session did its part after a create it had to kill.
+func removedAfterKilledCreate(log []fakemsbtest.Invocation, name string) bool {
+	killed := false
+	for _, inv := range log {
+		switch {
+		case len(inv.Argv) == 0 || !slices.Contains(inv.Argv, name):
+		case inv.Argv[0] == "create" && inv.Exit == -1:
+			killed = true
+		case inv.Argv[0] == "remove" && killed:
+			return true
+		}
+	}
+	return false
+}
