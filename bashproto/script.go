@@ -56,8 +56,11 @@ printf '%s' "$timer" > "$timerfile"
 printf '%s' "$pid" > "$pidfile"
 wait "$pid"
 status=$?
-kill -KILL -- "$timer" "-$timer" 2>/dev/null
-wait "$timer" 2>/dev/null
+# bash reports a killed background job on stderr whenever it reaps it; the
+# timer's end is expected, so nothing after this point speaks there.
+exec 2>/dev/null
+kill -KILL -- "$timer" "-$timer"
+wait "$timer"
 kind=exit
 if [ -e "$markfile" ]; then kind=timeout status=137; fi
 rm -f -- "$pidfile" "$timerfile" "$markfile"
