@@ -273,11 +273,13 @@ func TestKillScript(t *testing.T) {
 	script, args := Script(`echo $$ > "$PIDS"; sleep 100 & echo $! >> "$PIDS"; sleep 100`, time.Minute, pidFile, token)
 	var stdout, stderr bytes.Buffer
 	cmd := start(t, script, args, &stdout, &stderr)
+	// The command may print its pids before the script has written the pid
+	// file: wait for both.
 	require.Eventually(t, func() bool {
 		data, err := os.ReadFile(pids)
-		return err == nil && len(strings.Fields(string(data))) == 2
+		_, ferr := os.Stat(pidFile)
+		return err == nil && len(strings.Fields(string(data))) == 2 && ferr == nil
 	}, 5*time.Second, 10*time.Millisecond)
-	require.FileExists(t, pidFile)
 	leader, err := os.ReadFile(pidFile)
 	require.NoError(t, err)
 	assert.Equal(t, strconv.Itoa(readPids(t, pids)[0]), string(leader), "the pid file holds the group leader")
