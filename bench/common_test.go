@@ -61,15 +61,6 @@ func newEnv(b *testing.B, lat time.Duration) *fakemsbtest.Env {
 	return env
 }
 
-// counted counts the msb invocations a call starts between two reads of
-// fakemsb's log, which records every invocation, killed ones included.
-func counted(b *testing.B, env *fakemsbtest.Env, fn func()) int {
-	b.Helper()
-	env.ResetLog(b)
-	fn()
-	return len(env.Invocations(b))
-}
-
 func newClient(env *fakemsbtest.Env) *msb.Client {
 	return msb.NewClient(&msb.CLI{Path: env.Bin})
 }
