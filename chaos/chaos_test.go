@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"maps"
@@ -144,10 +145,42 @@ type recorder struct {
 	known     map[string]int    // knownIssue id -> occurrences
 	example   map[string]string // knownIssue id -> one occurrence
 	overshoot time.Duration
+	// killed holds the sandboxes whose create the client killed, true
+	// once the client then removed them.
+	killed map[string]bool
 }
 
 func newRecorder() *recorder {
-	return &recorder{outcomes: map[string]int{}, known: map[string]int{}, example: map[string]string{}}
+	return &recorder{outcomes: map[string]int{}, known: map[string]int{}, example: map[string]string{}, killed: map[string]bool{}}
+}
+
+// watch is the sessions' msb.Runner: it notes each create the client had
+// to kill and whether the client removed that sandbox afterwards.
+type watch struct {
+	rec   *recorder
+	inner msb.Runner
+}
+
+func (w *watch) Run(ctx context.Context, c msb.Call) (*msb.Result, error) {
+	res, err := w.inner.Run(ctx, c)
+	if len(c.Args) < 2 {
+		return res, err
+	}
+	w.rec.mu.Lock()
+	defer w.rec.mu.Unlock()
+	switch c.Args[0] {
+	case "create":
+		if i := slices.Index(c.Args, "--name"); i >= 0 && i+1 < len(c.Args) && (errors.Is(err, msb.ErrAborted) || errors.Is(err, msb.ErrHostTimeout)) {
+			w.rec.killed[c.Args[i+1]] = false
+		}
+	case "remove":
+		for _, name := range c.Args[1:] {
+			if _, ok := w.rec.killed[name]; ok {
+				w.rec.killed[name] = true
+			}
+		}
+	}
+	return res, err
 }
 
 // op runs one operation under its deadline, perhaps cancelled at a random
@@ -219,7 +252,7 @@ func (r *recorder) summary(t *testing.T) {
 func runSession(env *fakemsbtest.Env, rec *recorder, k int, rng *rand.Rand) {
 	calls := 2 + rng.IntN(5)
 	faults := plan(rng, k, calls)
-	client := msb.NewClient(&msb.CLI{Path: env.Bin, Env: []string{"FAKEMSB_FAULTS=" + faults}})
+	client := msb.NewClient(&watch{rec: rec, inner: &msb.CLI{Path: env.Bin, Env: []string{"FAKEMSB_FAULTS=" + faults}}})
 
 	var sess *session.MsbSession
 	err := rec.op(rng, "create", createDeadline, func(ctx context.Context) (err error) {

@@ -30,16 +30,18 @@ func checkClean(t *testing.T, envs []*fakemsbtest.Env, rec *recorder) {
 		if len(holders) == 0 {
 			continue
 		}
-		state, log := env.Sandboxes(t), env.Invocations(t)
+		state := env.Sandboxes(t)
+		rec.mu.Lock()
 		orphans := map[string]bool{}
 		for pid, name := range holders {
-			if !slices.Contains(state, name) && removedAfterKilledCreate(log, name) {
+			// The session did its part: it removed the sandbox after the
+			// create it had to kill.
+			if !slices.Contains(state, name) && rec.killed[name] {
 				orphans[name] = true
 				continue
 			}
 			t.Errorf("fakemsb %d: holder %d of sandbox %s left", i, pid, name)
 		}
-		rec.mu.Lock()
 		for name := range orphans {
 			rec.sawKnown("killed-create-holder", "the holder of "+name)
 		}
@@ -99,21 +101,4 @@ func holdersOf(home string) map[int]string {
 		}
 	}
 	return out
-}
-
-// removedAfterKilledCreate reports whether the log shows a create of the
-// sandbox that was killed (exit -1), followed by a remove of it: the
-// session did its part after a create it had to kill.
-func removedAfterKilledCreate(log []fakemsbtest.Invocation, name string) bool {
-	killed := false
-	for _, inv := range log {
-		switch {
-		case len(inv.Argv) == 0 || !slices.Contains(inv.Argv, name):
-		case inv.Argv[0] == "create" && inv.Exit == -1:
-			killed = true
-		case inv.Argv[0] == "remove" && killed:
-			return true
-		}
-	}
-	return false
 }
