@@ -87,20 +87,24 @@ func namePart(id string, max int) string {
 	return head + "-" + hex.EncodeToString(sum[:])[:hashLen]
 }
 
-// stemPattern matches stems NewNames produces for a given sanitized prefix.
-func stemPattern(prefix string) *regexp.Regexp {
+// stemTail matches what follows "<prefix>-" in a stem NewNames produces.
+var stemTail = regexp.MustCompile(`^[a-z0-9_.-]+-[0-9a-z]+-[0-9a-z]{6}$`)
+
+// isStem reports whether stem is one NewNames produces for prefix. It is
+// called for every listed resource in a sweep, so nothing is compiled here.
+func isStem(prefix, stem string) bool {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
-	return regexp.MustCompile(`^` + regexp.QuoteMeta(namePart(prefix, maxPrefixLen)) +
-		`-[a-z0-9_.-]+-[0-9a-z]+-[0-9a-z]{6}$`)
+	tail, ok := strings.CutPrefix(stem, namePart(prefix, maxPrefixLen)+"-")
+	return ok && stemTail.MatchString(tail)
 }
 
 // VolumeStem reports the stem of a workspace volume name of ours with the
 // given prefix, and false for any other volume.
 func VolumeStem(prefix, volume string) (string, bool) {
 	stem, ok := strings.CutSuffix(volume, volumeSuffix)
-	if !ok || !stemPattern(prefix).MatchString(stem) {
+	if !ok || !isStem(prefix, stem) {
 		return "", false
 	}
 	return stem, true
@@ -110,7 +114,7 @@ func VolumeStem(prefix, volume string) (string, bool) {
 // prefix, and false for any other sandbox.
 func SandboxStem(prefix, sandbox string) (string, bool) {
 	stem, ok := strings.CutSuffix(sandbox, sandboxSuffix)
-	if !ok || !stemPattern(prefix).MatchString(stem) {
+	if !ok || !isStem(prefix, stem) {
 		return "", false
 	}
 	return stem, true
