@@ -83,7 +83,8 @@ type CLI struct {
 	// Path of the msb binary; "" means $OMA_MSB, else "msb" on PATH.
 	Path string
 	// Env is added verbatim to the child's environment. The host's environment
-	// contributes only HOME, PATH, TEMP, TMP and TMPDIR; NO_COLOR=1 is always set.
+	// contributes only HOME, PATH, TEMP, TMP, TMPDIR and msb's own MSB_*
+	// variables (see hostEnvKeys); NO_COLOR=1 is always set.
 	Env []string
 	// MaxOutput caps stdout+stderr per call; 0 means DefaultMaxOutput.
 	MaxOutput int64

@@ -25,8 +25,16 @@ const DefaultWaitDelay = 2 * time.Second
 const stderrTailSize = 64 << 10
 
 // hostEnvKeys are the only host variables msb inherits: enough to find its
-// state directory and binaries, nothing that could carry secrets.
-var hostEnvKeys = []string{"HOME", "PATH", "TEMP", "TMP", "TMPDIR"}
+// state directory and binaries, plus msb's own settings (its home, backend,
+// cloud credentials and profile, config file, binary and libkrunfw paths,
+// runtime tuning), so oma-sandbox and the user's own msb see the same
+// sandboxes and the same backend. Nothing else from the host reaches msb.
+var hostEnvKeys = []string{
+	"HOME", "PATH", "TEMP", "TMP", "TMPDIR",
+	"MSB_HOME", "MSB_BACKEND", "MSB_API_KEY", "MSB_API_URL", "MSB_PROFILE",
+	"MSB_CONFIG_PATH", "MSB_PATH", "MSB_LIBKRUNFW_PATH",
+	"MSB_KRUN_BOOT_TRACE", "MSB_KRUN_KERNEL_CMDLINE", "MSB_SHUTDOWN_FLUSH_TIMEOUT_MS",
+}
 
 // errOverflow is the cancellation cause the output cap uses.
 var errOverflow = errors.New("output cap reached")

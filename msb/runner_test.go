@@ -140,6 +140,41 @@ func TestRunEnvironmentIsScrubbed(t *testing.T) {
 	}
 }
 
+// TestRunPassesMSBVariables: msb's own settings must reach it, or
+// oma-sandbox and the user's msb would use different homes or backends.
+func TestRunPassesMSBVariables(t *testing.T) {
+	want := map[string]string{}
+	for _, k := range []string{
+		"MSB_HOME", "MSB_BACKEND", "MSB_API_KEY", "MSB_API_URL", "MSB_PROFILE",
+		"MSB_CONFIG_PATH", "MSB_PATH", "MSB_LIBKRUNFW_PATH",
+		"MSB_KRUN_BOOT_TRACE", "MSB_KRUN_KERNEL_CMDLINE", "MSB_SHUTDOWN_FLUSH_TIMEOUT_MS",
+	} {
+		want[k] = "v-" + strings.ToLower(k)
+		t.Setenv(k, want[k])
+	}
+	t.Setenv("MSB_NOT_MSBS", "x")
+	t.Setenv("MSBX_HOME", "x")
+	res, err := (&CLI{Path: fakeMSB(t, "env")}).Run(context.Background(), Call{Args: []string{"list"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(res.Stdout)), "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		got[k] = v
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %q", k, got[k], v)
+		}
+	}
+	for _, k := range []string{"MSB_NOT_MSBS", "MSBX_HOME"} {
+		if _, ok := got[k]; ok {
+			t.Errorf("%s reached msb; only msb's own variables may", k)
+		}
+	}
+}
+
 func TestRunPathResolution(t *testing.T) {
 	script := fakeMSB(t, `echo from-oma-msb`)
 	t.Setenv("OMA_MSB", script)

@@ -2,8 +2,9 @@
 # Installs what oma-sandbox's tests and local backend need on a Debian host:
 # bubblewrap (the local sandbox and fakemsb's guests), ripgrep (grep tool),
 # util-linux tools, and Node.js with npm (the MCP end-to-end test drives the
-# server with the TypeScript SDK client). Safe to run again; installs only
-# what is missing.
+# server with the TypeScript SDK client), and the pinned real msb binary in
+# .tools/msb/ (the contract tests run it before any VM boot). Safe to run
+# again; installs only what is missing.
 set -euo pipefail
 missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
@@ -23,3 +24,30 @@ if [ "${#missing[@]}" -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 command -v go >/dev/null 2>&1 || { echo "deps: go is not on PATH" >&2; exit 1; }
+
+# The real msb, pinned: its npm package ships the binary and libkrunfw. It
+# goes into the ignored .tools/msb/ of this checkout, never onto the system.
+msb_version=0.6.18
+msb_package=@superradcompany/microsandbox-linux-x64-gnu
+root=$(cd "$(dirname "$0")/.." && pwd)
+msb_dir=$root/.tools/msb
+installed=$("$msb_dir/bin/msb" --version 2>/dev/null || true)
+if [ "$installed" != "msb $msb_version" ]; then
+  if [ "$(uname -sm)" != "Linux x86_64" ]; then
+    echo "deps: real msb not installed: the pinned package is for Linux x86_64 only" >&2
+  else
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
+    (cd "$work" && npm pack --silent "$msb_package@$msb_version" >/dev/null)
+    tar -xzf "$work"/*.tgz -C "$work"
+    rm -rf "$msb_dir"
+    mkdir -p "$msb_dir"
+    cp -a "$work/package/bin" "$work/package/lib" "$msb_dir/"
+    installed=$("$msb_dir/bin/msb" --version)
+    if [ "$installed" != "msb $msb_version" ]; then
+      echo "deps: $msb_dir/bin/msb says '$installed', want 'msb $msb_version'" >&2
+      exit 1
+    fi
+    echo "deps: installed $installed in $msb_dir"
+  fi
+fi

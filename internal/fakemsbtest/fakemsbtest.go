@@ -2,7 +2,7 @@
 // state directory and invocation log per Env, and an executable wrapper
 // script (Env.Bin) that runs fakemsb with that Env's knobs, so callers use
 // it as msb.CLI{Path: env.Bin} even though the msb runner passes the child
-// only HOME, PATH and TMP*.
+// only HOME, PATH, TMP* and msb's own MSB_* variables.
 //
 // The fakemsb binary is built once per test binary. Each Env's cleanup
 // force-removes its sandboxes and fails the test if a namespace holder of
