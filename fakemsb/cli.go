@@ -298,6 +298,8 @@ var specs = []*spec{
 	{path: "volume remove", usage: "msb volume remove [OPTIONS] <NAMES>...", params: []param{{name: "NAMES", required: true, multi: true}}, opts: []opt{qOpt}},
 	{path: "volume list", usage: "msb volume list [OPTIONS]", opts: []opt{{long: "format", val: "FORMAT"}, qOpt}},
 	{path: "volume inspect", usage: "msb volume inspect <NAME>", params: []param{{name: "NAME", required: true}}},
+	{path: "image inspect", usage: "msb image inspect [OPTIONS] <REFERENCE>", params: []param{{name: "REFERENCE", required: true}}, opts: []opt{{long: "format", val: "FORMAT"}}},
+	{path: "doctor", usage: "msb doctor [OPTIONS]", opts: []opt{{long: "fix"}, {long: "yes", short: 'y'}}},
 }
 
 // aliases maps visible aliases to canonical subcommand words.
@@ -313,22 +315,26 @@ func resolveCommand(args []string) (*spec, []string, error) {
 		return nil, nil, &exitError{code: 2, msg: "error: 'msb' requires a subcommand but one was not provided\n" + usageTail(topUsage)}
 	}
 	word := args[0]
+	if word == "--version" || word == "-V" {
+		return nil, nil, &exitError{code: 0, out: "msb " + version() + "\n"}
+	}
 	if a, ok := aliases[word]; ok {
 		word = a
 	}
 	rest := args[1:]
-	if word == "volume" {
+	if word == "volume" || word == "image" {
+		group := word
 		if len(rest) == 0 {
-			return nil, nil, &exitError{code: 2, msg: "error: 'msb volume' requires a subcommand but one was not provided\n" + usageTail("msb volume <COMMAND>")}
+			return nil, nil, &exitError{code: 2, msg: "error: 'msb " + group + "' requires a subcommand but one was not provided\n" + usageTail("msb "+group+" <COMMAND>")}
 		}
 		sub := rest[0]
 		if a, ok := aliases[sub]; ok {
 			sub = a
 		}
-		word = "volume " + sub
+		word = group + " " + sub
 		rest = rest[1:]
 		if !knownCommand(word) {
-			return nil, nil, &exitError{code: 2, msg: fmt.Sprintf("error: unrecognized subcommand '%s'\n%s", args[1], usageTail("msb volume <COMMAND>"))}
+			return nil, nil, &exitError{code: 2, msg: fmt.Sprintf("error: unrecognized subcommand '%s'\n%s", args[1], usageTail("msb "+group+" <COMMAND>"))}
 		}
 	}
 	for _, s := range specs {

@@ -242,3 +242,34 @@ func TestLogCountsKilledInvocations(t *testing.T) {
 	assert.Equal(t, 0, recs[2].Exit)
 	assert.Greater(t, recs[2].Ms, 0.0)
 }
+
+func TestDoctorAndVersion(t *testing.T) {
+	f := newFx(t)
+	assert.Equal(t, "msb 0.6.18\n", f.ok("--version").stdout)
+	r := f.ok("doctor")
+	assert.Contains(t, r.stderr, "info Version: v0.6.18\n")
+	assert.Contains(t, r.stderr, "   ✓ msb          ")
+	assert.Empty(t, r.stdout)
+
+	// As real msb on a host that cannot boot a VM: the report and the
+	// reason on stderr, exit 1.
+	f.env = []string{"FAKEMSB_DOCTOR=CPU virtualization is not available", "FAKEMSB_VERSION=0.6.5"}
+	r = f.run("doctor")
+	assert.Equal(t, 1, r.code)
+	assert.Empty(t, r.stdout)
+	assert.Contains(t, r.stderr, "info Version: v0.6.5\n")
+	assert.Contains(t, r.stderr, "   ✗ CPU virt     not found\nerror: CPU virtualization is not available\n  → ")
+	assert.Equal(t, "msb 0.6.5\n", f.ok("--version").stdout)
+	assert.Equal(t, 2, f.run("doctor", "--format", "json").code, "msb doctor has no --format")
+}
+
+func TestImageInspect(t *testing.T) {
+	f := newFx(t)
+	var img map[string]any
+	require.NoError(t, json.Unmarshal([]byte(f.ok("image", "inspect", "any/ref:1", "--format", "json").stdout), &img))
+	assert.Equal(t, "any/ref:1", img["reference"])
+	f.env = []string{"FAKEMSB_IMAGES=a:1,b:2"}
+	f.ok("image", "inspect", "b:2", "--format", "json")
+	assert.Equal(t, result{"", "error: image not found: c:3\n", 1}, f.run("image", "inspect", "c:3", "--format", "json"))
+	assert.Equal(t, 2, f.run("image", "nope").code)
+}

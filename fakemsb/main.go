@@ -21,6 +21,12 @@
 //	                 file; readers that may race a writer should take a shared
 //	                 one.
 //	FAKEMSB_FAULTS   fault injection, see below.
+//	FAKEMSB_DOCTOR   when set, `doctor` fails with this reason, as msb does
+//	                 on a host that cannot boot a VM; unset, it passes.
+//	FAKEMSB_VERSION  the version `--version` and `doctor` report
+//	                 (default 0.6.18).
+//	FAKEMSB_IMAGES   when set, the comma-separated image references
+//	                 `image inspect` finds; unset, it finds every one.
 //
 // A malformed FAKEMSB_NOW, FAKEMSB_LATENCY or FAKEMSB_FAULTS makes every
 // invocation fail with exit code 2 and "error: FAKEMSB_...: reason".
@@ -30,7 +36,8 @@
 //	faults = rule *( ";" rule )          empty rules are ignored
 //	rule   = command [ "#" N ] "=" action
 //	command = create | exec | copy | stop | start | remove | list | inspect |
-//	          volume-create | volume-remove | volume-list | volume-inspect
+//	          volume-create | volume-remove | volume-list | volume-inspect |
+//	          image-inspect | doctor
 //	          (aliases cp, rm, ls are counted as their command)
 //	action = "exit:" CODE [ ":" MESSAGE ]  print MESSAGE (verbatim, may contain
 //	                                       ":", not ";") and a newline on stderr,
@@ -246,6 +253,10 @@ func (a *app) dispatch(s *spec, args []string) error {
 		return a.volumeList(p)
 	case "volume inspect":
 		return a.volumeInspect(p)
+	case "doctor":
+		return a.doctor()
+	case "image inspect":
+		return a.imageInspect(p)
 	}
 	return fmt.Errorf("unhandled subcommand %s", s.path)
 }
