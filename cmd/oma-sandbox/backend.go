@@ -5,13 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
-	"os/exec"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
-	"golang.org/x/sys/unix"
 
 	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/session/local"
@@ -29,9 +26,6 @@ const (
 // and match session.SandboxStem, so a name tells its backend.
 const localPrefix = "oma-local"
 
-// kvmDevice is what msb needs on Linux.
-const kvmDevice = "/dev/kvm"
-
 // closeTimeout bounds removing a session when the command ends.
 const closeTimeout = 30 * time.Second
 
@@ -45,29 +39,6 @@ type check struct {
 func okCheck(name, detail string) check   { return check{name, "ok", detail} }
 func failCheck(name, detail string) check { return check{name, "fail", detail} }
 func warnCheck(name, detail string) check { return check{name, "warn", detail} }
-
-// msbChecks are the msb backend's prerequisites: the binary and /dev/kvm.
-func (c *cli) msbChecks() []check {
-	var out []check
-	if p, err := exec.LookPath(c.msbBinary()); err != nil {
-		out = append(out, failCheck("msb binary", fmt.Sprintf("%s not found: set --msb or OMA_MSB, or install microsandbox (%v)", c.msbBinary(), err)))
-	} else {
-		out = append(out, okCheck("msb binary", p))
-	}
-	switch fi, err := os.Stat(kvmDevice); {
-	case err != nil:
-		out = append(out, failCheck(kvmDevice, fmt.Sprintf("not available: %v; msb needs hardware virtualization (KVM)", err)))
-	case fi.Mode()&os.ModeCharDevice == 0:
-		out = append(out, failCheck(kvmDevice, "is not a character device"))
-	default:
-		if err := unix.Access(kvmDevice, unix.R_OK|unix.W_OK); err != nil {
-			out = append(out, failCheck(kvmDevice, fmt.Sprintf("not readable and writable by this user: %v", err)))
-		} else {
-			out = append(out, okCheck(kvmDevice, "readable and writable"))
-		}
-	}
-	return out
-}
 
 func usable(checks []check) bool {
 	for _, ch := range checks {
@@ -125,12 +96,12 @@ type pendingSession struct {
 
 // resolve validates the flags and picks the backend; nothing is created.
 // set holds the names of the flags given on the command line.
-func (c *cli) resolve(f *createFlags, set map[string]bool) (*pendingSession, error) {
+func (c *cli) resolve(ctx context.Context, f *createFlags, set map[string]bool) (*pendingSession, error) {
 	p := &pendingSession{backend: f.backend}
 	switch f.backend {
 	case backendAuto:
 		p.backend = backendLocal
-		if usable(c.msbChecks()) {
+		if usable(c.msbChecks(ctx, f.image)) {
 			p.backend = backendMsb
 		}
 	case backendMsb, backendLocal:

@@ -23,8 +23,9 @@ type doctorReport struct {
 
 func runDoctor(ctx context.Context, c *cli, args []string) error {
 	fs := c.flagSet("doctor", "[--json]", `Reports which backends are usable on this host and, for each check that
-fails, why. msb needs its binary and a readable and writable /dev/kvm; the
-local backend needs bubblewrap that really isolates (proven by running a
+fails, why. msb needs its binary, msb's own "msb doctor" to pass (the CPU's
+virtualization, /dev/kvm, libkrunfw) and the session image in its cache;
+its version is reported against the tested range. The local backend needs bubblewrap that really isolates (proven by running a
 sandbox), ripgrep for the grep tool, and cgroups for the memory, processes
 and cpu limits (only when those limits are asked for).
 
@@ -40,7 +41,7 @@ Exit status: 0 when at least one backend is usable, 1 when none is.`)
 	stop := c.spinner("probing the local sandbox")
 	caps := local.Probe(ctx)
 	stop()
-	msbR := backendReport{Name: backendMsb, Checks: c.msbChecks()}
+	msbR := backendReport{Name: backendMsb, Checks: c.msbChecks(ctx, "")}
 	msbR.Usable = usable(msbR.Checks)
 	localR := backendReport{Name: backendLocal, Checks: localChecks(caps)}
 	localR.Usable = usable(localR.Checks)

@@ -58,7 +58,7 @@ session or the server failed, 2 on a usage error.`)
 		s, err = c.open(ctx, *attach)
 	} else {
 		var p *pendingSession
-		if p, err = c.resolve(&f, set); err == nil {
+		if p, err = c.resolve(ctx, &f, set); err == nil {
 			s, err = c.create(ctx, p)
 		}
 	}

@@ -45,7 +45,7 @@ stderr when oma-sandbox itself failed (creating, collecting, removing);
 	if *outDir == "" {
 		return &usageError{msg: "--outputs must name a directory"}
 	}
-	p, err := c.resolve(&f, setFlags(fs))
+	p, err := c.resolve(ctx, &f, setFlags(fs))
 	if err != nil {
 		return err
 	}

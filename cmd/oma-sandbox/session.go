@@ -80,7 +80,7 @@ and the guest paths.`)
 	if len(rest) > 0 {
 		return &usageError{msg: fmt.Sprintf("session create takes no arguments, got %q", rest), usage: usage(fs)}
 	}
-	p, err := c.resolve(&f, setFlags(fs))
+	p, err := c.resolve(ctx, &f, setFlags(fs))
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/oma-sandbox/oma-sandbox/msb"
+	"github.com/oma-sandbox/oma-sandbox/session"
+)
+
+// The msb versions oma-sandbox is tested with: its msb contract was written
+// from the 0.6.x sources and targets 0.6.7 on; the pinned 0.6.18 binary
+// (scripts/deps.sh) is what the contract tests run before any VM boot.
+const (
+	oldestTestedMsb = "0.6.7"
+	newestTestedMsb = "0.6.18"
+)
+
+// probeTimeout bounds each msb invocation of the probe.
+const probeTimeout = 15 * time.Second
+
+// msbChecks are the msb backend's prerequisites: the binary, its version,
+// msb's own `doctor` verdict (it checks the CPU's virtualization, /dev/kvm
+// and libkrunfw), and the session image in msb's cache. image "" means
+// session.DefaultImage.
+func (c *cli) msbChecks(ctx context.Context, image string) []check {
+	p, err := exec.LookPath(c.msbBinary())
+	if err != nil {
+		return []check{failCheck("msb binary", fmt.Sprintf("%s not found: set --msb or OMA_MSB, or install microsandbox (%v)", c.msbBinary(), err))}
+	}
+	run := func(args ...string) (*msb.Result, error) {
+		ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		defer cancel()
+		return (&msb.CLI{Path: p, Logger: c.logger}).Run(ctx, msb.Call{Args: args})
+	}
+	out := []check{okCheck("msb binary", p)}
+	res, err := run("--version")
+	out = append(out, versionCheck(res, err))
+	res, err = run("doctor")
+	out = append(out, doctorCheck(res, err))
+	if image == "" {
+		image = session.DefaultImage
+	}
+	_, err = run("image", "inspect", image, "--format", "json")
+	return append(out, imageCheck(image, err))
+}
+
+func versionCheck(res *msb.Result, err error) check {
+	const name = "msb version"
+	if err != nil {
+		return failCheck(name, err.Error())
+	}
+	text := strings.TrimSpace(string(res.Stdout))
+	v, ok := strings.CutPrefix(text, "msb ")
+	if !ok {
+		return failCheck(name, fmt.Sprintf("msb --version printed %q, not \"msb VERSION\"", text))
+	}
+	tested := fmt.Sprintf("the tested range %s to %s", oldestTestedMsb, newestTestedMsb)
+	if !versionBetween(v, oldestTestedMsb, newestTestedMsb) {
+		return warnCheck(name, fmt.Sprintf("%s, outside %s: it may refuse or misread what oma-sandbox sends", v, tested))
+	}
+	return okCheck(name, fmt.Sprintf("%s, within %s", v, tested))
+}
+
+// versionBetween reports whether dotted version v is within lo..hi; a
+// version that is not three numbers is not.
+func versionBetween(v, lo, hi string) bool {
+	a, ok := parseVersion(v)
+	l, _ := parseVersion(lo)
+	h, _ := parseVersion(hi)
+	return ok && compareVersion(a, l) >= 0 && compareVersion(a, h) <= 0
+}
+
+func parseVersion(s string) ([3]int, bool) {
+	var v [3]int
+	parts := strings.Split(s, ".")
+	if len(parts) != 3 {
+		return v, false
+	}
+	for i, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 {
+			return v, false
+		}
+		v[i] = n
+	}
+	return v, true
+}
+
+func compareVersion(a, b [3]int) int {
+	for i := range a {
+		if a[i] != b[i] {
+			return a[i] - b[i]
+		}
+	}
+	return 0
+}
+
+// doctorCheck turns `msb doctor`'s exit status into the verdict, and its
+// "error:" line and "→" hints into the reason.
+func doctorCheck(res *msb.Result, err error) check {
+	const name = "msb doctor"
+	var exitErr *msb.ExitError
+	switch {
+	case err == nil:
+		return okCheck(name, "passed: this host can boot msb's microVMs")
+	case !errors.As(err, &exitErr) || res == nil:
+		return failCheck(name, err.Error())
+	}
+	var reason string
+	var hints []string
+	for _, line := range strings.Split(msb.StripANSI(string(res.Stderr)), "\n") {
+		line = strings.TrimSpace(line)
+		if r, ok := strings.CutPrefix(line, "error:"); ok && reason == "" {
+			reason = strings.TrimSpace(r)
+		} else if h, ok := strings.CutPrefix(line, "→"); ok && reason != "" {
+			hints = append(hints, strings.TrimSpace(h))
+		}
+	}
+	if reason == "" {
+		return failCheck(name, err.Error())
+	}
+	if len(hints) > 0 {
+		reason += " (" + strings.Join(hints, "; ") + ")"
+	}
+	return failCheck(name, "failed: "+reason)
+}
+
+func imageCheck(image string, err error) check {
+	name := "image"
+	switch {
+	case err == nil:
+		return okCheck(name, image+" is cached")
+	case strings.Contains(err.Error(), "image not found"):
+		return failCheck(name, image+" is not cached: build and load it with `make image` in the oma-sandbox checkout, or pass --image with another image")
+	}
+	return failCheck(name, fmt.Sprintf("%s: %v", image, err))
+}
