@@ -26,6 +26,8 @@ var (
 	ErrVolumeAttached  = errors.New("volume attached")         // volume remove refused: attached to active sandbox
 	ErrExecTimedOut    = errors.New("exec timed out")          // exec --timeout fired in the guest
 	ErrCannotStart     = errors.New("command could not start") // exec 126/127 with "failed to exec"
+	ErrStartFailed     = errors.New("sandbox failed to start") // create/start: error: failed to start "NAME"
+	ErrImageNotCached  = errors.New("image not cached")        // image not cached (create --pull never) or not found (image inspect)
 	ErrOutputOverflow  = errors.New("msb output exceeds cap")  // the runner's cap was hit; process group killed
 	ErrHostTimeout     = errors.New("msb host deadline exceeded")
 	ErrAborted         = errors.New("msb call aborted")
@@ -45,7 +47,7 @@ type ValidationError struct {
 type ExitError struct {
 	Args     []string
 	ExitCode int
-	Message  string // msb's "error: ..." line without the prefix, ANSI stripped; "" if none
+	Message  string // msb's "error: ..." line without the prefix and its "→" hint lines joined by " → ", ANSI stripped; "" if none
 	Stderr   []byte // captured stderr (bounded), ANSI stripped
 	Kind     error
 }

@@ -191,40 +191,122 @@ func skipOSC(s string, i int) int {
 	return i
 }
 
-// classify finds msb's error line in stripped stderr and maps it to a
-// sentinel. The last "error: " line wins because msb prints its own error
-// after whatever the guest wrote. Names in not-found and already-exists
-// messages must be among args, so guest output that merely looks like an
-// msb error about some other resource is not mistaken for one.
+// classify finds msb's error in stripped stderr and maps it to a sentinel.
+// The last "error: " line wins because msb prints its own error after
+// whatever the guest wrote; the indented "→ ..." lines msb prints under it
+// (a failed start's cause, where to look next) belong to it and are kept,
+// joined by " → ". Names in msb's messages must be among args (or be the
+// NAME of a NAME:/path copy operand), so guest output that merely looks
+// like an msb error about some other resource is not mistaken for one.
 func classify(args []string, exitCode int, stderr []byte) (message string, kind error) {
+	var head string
+	var hints []string
 	for line := range bytes.Lines(stderr) {
 		l := strings.TrimRight(string(line), " \t\r\n")
 		if rest, ok := strings.CutPrefix(l, "error: "); ok {
-			message = strings.TrimSpace(rest)
+			head, hints = strings.TrimSpace(rest), nil
+			continue
 		}
+		if hint, ok := cutHint(l); ok && head != "" {
+			hints = append(hints, hint)
+			continue
+		}
+		if head != "" && l != "" {
+			// Anything else after the error (guest output) ends its hints.
+			message = joinHints(head, hints)
+			head, hints = "", nil
+		}
+	}
+	if head != "" {
+		message = joinHints(head, hints)
 	}
 	if message == "" {
 		return "", nil
 	}
+	head, _, _ = strings.Cut(message, " → ")
 	named := func(prefix string) bool {
-		name, ok := strings.CutPrefix(message, prefix)
-		return ok && name != "" && slices.Contains(args, name)
+		name, ok := strings.CutPrefix(head, prefix)
+		return ok && mentions(args, name)
 	}
 	switch {
 	case named("sandbox not found: "):
 		kind = ErrSandboxNotFound
 	case named("volume not found: "):
 		kind = ErrVolumeNotFound
-	case named("sandbox already exists: "), named("volume already exists: "):
+	case named("sandbox already exists: "), named("volume already exists: "), existsQuoted(head, args):
 		kind = ErrAlreadyExists
-	case attachedVolume(message, args):
+	case attachedVolume(head, args):
 		kind = ErrVolumeAttached
-	case strings.HasPrefix(message, "exec timed out after") && len(args) > 0 && args[0] == "exec":
+	case strings.HasPrefix(head, "exec timed out after") && len(args) > 0 && args[0] == "exec":
 		kind = ErrExecTimedOut
-	case (exitCode == 126 || exitCode == 127) && strings.HasPrefix(message, "failed to exec"):
+	case (exitCode == 126 || exitCode == 127) && strings.HasPrefix(head, "failed to exec"):
 		kind = ErrCannotStart
+	case quotedName(head, "failed to start ", args) && len(args) > 0 && (args[0] == "create" || args[0] == "start"):
+		kind = ErrStartFailed
+	case named("image error: image not cached: "), named("image not found: "):
+		kind = ErrImageNotCached
 	}
 	return message, kind
+}
+
+// cutHint recognises msb's indented "  → text" lines under an error.
+func cutHint(line string) (string, bool) {
+	t := strings.TrimLeft(line, " \t")
+	if len(t) == len(line) {
+		return "", false
+	}
+	rest, ok := strings.CutPrefix(t, "→")
+	return strings.TrimSpace(rest), ok
+}
+
+func joinHints(head string, hints []string) string {
+	for _, h := range hints {
+		if h != "" {
+			head += " → " + h
+		}
+	}
+	return head
+}
+
+// mentions reports whether name is one of args, or the NAME of a
+// NAME:/path operand of copy. An image reference is matched too, including
+// the docker.io/[library/] form msb prints for a short one.
+func mentions(args []string, name string) bool {
+	if name == "" {
+		return false
+	}
+	for i, a := range args {
+		switch {
+		case a == name:
+			return true
+		case i > 0 && (args[0] == "copy" || args[0] == "cp") && strings.HasPrefix(a, name+":/"):
+			return true
+		case strings.HasPrefix(name, "docker.io/") && (name == "docker.io/"+a || name == "docker.io/library/"+a || name == "docker.io/"+a+":latest" || name == "docker.io/library/"+a+":latest"):
+			return true
+		}
+	}
+	return false
+}
+
+// existsQuoted recognises msb 0.6.18's
+// `sandbox already exists: sandbox 'N' already exists; remove it, ...`.
+func existsQuoted(message string, args []string) bool {
+	rest, ok := strings.CutPrefix(message, "sandbox already exists: sandbox '")
+	if !ok {
+		return false
+	}
+	name, tail, ok := strings.Cut(rest, "'")
+	return ok && strings.HasPrefix(tail, " already exists") && mentions(args, name)
+}
+
+// quotedName recognises PREFIX"NAME" for a NAME in args.
+func quotedName(message, prefix string, args []string) bool {
+	rest, ok := strings.CutPrefix(message, prefix+`"`)
+	if !ok {
+		return false
+	}
+	name, tail, ok := strings.Cut(rest, `"`)
+	return ok && (tail == "" || strings.HasPrefix(tail, ":")) && mentions(args, name)
 }
 
 // attachedVolume recognises

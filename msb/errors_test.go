@@ -52,6 +52,23 @@ func TestClassify(t *testing.T) {
 		{"guest exit", []string{"exec", "box1", "--", "false"}, 1, "some guest text\n", "", nil},
 		{"indented is not msb", []string{"remove", "box1"}, 1, "  error: sandbox not found: box1\n", "", nil},
 		{"CRLF", []string{"remove", "box1"}, 1, "error: sandbox not found: box1\r\n", "sandbox not found: box1", ErrSandboxNotFound},
+		{"failed start keeps its hints", []string{"create", "img", "--name", "box1"}, 1,
+			"error: failed to start \"box1\"\n  → other: sandbox process exited\n  → run `msb logs --source system box1` for full diagnostics\n",
+			"failed to start \"box1\" → other: sandbox process exited → run `msb logs --source system box1` for full diagnostics", ErrStartFailed},
+		{"hints end at other text", []string{"start", "box1"}, 1, "error: failed to start \"box1\"\n  → cause\nguest text\n  → not msb's\n",
+			"failed to start \"box1\" → cause", ErrStartFailed},
+		{"failed start of another sandbox", []string{"create", "img", "--name", "box1"}, 1, "error: failed to start \"box2\"\n", "failed to start \"box2\"", nil},
+		{"exists, msb 0.6.18", []string{"create", "img", "--name", "box1"}, 1,
+			"error: sandbox already exists: sandbox 'box1' already exists; remove it, start the stopped sandbox, or recreate with .replace()\n",
+			"sandbox already exists: sandbox 'box1' already exists; remove it, start the stopped sandbox, or recreate with .replace()", ErrAlreadyExists},
+		{"exists, another sandbox", []string{"create", "img", "--name", "box1"}, 1,
+			"error: sandbox already exists: sandbox 'box2' already exists\n", "sandbox already exists: sandbox 'box2' already exists", nil},
+		{"copy operand names the sandbox", []string{"copy", "box1:/etc/motd", "/tmp/x"}, 1, "error: sandbox not found: box1\n", "sandbox not found: box1", ErrSandboxNotFound},
+		{"host side of a copy is no name", []string{"copy", "/tmp/box1:/x", "box2:/y"}, 1, "error: sandbox not found: box1\n", "sandbox not found: box1", nil},
+		{"image not cached", []string{"create", "nope:1", "--name", "b"}, 1, "error: image error: image not cached: docker.io/library/nope:1\n",
+			"image error: image not cached: docker.io/library/nope:1", ErrImageNotCached},
+		{"image not found", []string{"image", "inspect", "capture/x:1", "--format", "json"}, 1, "error: image not found: capture/x:1\n",
+			"image not found: capture/x:1", ErrImageNotCached},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -2,6 +2,8 @@ package msb
 
 import (
 	"math"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -11,7 +13,29 @@ import (
 
 // Fuzz targets for everything that reads msb's output or a caller's size
 // and duration strings: they must never panic, and whatever they accept
-// must satisfy the invariants callers rely on.
+// must satisfy the invariants callers rely on. The real msb's captured
+// outputs (testdata/real-*) seed them too.
+
+// goldenFiles returns the captured files NAME.ext of every case whose
+// name has one of prefixes.
+func goldenFiles(f *testing.F, ext string, prefixes ...string) map[string][]byte {
+	f.Helper()
+	paths, _ := filepath.Glob(filepath.Join("testdata", "real-*", "*."+ext))
+	out := map[string][]byte{}
+	for _, p := range paths {
+		name := strings.TrimSuffix(filepath.Base(p), "."+ext)
+		for _, prefix := range prefixes {
+			if strings.HasPrefix(name, prefix) {
+				b, err := os.ReadFile(p)
+				if err != nil {
+					f.Fatal(err)
+				}
+				out[p] = b
+			}
+		}
+	}
+	return out
+}
 
 func FuzzParseList(f *testing.F) {
 	for _, s := range []string{
@@ -23,6 +47,9 @@ func FuzzParseList(f *testing.F) {
 		`[{"name":"a","status":"","created_at":"2026-08-22T14:49:44Z"}]`,
 	} {
 		f.Add([]byte(s))
+	}
+	for _, b := range goldenFiles(f, "stdout", "list-") {
+		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		got, err := ParseList(data)
@@ -49,6 +76,9 @@ func FuzzParseVolumeList(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	for _, b := range goldenFiles(f, "stdout", "volume-list") {
+		f.Add(b)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		got, err := ParseVolumeList(data)
 		if err != nil {
@@ -70,8 +100,14 @@ func FuzzParseInspect(f *testing.F) {
 		`{"name":"b","created_at":"2026-08-22T14:49:44Z","config":{"labels":{"a":"b","c":null},"network":{"enabled":null}}}`,
 		`{"name":"b","created_at":"2026-08-22T14:49:44Z","config":{"resources":{"cpus":-1}}}`,
 		`{"name":"b","created_at":"2026-08-22T14:49:44Z","config":{"image":{"Oci":null}}}`,
+		`{"name":"b","created_at":"2026-08-22T14:49:44Z","config":{"network":{"enabled":true,"policy":{"default_egress":"deny","rules":[]}}}}`,
+		`{"name":"b","created_at":"2026-08-22T14:49:44Z","config":{"network":{"policy":{"default_egress":"deny","rules":{}}}}}`,
+		`{"name":"b","created_at":"2026-08-22T14:49:44Z","config":{"network":{"policy":{"default_egress":1}}}}`,
 	} {
 		f.Add([]byte(s))
+	}
+	for _, b := range goldenFiles(f, "stdout", "inspect-") {
+		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		info, err := ParseInspect(data)
@@ -119,6 +155,16 @@ func FuzzClassify(f *testing.F) {
 	f.Add("exec\x00b", 1, []byte("out\nerror: exec timed out after 10s"))
 	f.Add("", -1, []byte("\x1b]8;;x\x07\x1b[\x1b"))
 	f.Add("create\x00a", 2, []byte(strings.Repeat("\xff\xfe", 400)))
+	f.Add("copy\x00b:/x\x00/y", 1, []byte("error: sandbox not found: b\n"))
+	f.Add("create\x00i\x00--name\x00b", 1, []byte("error: failed to start \"b\"\n  \u2192 cause\n\n  \u2192 hint\nguest\n"))
+	f.Add("create\x00nope:1", 1, []byte("error: image error: image not cached: docker.io/library/nope:1\n"))
+	for p, stderr := range goldenFiles(f, "stderr", "") {
+		argv, err := os.ReadFile(strings.TrimSuffix(p, ".stderr") + ".argv")
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(strings.ReplaceAll(strings.TrimSuffix(string(argv), "\n"), "\n", "\x00"), 1, stderr)
+	}
 	f.Fuzz(func(t *testing.T, argv string, code int, stderr []byte) {
 		args := strings.Split(argv, "\x00")
 		clean := StripANSI(string(stderr))
@@ -126,7 +172,8 @@ func FuzzClassify(f *testing.F) {
 			t.Fatalf("StripANSI left an escape or CR: %q", clean)
 		}
 		msg, kind := classify(args, code, []byte(clean))
-		if kind != nil && (msg == "" || !strings.Contains(clean, "error: "+msg)) {
+		head, _, _ := strings.Cut(msg, " → ")
+		if kind != nil && (msg == "" || !strings.Contains(clean, "error: "+head)) {
 			t.Fatalf("kind %v without its message line: %q in %q", kind, msg, clean)
 		}
 		e := &ExitError{Args: args, ExitCode: code, Message: msg, Stderr: []byte(clean), Kind: kind}

@@ -93,8 +93,9 @@ func ParseVolumeList(data []byte) ([]Volume, error) {
 
 // ParseInspect parses `msb inspect NAME --format json`. name and created_at
 // are required. The network counts as enabled unless config.network.enabled
-// says false: msb enables it by default, and absence must not read as
-// isolation. Labels is never nil.
+// says false or its policy denies all egress (msb 0.6.18 shows --no-net as
+// enabled with policy.default_egress "deny" and no rules): msb enables it by
+// default, and absence must not read as isolation. Labels is never nil.
 func ParseInspect(data []byte) (*SandboxInfo, error) {
 	const what = "inspect"
 	o, err := decodeObject(what, -1, "", bytes.TrimSpace(data))
@@ -152,6 +153,11 @@ func ParseInspect(data []byte) (*SandboxInfo, error) {
 		if info.Network, err = net.boolean("enabled", true); err != nil {
 			return nil, err
 		}
+		if info.Network {
+			if info.Network, err = egressAllowed(net); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if labels, ok, err := cfg.object("labels"); err != nil {
 		return nil, err
@@ -166,6 +172,29 @@ func ParseInspect(data []byte) (*SandboxInfo, error) {
 		return nil, err
 	}
 	return info, nil
+}
+
+// egressAllowed reads config.network.policy: the guest can reach out unless
+// the default egress is "deny" and no rule makes an exception. A missing
+// policy allows.
+func egressAllowed(net obj) (bool, error) {
+	policy, ok, err := net.object("policy")
+	if err != nil || !ok {
+		return true, err
+	}
+	egress, err := policy.str("default_egress", false)
+	if err != nil || egress != "deny" {
+		return true, err
+	}
+	raw, ok := policy.raw("rules")
+	if !ok {
+		return false, nil
+	}
+	var rules []json.RawMessage
+	if err := json.Unmarshal(raw, &rules); err != nil {
+		return false, policy.fail("rules", "is not an array")
+	}
+	return len(rules) > 0, nil
 }
 
 func parseMounts(cfg obj) ([]MountInfo, error) {

@@ -4,8 +4,11 @@ package msb
 
 import (
 	"context"
+	"errors"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/oma-sandbox/oma-sandbox/internal/realmsb"
@@ -52,3 +55,78 @@ func TestRealMSBHomeIsShared(t *testing.T) {
 		t.Errorf("List = %v, %v; want an empty listing of the shared home", sandboxes, err)
 	}
 }
+
+// TestRealMSBAcceptsEveryArgv: every argv our builders produce, with every
+// option set, gets past the real msb's command-line parser (clap's usage
+// errors exit 2 and print "Usage:"). The sandbox does not exist and the
+// image is not cached, so each command fails before doing anything.
+func TestRealMSBAcceptsEveryArgv(t *testing.T) {
+	env := realmsb.New(t)
+	host := filepath.Join(t.TempDir(), "host.txt")
+	must := func(args []string, err error) []string {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return args
+	}
+	const box = "contract-box"
+	ref, err := PathRef(box, "/workspace/a.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := []Label{{Key: "oma", Value: "contract"}, {Key: "bare", Value: ""}}
+	cases := []struct {
+		args []string
+		want error // nil: success
+	}{
+		{must(CreateOptions{
+			Image: "contract/missing:1", Name: box,
+			Mounts:  []NamedMount{{Volume: "contract-vol", Guest: "/workspace", Options: []string{"rw", "nosuid"}}},
+			Tmpfs:   []Tmpfs{{Path: "/scratch", Size: "64M", Options: []string{"noexec", "nodev"}}, {Path: "/t"}},
+			Workdir: "/workspace", NoNet: true, CPUs: 2, Memory: "1G", RootDisk: "2G",
+			MaxDuration: "2h", IdleTimeout: "30m", Security: "restricted", Pull: "never", Quiet: true,
+			Labels: labels, Replace: true,
+		}.Args()), ErrImageNotCached},
+		{must(ExecOptions{Name: box, Argv: []string{"bash", "-c", "echo --help"}, Stream: true, User: "65534",
+			Timeout: "10s", Workdir: "/workspace", Env: []string{"A=b", "EMPTY="}}.Args()), ErrSandboxNotFound},
+		{must(ExecOptions{Name: box, Argv: []string{"true"}}.Args()), ErrSandboxNotFound},
+		{must(CopyArgs(ref, host)), ErrSandboxNotFound},
+		{must(CopyArgs(host, ref)), ErrSandboxNotFound},
+		{must(StopOptions{Names: []string{box}, Force: true, Timeout: 5}.Args()), ErrSandboxNotFound},
+		{must(StopOptions{Names: []string{box}}.Args()), ErrSandboxNotFound},
+		{must(StartArgs(box)), ErrSandboxNotFound},
+		{must(RemoveOptions{Names: []string{box}, Force: true}.Args()), ErrSandboxNotFound},
+		{must(ListOptions{Labels: labels, Running: true, Stopped: true}.Args()), nil},
+		{must(InspectArgs(box)), ErrSandboxNotFound},
+		{must(VolumeCreateOptions{Name: "contract-vol"}.Args()), nil},
+		{must(VolumeCreateOptions{Name: "contract-vol", Kind: "dir"}.Args()), ErrAlreadyExists},
+		// Too small for ext4: msb refuses it after parsing, exit 1.
+		{must(VolumeCreateOptions{Name: "contract-disk", Kind: "disk", Size: "8M"}.Args()), errExit1},
+		{VolumeListArgs(), nil},
+		{must(VolumeInspectArgs("contract-vol")), nil},
+		{must(VolumeRemoveArgs("contract-vol")), nil},
+		{must(VolumeRemoveArgs("contract-vol", "contract-vol2")), ErrVolumeNotFound},
+		{must(VolumeInspectArgs("contract-vol")), ErrVolumeNotFound},
+	}
+	cli := &CLI{Path: env.Bin, Env: env.Environ()}
+	for _, c := range cases {
+		res, err := cli.Run(context.Background(), Call{Args: c.args})
+		var exitErr *ExitError
+		switch {
+		case res == nil:
+			t.Errorf("msb %q did not run: %v", c.args, err)
+		case res.ExitCode == 2 || strings.Contains(string(res.Stderr), "Usage:"):
+			t.Errorf("msb refused the command line %q:\n%s", c.args, res.Stderr)
+		case c.want == nil && err != nil:
+			t.Errorf("msb %q: %v, want success", c.args, err)
+		case c.want == errExit1 && (!errors.As(err, &exitErr) || exitErr.ExitCode != 1):
+			t.Errorf("msb %q: %v, want exit 1", c.args, err)
+		case c.want != nil && c.want != errExit1 && !errors.Is(err, c.want):
+			t.Errorf("msb %q: %v, want %v", c.args, err, c.want)
+		}
+	}
+}
+
+// errExit1 marks a case that must fail with msb's own exit 1.
+var errExit1 = errors.New("exit 1")

@@ -1,0 +1,224 @@
+//go:build linux
+
+package msb
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// goldenDir holds what the real msb printed, captured by
+// scripts/capture-msb.sh.
+const goldenDir = "testdata/real-0.6.18"
+
+// goldenCase is one captured msb invocation.
+type goldenCase struct {
+	Name    string
+	Compare string // "fake" or "real"
+	Args    []string
+	Stdout  []byte
+	Stderr  []byte
+	Exit    string
+}
+
+func loadGolden(t *testing.T) []goldenCase {
+	t.Helper()
+	list, err := os.ReadFile(filepath.Join(goldenDir, "cases"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []goldenCase
+	for _, line := range strings.Split(strings.TrimSpace(string(list)), "\n") {
+		name, compare, _ := strings.Cut(line, " ")
+		read := func(ext string) []byte {
+			b, err := os.ReadFile(filepath.Join(goldenDir, name+"."+ext))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}
+		cases = append(cases, goldenCase{
+			Name: name, Compare: compare,
+			Args:   strings.Split(strings.TrimSuffix(string(read("argv")), "\n"), "\n"),
+			Stdout: read("stdout"), Stderr: read("stderr"),
+			Exit: strings.TrimSpace(string(read("exit"))),
+		})
+	}
+	return cases
+}
+
+// replay runs a captured case through the real runner: a script prints
+// the captured output and exits with the captured code.
+func replay(t *testing.T, c goldenCase) (*Result, error) {
+	t.Helper()
+	dir := t.TempDir()
+	for ext, b := range map[string][]byte{"stdout": c.Stdout, "stderr": c.Stderr} {
+		if err := os.WriteFile(filepath.Join(dir, ext), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	script := "cat '" + dir + "/stdout'; cat '" + dir + "/stderr' >&2; exit " + c.Exit
+	return (&CLI{Path: fakeMSB(t, script)}).Run(context.Background(), Call{Args: c.Args})
+}
+
+// TestGoldenRealOutputs: every captured answer of the real msb is parsed
+// and classified as the project relies on. A new capture whose cases
+// differ fails here until each is accounted for.
+func TestGoldenRealOutputs(t *testing.T) {
+	type check func(t *testing.T, res *Result, err error)
+	ok := func(t *testing.T, res *Result, err error) {
+		if err != nil {
+			t.Fatalf("err = %v, want success", err)
+		}
+	}
+	kind := func(want error, msgPrefix string) check {
+		return func(t *testing.T, res *Result, err error) {
+			var e *ExitError
+			if !errors.As(err, &e) {
+				t.Fatalf("err = %v, want an *ExitError", err)
+			}
+			if e.Kind != want {
+				t.Errorf("Kind = %v, want %v (message %q)", e.Kind, want, e.Message)
+			}
+			if !strings.HasPrefix(e.Message, msgPrefix) {
+				t.Errorf("Message = %q, want prefix %q", e.Message, msgPrefix)
+			}
+		}
+	}
+	exit := func(code int) check {
+		return func(t *testing.T, res *Result, err error) {
+			var e *ExitError
+			if !errors.As(err, &e) || e.ExitCode != code || e.Kind != nil {
+				t.Errorf("err = %v, want an unclassified exit %d", err, code)
+			}
+		}
+	}
+	sandboxes := func(names ...string) check {
+		return func(t *testing.T, res *Result, err error) {
+			ok(t, res, err)
+			list, err := ParseList(res.Stdout)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, s := range list {
+				got = append(got, s.Name)
+				if s.Status != "Stopped" || s.Image != "capture/tiny:1" || s.CreatedAt.Nanosecond() == 0 {
+					t.Errorf("entry %+v: want a Stopped capture/tiny:1 with a nanosecond time", s)
+				}
+			}
+			if strings.Join(got, ",") != strings.Join(names, ",") {
+				t.Errorf("names = %v, want %v (newest first)", got, names)
+			}
+		}
+	}
+	volumes := func(names ...string) check {
+		return func(t *testing.T, res *Result, err error) {
+			ok(t, res, err)
+			list, err := ParseVolumeList(res.Stdout)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, v := range list {
+				got = append(got, v.Name)
+				if v.Kind != "dir" || v.CreatedAt.IsZero() {
+					t.Errorf("entry %+v: want a dir volume with a time", v)
+				}
+			}
+			if strings.Join(got, ",") != strings.Join(names, ",") {
+				t.Errorf("names = %v, want %v (newest first)", got, names)
+			}
+		}
+	}
+	inspect := func(network bool, labels string, mounts int) check {
+		return func(t *testing.T, res *Result, err error) {
+			ok(t, res, err)
+			info, err := ParseInspect(res.Stdout)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.Network != network || info.Status != "Stopped" || info.Image != "capture/tiny:1" || info.Workdir != "/workspace" {
+				t.Errorf("info = %+v; want network %v, Stopped, capture/tiny:1, /workspace", info, network)
+			}
+			if got := info.Labels["oma"]; got != labels {
+				t.Errorf("label oma = %q, want %q", got, labels)
+			}
+			if len(info.Mounts) != mounts {
+				t.Errorf("mounts = %+v, want %d", info.Mounts, mounts)
+			}
+		}
+	}
+	notFound := kind(ErrSandboxNotFound, "sandbox not found: capbox")
+	checks := map[string]check{
+		"list-empty":                     sandboxes(),
+		"volume-list-empty":              volumes(),
+		"volume-create":                  ok,
+		"volume-create-exists":           kind(ErrAlreadyExists, "volume already exists: capvol"),
+		"volume-create-quiet":            ok,
+		"volume-list":                    volumes("capvol2", "capvol"),
+		"volume-inspect":                 ok,
+		"volume-inspect-missing":         kind(ErrVolumeNotFound, "volume not found: nosuchvol"),
+		"volume-remove":                  ok,
+		"volume-remove-missing":          kind(ErrVolumeNotFound, "volume not found: capvol2"),
+		"volume-remove-missing-quiet":    exit(1),
+		"volume-create-invalid-name":     kind(nil, "invalid config: volume name must start with an alphanumeric"),
+		"volume-create-long-name":        ok,
+		"volume-remove-long-name":        ok,
+		"volume-create-invalid-size":     kind(nil, "invalid size"),
+		"volume-create-size-needs-disk":  kind(nil, "--size is only supported with --kind disk"),
+		"volume-create-disk-needs-size":  kind(nil, "--size is required with --kind disk"),
+		"create-invalid-name":            kind(nil, "invalid config: sandbox name must start with an alphanumeric"),
+		"create-invalid-memory":          kind(nil, "invalid size"),
+		"create-invalid-duration":        kind(nil, "invalid digit found in string"),
+		"create-reserved-label":          kind(nil, "invalid config: label key 'sandbox.x' uses reserved prefix"),
+		"create-uncached-image":          kind(ErrImageNotCached, "image error: image not cached: docker.io/capture/missing:1"),
+		"image-inspect-missing":          kind(ErrImageNotCached, "image not found: capture/missing:1"),
+		"image-inspect":                  ok,
+		"inspect-missing":                notFound,
+		"remove-missing":                 notFound,
+		"remove-missing-quiet":           exit(1),
+		"stop-missing":                   notFound,
+		"start-missing":                  notFound,
+		"exec-missing":                   notFound,
+		"exec-invalid-timeout":           kind(nil, "invalid digit found in string"),
+		"copy-from-missing":              notFound,
+		"copy-to-missing":                notFound,
+		"usage-unknown-flag":             exit(2),
+		"list-running-and-stopped-empty": sandboxes(),
+		"create-failed": kind(ErrStartFailed, `failed to start "capbox" → other: sandbox process exited (exit status: 1) before agent relay became available`+
+			" → run `msb logs --source system capbox` for full diagnostics"),
+		"create-exists":            kind(ErrAlreadyExists, "sandbox already exists: sandbox 'capbox' already exists"),
+		"create-no-net":            kind(ErrStartFailed, `failed to start "capnonet" → `),
+		"list-records":             sandboxes("capnonet", "capbox"),
+		"list-label":               sandboxes("capbox"),
+		"list-running-and-stopped": sandboxes(),
+		"inspect-record":           inspect(true, "capture", 3),
+		"inspect-no-net":           inspect(false, "", 1),
+		"remove-records":           ok,
+		"list-after-remove":        sandboxes(),
+		"volume-remove-last":       ok,
+		"volume-list-after-remove": volumes(),
+	}
+	seen := map[string]bool{}
+	for _, c := range loadGolden(t) {
+		seen[c.Name] = true
+		t.Run(c.Name, func(t *testing.T) {
+			check, found := checks[c.Name]
+			if !found {
+				t.Fatalf("captured case %s has no expectation here", c.Name)
+			}
+			res, err := replay(t, c)
+			check(t, res, err)
+		})
+	}
+	for name := range checks {
+		if !seen[name] {
+			t.Errorf("expected case %s was not captured", name)
+		}
+	}
+}

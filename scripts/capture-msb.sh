@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Captures what the real msb prints for every pre-boot case oma-sandbox
+# relies on, as golden files under msb/testdata/real-VERSION/. msb/ parses
+# and classifies them in its tests, and fakemsb's tests replay the same argv
+# and compare its answers. Rerun it on a newer msb to see what changed:
+#
+#   scripts/capture-msb.sh [PATH-TO-MSB]     (default .tools/msb/bin/msb)
+#
+# It runs in a private MSB_HOME and loads a tiny image (one file, built
+# here) as capture/tiny:1, so a create gets as far as booting the VM. On a
+# host that cannot boot one, that create fails and leaves a Stopped record,
+# which gives the listings, inspect and "already exists" cases their
+# records; on a host that boots it, the create-failed case is a success.
+#
+# Each case NAME writes NAME.argv (one argument a line), NAME.stdout,
+# NAME.stderr and NAME.exit; "cases" lists them in order with "fake" when
+# fakemsb must answer the same (modulo names, times and paths) or "real"
+# when only real msb can (a VM boot, digests). The private home's path is
+# written as $MSB_HOME and the scratch directory's as $WORK.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+msb=${1:-$root/.tools/msb/bin/msb}
+[ -x "$msb" ] || { echo "capture-msb: no msb at $msb: run scripts/deps.sh" >&2; exit 1; }
+version=$("$msb" --version | awk '{print $2}')
+out=$root/msb/testdata/real-$version
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export MSB_HOME=$work/home NO_COLOR=1
+mkdir -p "$work/scratch"
+echo "capture" >"$work/scratch/in.txt"
+
+rm -rf "$out"
+mkdir -p "$out"
+
+normalise() { sed -e "s|$MSB_HOME|\$MSB_HOME|g" -e "s|$work/scratch|\$WORK|g"; }
+
+# capture NAME fake|real ARGS...: runs msb ARGS and records what it did.
+capture() {
+  local name=$1 compare=$2
+  shift 2
+  printf '%s\n' "$@" | normalise >"$out/$name.argv"
+  local code=0
+  "$msb" "$@" >"$work/stdout" 2>"$work/stderr" </dev/null || code=$?
+  normalise <"$work/stdout" >"$out/$name.stdout"
+  normalise <"$work/stderr" >"$out/$name.stderr"
+  echo "$code" >"$out/$name.exit"
+  printf '%s %s\n' "$name" "$compare" >>"$out/cases"
+  echo "capture-msb: $name: exit $code"
+}
+
+# A one-layer image whose config is the guest image's (user, env, workdir).
+image() {
+  local dir=$work/image layer config
+  mkdir -p "$dir/rootfs/etc" "$dir/archive"
+  echo "oma-sandbox capture image" >"$dir/rootfs/etc/motd"
+  tar -C "$dir/rootfs" --owner=0 --group=0 --mtime=@0 -cf "$dir/layer.tar" etc
+  layer=$(sha256sum "$dir/layer.tar" | cut -d' ' -f1)
+  printf '{"architecture":"amd64","os":"linux","config":{"User":"65534:65534","Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin","HOME=/workspace","TMPDIR=/workspace"],"WorkingDir":"/workspace"},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' "$layer" >"$dir/config.json"
+  config=$(sha256sum "$dir/config.json" | cut -d' ' -f1)
+  cp "$dir/layer.tar" "$dir/archive/$layer.tar"
+  cp "$dir/config.json" "$dir/archive/$config.json"
+  printf '[{"Config":"%s.json","RepoTags":["capture/tiny:1"],"Layers":["%s.tar"]}]' "$config" "$layer" >"$dir/archive/manifest.json"
+  tar -C "$dir/archive" -cf "$dir/image.tar" .
+  "$msb" load -q -i "$dir/image.tar"
+}
+image
+
+long=$(printf 'v%.0s' $(seq 129))
+
+# Empty listings.
+capture list-empty fake list --format json
+capture volume-list-empty fake volume list --format json
+# Volumes: create, already exists, newest-first listing, inspect, remove.
+capture volume-create fake volume create --name capvol
+capture volume-create-exists fake volume create --name capvol
+capture volume-create-quiet fake volume create --name capvol2 -q
+capture volume-list fake volume list --format json
+capture volume-inspect fake volume inspect capvol
+capture volume-inspect-missing fake volume inspect nosuchvol
+capture volume-remove fake volume remove capvol2
+capture volume-remove-missing fake volume remove capvol2
+capture volume-remove-missing-quiet fake volume remove -q capvol2
+# Volume names: msb's own limit is the file system's, not 128 bytes.
+capture volume-create-invalid-name fake volume create --name 'bad name'
+capture volume-create-long-name fake volume create --name "$long"
+capture volume-remove-long-name fake volume remove -q "$long"
+# Sizes.
+capture volume-create-invalid-size fake volume create --name capdisk --kind disk --size 1Gi
+capture volume-create-size-needs-disk fake volume create --name capdisk --size 64M
+capture volume-create-disk-needs-size fake volume create --name capdisk --kind disk
+# create's validation, before any image is resolved.
+capture create-invalid-name fake create capture/tiny:1 --name 'bad name' --pull never
+capture create-invalid-memory fake create capture/tiny:1 --name capbox --memory 1Gi --pull never
+capture create-invalid-duration fake create capture/tiny:1 --name capbox --max-duration 1d --pull never
+capture create-reserved-label fake create capture/tiny:1 --name capbox --label sandbox.x=1 --pull never
+capture create-uncached-image fake create capture/missing:1 --name capbox --pull never
+capture image-inspect-missing fake image inspect capture/missing:1 --format json
+capture image-inspect real image inspect capture/tiny:1 --format json
+# Commands on a sandbox that does not exist.
+capture inspect-missing fake inspect capbox --format json
+capture remove-missing fake remove capbox
+capture remove-missing-quiet fake remove -q capbox
+capture stop-missing fake stop capbox
+capture start-missing fake start capbox
+capture exec-missing fake exec capbox -- true
+capture exec-invalid-timeout fake exec --timeout 1d capbox -- true
+capture copy-from-missing fake copy capbox:/etc/motd "$work/scratch/out.txt"
+capture copy-to-missing fake copy "$work/scratch/in.txt" capbox:/tmp/in.txt
+# clap's usage errors are the only exit 2.
+capture usage-unknown-flag fake list --bogus
+capture list-running-and-stopped-empty fake list --running --stopped --format json
+# A create that boots a VM: on a host that cannot, it fails with msb's
+# diagnostic and leaves a Stopped record.
+capture create-failed real create capture/tiny:1 --name capbox --pull never --quiet --label oma=capture --mount-named capvol:/data --tmpfs /scratch:64M
+capture create-exists fake create capture/tiny:1 --name capbox --pull never --quiet
+capture create-no-net real create capture/tiny:1 --name capnonet --pull never --quiet --no-net
+capture list-records real list --format json
+capture list-label real list --label oma=capture --format json
+capture list-running-and-stopped fake list --running --stopped --format json
+capture inspect-record real inspect capbox --format json
+capture inspect-no-net real inspect capnonet --format json
+capture remove-records real remove --force capbox capnonet
+capture list-after-remove fake list --format json
+capture volume-remove-last fake volume remove capvol
+capture volume-list-after-remove fake volume list --format json
+echo "capture-msb: msb $version cases in ${out#"$root"/}"
