@@ -222,7 +222,7 @@ func (s *MsbSession) prepare(ctx context.Context) error {
 
 // Attach reopens a session by its sandbox name without any msb invocation;
 // the volume follows from the shared stem. A name that is not ours is
-// refused; a sandbox that no longer exists surfaces as ErrNotFound on first use.
+// refused; a sandbox that no longer exists surfaces as ErrGone on first use.
 func Attach(client *msb.Client, prefix, sandbox string) (*MsbSession, error) {
 	if prefix == "" {
 		prefix = DefaultPrefix
@@ -330,7 +330,7 @@ var errorMap = []struct{ from, to error }{
 	{msb.ErrOutputOverflow, ErrOutputOverflow},
 	{msb.ErrExecTimedOut, ErrGuestTimeout},
 	{msb.ErrCannotStart, ErrCannotStart},
-	{msb.ErrSandboxNotFound, ErrNotFound},
+	{msb.ErrSandboxNotFound, ErrGone},
 }
 
 // CopyIn copies a host file or directory to an absolute guest path: one msb copy.

@@ -222,6 +222,7 @@ func TestAttach(t *testing.T) {
 	gone, err := session.Attach(client, "", created.Name())
 	require.NoError(t, err)
 	_, err = gone.Shell(context.Background(), session.Command{Script: "true"}, session.ShellOptions{})
+	assert.ErrorIs(t, err, session.ErrGone)
 	assert.ErrorIs(t, err, session.ErrNotFound)
 }
 

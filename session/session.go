@@ -21,7 +21,19 @@ var (
 	ErrCannotStart    = errors.New("command could not start")
 	ErrNotFound       = errors.New("sandbox not found")
 	ErrInvalid        = errors.New("invalid session option")
+	// ErrGone reports that a session's sandbox disappeared while the
+	// session was in use (session rm or the reaper, from another process).
+	// Nothing is left to poison or recover; it also matches ErrNotFound.
+	ErrGone error = goneError{}
 )
+
+type goneError struct{}
+
+func (goneError) Error() string {
+	return "session is gone: its sandbox was removed outside this process (session rm or the reaper); start a new session"
+}
+
+func (goneError) Is(target error) bool { return target == ErrNotFound }
 
 // Command is a bash script run as `/bin/bash -c SCRIPT bash ARGS...`, so the
 // script reads its arguments as "$1".."$N" and nothing is spliced into it.

@@ -26,7 +26,8 @@ const searchCleanupTimeout = 3 * time.Second
 
 // run streams the search through one guest command and decides what its end
 // means for the session:
-//   - never ready: the guest's state is unknown, so the session is poisoned;
+//   - never ready: the guest's state is unknown, so the session is poisoned
+//     (unless its sandbox is gone: then there is nothing left to poison);
 //   - ready, and the guest work may still run (match cap, a limit error,
 //     abort, timeout): the tagged processes are killed by a cleanup command,
 //     and a failed cleanup poisons the session;
@@ -61,6 +62,10 @@ func (t *Toolbox) runSearch(ctx context.Context, s search) ([]string, error) {
 	endedByItself := err == nil && !capped && streamErr == nil
 
 	if !s.readiness.Ready() {
+		// A sandbox removed from outside leaves nothing unknown to poison.
+		if errors.Is(err, session.ErrGone) {
+			return nil, fmt.Errorf("%s: %w", s.tool, err)
+		}
 		cause := s.readiness.Finish()
 		if streamErr != nil {
 			cause = streamErr

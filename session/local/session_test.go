@@ -65,8 +65,8 @@ func TestCopyInAndAttach(t *testing.T) {
 	if _, err := Attach(ctx, dir, s.Name()); !errors.Is(err, session.ErrNotFound) {
 		t.Fatalf("Attach after close: %v", err)
 	}
-	if _, err := s.Shell(ctx, session.Command{Script: "true"}, session.ShellOptions{}); err == nil {
-		t.Fatal("Shell on a removed session succeeded")
+	if _, err := s.Shell(ctx, session.Command{Script: "true"}, session.ShellOptions{}); !errors.Is(err, session.ErrGone) {
+		t.Fatalf("Shell on a removed session: %v, want ErrGone", err)
 	}
 	if !strings.HasPrefix(s.Name(), "oma-local-") {
 		t.Fatalf("name %q", s.Name())

@@ -131,7 +131,7 @@ func (s *Session) workdir(w string) (string, error) {
 	}
 	wsReal, err := filepath.EvalSymlinks(s.dirs.Workspace)
 	if err != nil {
-		return "", fmt.Errorf("local sandbox %s: workspace is gone (%v): %w", s.rec.Name, err, session.ErrNotFound)
+		return "", fmt.Errorf("local sandbox %s: workspace is gone (%v): %w", s.rec.Name, err, session.ErrGone)
 	}
 	real, err := filepath.EvalSymlinks(filepath.Join(s.dirs.Workspace, rel))
 	if err != nil {
