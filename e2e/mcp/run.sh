@@ -38,6 +38,15 @@ exec '$root/bin/fakemsb' "\$@"
 WRAPPER
 chmod +x "$msb"
 
+# scripts/deps.sh puts a new enough node here when the system's is too old.
+if [ -x "$root/.tools/node/bin/node" ]; then
+  PATH="$root/.tools/node/bin:$PATH"
+fi
+if [ "$(node -p 'process.versions.node.split(".")[0]')" -lt 20 ]; then
+  echo "e2e/mcp: node $(node --version) is older than 20; run scripts/deps.sh" >&2
+  exit 1
+fi
+
 if [ ! -d "$here/node_modules" ]; then
   (cd "$here" && npm ci --no-audit --no-fund)
 fi
