@@ -61,7 +61,17 @@
 // by default DefaultStateDir): its record, its cgroup list and its box of
 // workspace, uploads and outputs. Attach opens it by name from any
 // process, Close and Poison remove it, List and Reap find and remove stale
-// ones. Commands never see the record.
+// ones. Commands never see the record. Removal first kills the session's
+// sandboxes, whichever process started them, then removes the box the
+// guest wrote with internal/safefs (directory descriptors, no symlink
+// followed, any depth), and the record last: a removal that fails leaves
+// the session listed for a later Close or Reap.
+//
+// # Deadlines
+//
+// Every Shell call ends: at its GuestTimeout, or, when it names none (as
+// glob, grep and output collection do), at the session's operation
+// timeout (Options.OperationTimeout, 10 s by default), as on msb.
 //
 // Beside the seam, a Session offers line-framed stdio conversations
 // (OpenStdio), file snapshots with restore of its own content (Snapshot,

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/oma-sandbox/oma-sandbox/internal/safefs"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
@@ -76,7 +77,7 @@ func probeHost(ctx context.Context, req probeRequest) (Capabilities, platform) {
 	if err != nil {
 		return fail("no directory for the self-test: " + err.Error())
 	}
-	defer removeTree(tmp)
+	defer safefs.RemoveAll(tmp)
 	dirs := dirsOf(physical(tmp))
 	for _, d := range []string{dirs.Box, dirs.Workspace, dirs.Uploads, dirs.Outputs} {
 		if err := os.Mkdir(d, 0o755); err != nil {

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/oma-sandbox/oma-sandbox/internal/safefs"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
@@ -37,6 +38,11 @@ type Options struct {
 	SessionID   string
 	Policy      Policy
 	Limits      Limits
+	// OperationTimeout bounds every call that names no timeout of its own
+	// (ShellOptions.GuestTimeout), as on msb: a guest that blocks a tool
+	// (a FIFO under grep, a stalled listing) is killed at this host
+	// deadline. 0 means session.DefaultOperationTimeout.
+	OperationTimeout time.Duration
 	// Env adds variables to every command. Names that look like secrets
 	// (token, secret, password, credential, api key, authorization, cookie)
 	// are dropped; PATH is fixed and refused.
@@ -67,15 +73,18 @@ func DefaultStateDir() (string, error) {
 // record is a session's persistent description, so another process can
 // Attach to it by name.
 type record struct {
-	Version     int               `json:"version"`
-	Name        string            `json:"name"`
-	WorkspaceID string            `json:"workspace_id"`
-	SessionID   string            `json:"session_id"`
-	CreatedAt   time.Time         `json:"created_at"`
-	Policy      Policy            `json:"policy"`
-	Limits      Limits            `json:"limits"`
-	Env         map[string]string `json:"env,omitempty"`
-	Bwrap       string            `json:"bwrap,omitempty"`
+	Version     int       `json:"version"`
+	Name        string    `json:"name"`
+	WorkspaceID string    `json:"workspace_id"`
+	SessionID   string    `json:"session_id"`
+	CreatedAt   time.Time `json:"created_at"`
+	Policy      Policy    `json:"policy"`
+	Limits      Limits    `json:"limits"`
+	// OpTimeout is Options.OperationTimeout; 0 in records written before it
+	// existed, meaning the default.
+	OpTimeout time.Duration     `json:"operation_timeout,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	Bwrap     string            `json:"bwrap,omitempty"`
 }
 
 // hostDirs are a session's directories on the host. Commands reach only
@@ -138,6 +147,9 @@ func Create(ctx context.Context, o Options) (*Session, error) {
 	if err := o.Limits.validate(); err != nil {
 		return nil, err
 	}
+	if o.OperationTimeout < 0 {
+		return nil, &PolicyError{Field: "operation timeout", Value: o.OperationTimeout.String(), Reason: "must not be negative"}
+	}
 	env, dropped, err := scrubEnv(o.Env)
 	if err != nil {
 		return nil, err
@@ -161,7 +173,7 @@ func Create(ctx context.Context, o Options) (*Session, error) {
 	rec := record{
 		Version: recordV1, Name: sessionName(o.NamePrefix, o.WorkspaceID, o.SessionID, now),
 		WorkspaceID: o.WorkspaceID, SessionID: o.SessionID, CreatedAt: now,
-		Policy: o.Policy, Limits: o.Limits, Env: env, Bwrap: o.Bwrap,
+		Policy: o.Policy, Limits: o.Limits, OpTimeout: o.OperationTimeout, Env: env, Bwrap: o.Bwrap,
 	}
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("local sandbox: state directory: %w", err)
@@ -171,7 +183,7 @@ func Create(ctx context.Context, o Options) (*Session, error) {
 		return nil, fmt.Errorf("local sandbox: session directory: %w", err)
 	}
 	if err := createDirs(dirs, plat, rec); err != nil {
-		_ = removeTree(dirs.Root)
+		_ = safefs.RemoveAll(dirs.Root)
 		return nil, err
 	}
 	s := newSession(rec, dirs, caps, plat, log)
@@ -273,6 +285,9 @@ func readRecord(root string) (record, error) {
 	if err := dec.Decode(&rec); err != nil {
 		return rec, fmt.Errorf("local sandbox %s: unreadable record: %v: %w", filepath.Base(root), err, session.ErrInvalid)
 	}
+	if rec.OpTimeout < 0 {
+		return rec, fmt.Errorf("local sandbox %s: negative operation timeout in record: %w", filepath.Base(root), session.ErrInvalid)
+	}
 	if rec.Version != recordV1 {
 		return rec, fmt.Errorf("local sandbox %s: record version %d unknown: %w", filepath.Base(root), rec.Version, session.ErrInvalid)
 	}
@@ -281,6 +296,14 @@ func readRecord(root string) (record, error) {
 		return rec, err
 	}
 	return rec, rec.Limits.validate()
+}
+
+// opTimeout bounds a call that names no timeout of its own.
+func (s *Session) opTimeout() time.Duration {
+	if s.rec.OpTimeout > 0 {
+		return s.rec.OpTimeout
+	}
+	return session.DefaultOperationTimeout
 }
 
 // Name identifies the session for Attach.
@@ -370,25 +393,19 @@ func (s *Session) shutdown(ctx context.Context, why error) error {
 	return nil
 }
 
-// removeSession removes a session's cgroups, then its directory.
+// removeSession stops whatever still runs for the session, in any
+// process, removes its cgroups, then the box the guest wrote, and only
+// then the record: a removal that fails leaves the session listed, so
+// Close, `session rm` or Reap can finish it later.
 func removeSession(root string) error {
+	if err := stopSessionProcesses(dirsOf(root)); err != nil {
+		return err
+	}
 	if err := removeCgroups(root); err != nil {
 		return err
 	}
-	return removeTree(root)
-}
-
-// removeTree removes a directory tree, making read-only directories
-// writable first so that a command's chmod cannot pin files.
-func removeTree(root string) error {
-	if err := os.RemoveAll(root); err == nil {
-		return nil
+	if err := safefs.RemoveAll(filepath.Join(root, "box")); err != nil {
+		return err
 	}
-	_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			_ = os.Chmod(p, 0o700)
-		}
-		return nil
-	})
-	return os.RemoveAll(root)
+	return safefs.RemoveAll(root)
 }

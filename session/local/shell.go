@@ -47,7 +47,9 @@ type launched struct {
 }
 
 // Shell runs `/bin/bash -c SCRIPT bash ARGS...` in a fresh sandbox over the
-// session's directories. A non-zero exit is in Result.ExitCode. A timeout,
+// session's directories. A non-zero exit is in Result.ExitCode. A call
+// without a GuestTimeout is bounded by the session's operation timeout
+// (ErrHostTimeout when it fires). A timeout,
 // cancellation or output overflow kills the whole tree and returns the
 // output captured so far with ExitCode 137 and the matching error.
 func (s *Session) Shell(ctx context.Context, cmd session.Command, opts session.ShellOptions) (*session.Result, error) {
@@ -56,6 +58,13 @@ func (s *Session) Shell(ctx context.Context, cmd session.Command, opts session.S
 		return nil, err
 	}
 	defer end()
+	if opts.GuestTimeout <= 0 {
+		// Every guest operation has a deadline: the operation timeout, as
+		// a host deadline, for calls that name none (glob, grep, outputs).
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithTimeout(cctx, s.opTimeout())
+		defer cancel()
+	}
 	root, err := s.user(opts.User)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,45 @@
+package safefs
+
+import (
+	"errors"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+const dirFlags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+
+// openNoFollow opens one entry of dirfd as a directory with openat2,
+// which refuses symlinks anywhere, magic links, "..", and mount crossings;
+// kernels before 5.6 get openat with O_NOFOLLOW, which for a single name
+// refuses the same symlink.
+func openNoFollow(dirfd int, name string) (int, error) {
+	fd, err := unix.Openat2(dirfd, name, &unix.OpenHow{
+		Flags:   dirFlags,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
+	})
+	if errors.Is(err, unix.ENOSYS) {
+		return unix.Openat(dirfd, name, dirFlags, 0)
+	}
+	return fd, err
+}
+
+// chmodNoFollow gives the directory name of dirfd owner rwx. It opens the
+// entry O_PATH|O_NOFOLLOW (which needs no permission on it), checks that
+// it is a directory, and changes the mode of that very inode through
+// /proc/self/fd: never a symlink's target.
+func chmodNoFollow(dirfd int, name string) error {
+	fd, err := unix.Openat(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return unix.ENOTDIR
+	}
+	return unix.Chmod("/proc/self/fd/"+strconv.Itoa(fd), st.Mode&0o7777|0o700)
+}

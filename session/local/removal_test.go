@@ -1,0 +1,236 @@
+//go:build linux
+
+package local
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/oma-sandbox/oma-sandbox/session"
+)
+
+// lowFDLimit lowers this process's descriptor limit for the test, so a
+// chain deeper than it is quick to build; returns the depth to build.
+func lowFDLimit(t *testing.T) int {
+	t.Helper()
+	var old unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	const soft = 1024
+	if old.Cur > soft {
+		lim := old
+		lim.Cur = soft
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = unix.Setrlimit(unix.RLIMIT_NOFILE, &old) })
+		return soft + 100
+	}
+	return int(old.Cur) + 100
+}
+
+// deepChain builds dir/d/d/... depth levels deep, as a guest can.
+func deepChain(t *testing.T, dir string, depth int) {
+	t.Helper()
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < depth; i++ {
+		if err := unix.Mkdirat(fd, "d", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		next, err := unix.Openat(fd, "d", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		unix.Close(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd = next
+	}
+	unix.Close(fd)
+}
+
+// hostDirIntact fails unless host still has mode 0751 and its file.
+func hostDirIntact(t *testing.T, host string) {
+	t.Helper()
+	for p, mode := range map[string]os.FileMode{host: 0o751, filepath.Join(host, "sub"): 0o751, filepath.Join(host, "sub", "keep"): 0o640} {
+		fi, err := os.Stat(p)
+		if err != nil || fi.Mode().Perm() != mode {
+			t.Fatalf("host path %s changed: %v %v", p, fi.Mode(), err)
+		}
+	}
+	if data, err := os.ReadFile(filepath.Join(host, "sub", "keep")); err != nil || string(data) != "host" {
+		t.Fatalf("host file changed: %q %v", data, err)
+	}
+}
+
+// TestRemovalNeverFollowsGuestSymlinkSwaps closes sessions whose
+// workspace holds a chain deeper than the descriptor limit (the guest's
+// way to make a naive removal fail) while a racer keeps exchanging
+// directories with symlinks to a host directory (renameat2
+// RENAME_EXCHANGE). The host directory keeps its modes and contents every
+// time, and each session is removed whole.
+func TestRemovalNeverFollowsGuestSymlinkSwaps(t *testing.T) {
+	depth := lowFDLimit(t)
+	host := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(host, "sub"), 0o751); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(host, "sub", "keep"), []byte("host"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(host, 0o751); err != nil {
+		t.Fatal(err)
+	}
+	const tries, pairs = 4, 40
+	stateDir := t.TempDir()
+	for try := 0; try < tries; try++ {
+		s, err := Create(context.Background(), Options{StateDir: stateDir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		deepChain(t, s.dirs.Workspace, depth)
+		swap := filepath.Join(s.dirs.Workspace, "swap")
+		for i := 0; i < pairs; i++ {
+			d := filepath.Join(swap, strconv.Itoa(i))
+			if err := os.MkdirAll(filepath.Join(d, "dir", "sub"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(host, filepath.Join(d, "link")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var stop atomic.Bool
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				for i := 0; i < pairs; i++ {
+					d := filepath.Join(swap, strconv.Itoa(i))
+					_ = unix.Renameat2(unix.AT_FDCWD, filepath.Join(d, "dir"), unix.AT_FDCWD, filepath.Join(d, "link"), unix.RENAME_EXCHANGE)
+				}
+			}
+		}()
+		err = s.Close(context.Background())
+		stop.Store(true)
+		wg.Wait()
+		hostDirIntact(t, host)
+		if err != nil {
+			t.Fatalf("try %d: Close: %v", try, err)
+		}
+		if _, err := os.Lstat(s.dirs.Root); !os.IsNotExist(err) {
+			t.Fatalf("try %d: session directory left: %v", try, err)
+		}
+	}
+}
+
+// TestDeepTreeIsRemovedAndNeverForgotten: a chain deeper than the
+// descriptor limit is removed; a removal that cannot finish keeps the
+// session's record, so it is still listed, and a later reap finishes it.
+func TestDeepTreeIsRemovedAndNeverForgotten(t *testing.T) {
+	depth := lowFDLimit(t)
+	dir := t.TempDir()
+	ctx := context.Background()
+	s, err := Create(ctx, Options{StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deepChain(t, s.dirs.Workspace, depth)
+	if err := s.Close(ctx); err != nil {
+		t.Fatalf("Close of a deep tree: %v", err)
+	}
+	if _, err := os.Lstat(s.dirs.Root); !os.IsNotExist(err) {
+		t.Fatalf("session directory left: %v", err)
+	}
+
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to make a removal fail (a mount inside the workspace)")
+	}
+	s, err = Create(ctx, Options{StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deepChain(t, s.dirs.Workspace, depth)
+	mnt := filepath.Join(s.dirs.Workspace, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", mnt, "tmpfs", 0, "size=1m"); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v", err)
+	}
+	mounted := true
+	defer func() {
+		if mounted {
+			_ = unix.Unmount(mnt, unix.MNT_DETACH)
+		}
+	}()
+	if err := s.Close(ctx); err == nil {
+		t.Fatal("Close removed across a mount")
+	}
+	infos, err := List(dir)
+	if err != nil || len(infos) != 1 || infos[0].Name != s.Name() {
+		t.Fatalf("unfinished removal forgot the session: %v %+v", err, infos)
+	}
+	if err := unix.Unmount(mnt, 0); err != nil {
+		t.Fatal(err)
+	}
+	mounted = false
+	rep, err := Reap(ctx, dir, 0, time.Now().Add(time.Second), false)
+	if err != nil || len(rep.Removed) != 1 {
+		t.Fatalf("reap: %v %+v", err, rep)
+	}
+	if _, err := os.Lstat(s.dirs.Root); !os.IsNotExist(err) {
+		t.Fatalf("session directory left after reap: %v", err)
+	}
+	_ = s.Close(ctx)
+}
+
+// TestCloseStopsCallsOfOtherProcesses: a call running through another
+// handle (as from another CLI process) is killed before the session's
+// files are removed.
+func TestCloseStopsCallsOfOtherProcesses(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	s := newTestSession(t, Options{StateDir: dir})
+	other, err := Attach(ctx, dir, s.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker := "oma-test-other-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := other.Shell(cctx, session.Command{Script: `exec -a "$1" sleep 100`, Args: []string{marker}}, session.ShellOptions{})
+		done <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); len(procsWith(marker)) == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the call did not start")
+		}
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		cancel()
+		<-done
+		t.Fatal("the other handle's call survived Close")
+	}
+	noProcs(t, marker)
+	if err := other.Close(ctx); err != nil {
+		t.Fatalf("Close through the other handle: %v", err)
+	}
+}

@@ -1,0 +1,89 @@
+package local
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// stopTimeout bounds the wait for a session's sandboxes to exit.
+const stopTimeout = 5 * time.Second
+
+// stopSessionProcesses SIGKILLs every bubblewrap of the session, run by
+// any process (another CLI invocation, an MCP server), before its files
+// are removed. A sandbox is recognised by its bind of the session's
+// workspace; killing bwrap takes the sandbox's pid namespace with it
+// (--die-with-parent). Each process is addressed by a pidfd opened before
+// its command line is checked, so a recycled pid is never signalled.
+func stopSessionProcesses(d hostDirs) error {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return err
+	}
+	var fds []int
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			continue
+		}
+		if !bindsWorkspace(pid, d.Workspace) {
+			unix.Close(fd)
+			continue
+		}
+		fds = append(fds, fd)
+		if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("stopping sandbox process %d: %w", pid, err)
+		}
+	}
+	deadline := time.Now().Add(stopTimeout)
+	for _, fd := range fds {
+		for {
+			// A pidfd turns readable when its process has exited.
+			left := int(time.Until(deadline).Milliseconds())
+			n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, max(left, 0))
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				return fmt.Errorf("sandbox processes still running %s after SIGKILL", stopTimeout)
+			}
+			break
+		}
+	}
+	return nil
+}
+
+// bindsWorkspace reports whether pid's command line binds ws at the guest
+// workspace path, as every bwrap of the session does.
+func bindsWorkspace(pid int, ws string) bool {
+	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+	if err != nil {
+		return false
+	}
+	args := bytes.Split(data, []byte{0})
+	for i := 0; i+2 < len(args); i++ {
+		if (string(args[i]) == "--bind" || string(args[i]) == "--ro-bind") &&
+			string(args[i+1]) == ws && string(args[i+2]) == guestWorkspace {
+			return true
+		}
+	}
+	return false
+}
