@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -101,6 +102,9 @@ type Pattern struct {
 	// each alternative ends in a kAccept state.
 	states []token
 	starts []int32
+	// sets recycles Match's two state sets, so that matching allocates
+	// nothing in the steady state (a glob matches every enumerated path).
+	sets sync.Pool
 }
 
 // Compile checks a pattern against the dialect and its limits and compiles
@@ -160,7 +164,13 @@ func (p *Pattern) Match(rel string) bool {
 
 // match also counts state insertions, which bounds the work done.
 func (p *Pattern) match(rel string) (bool, int) {
-	cur, next := newStateSet(len(p.states)), newStateSet(len(p.states))
+	pair, _ := p.sets.Get().(*[2]stateSet)
+	if pair == nil {
+		pair = &[2]stateSet{newStateSet(len(p.states)), newStateSet(len(p.states))}
+	}
+	defer p.sets.Put(pair)
+	cur, next := &pair[0], &pair[1]
+	cur.clear()
 	steps := 0
 	for _, s := range p.starts {
 		steps += p.add(cur, s)
@@ -238,8 +248,8 @@ type stateSet struct {
 	sparse []int32
 }
 
-func newStateSet(n int) *stateSet {
-	return &stateSet{dense: make([]int32, 0, n), sparse: make([]int32, n)}
+func newStateSet(n int) stateSet {
+	return stateSet{dense: make([]int32, 0, n), sparse: make([]int32, n)}
 }
 
 func (s *stateSet) has(x int32) bool {

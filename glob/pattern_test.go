@@ -174,3 +174,19 @@ func TestToRipgrep(t *testing.T) {
 		}
 	}
 }
+
+// Match runs once per enumerated file (100,000 times for a large workspace),
+// so it must not allocate in the steady state.
+func TestMatchDoesNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop items at random")
+	}
+	p, err := Compile("{src,lib}/**/*.{go,md}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Match("warm/up.go")
+	if n := testing.AllocsPerRun(100, func() { p.Match("src/a/b/c/file.go") }); n > 0 {
+		t.Errorf("Match allocates %.1f times per call", n)
+	}
+}

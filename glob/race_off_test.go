@@ -1,0 +1,5 @@
+//go:build !race
+
+package glob
+
+const raceEnabled = false
