@@ -26,11 +26,13 @@ var editTool = tool{
 	run: runEdit,
 }
 
-// catScript prints a regular file, or fails with a message naming it.
-const catScript = `f=$1
-if [ ! -e "$f" ]; then printf 'File not found: %s\n' "$2" >&2; exit 3; fi
-if [ ! -f "$f" ]; then printf 'Not a regular file: %s\n' "$2" >&2; exit 3; fi
-exec cat -- "$f"
+// catScript prints the final target of $f, which must be a regular file
+// inside the workspace, or fails with a message naming it.
+const catScript = `f=$1 ws=$2 show=$3
+` + resolveScript + `
+if [ ! -e "$real" ]; then printf 'File not found: %s\n' "$show" >&2; exit 3; fi
+if [ ! -f "$real" ]; then printf 'Not a regular file: %s\n' "$show" >&2; exit 3; fi
+exec cat -- "$real"
 `
 
 func runEdit(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error) {
@@ -39,37 +41,85 @@ func runEdit(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error
 	if err != nil {
 		return "", err
 	}
-	paths := t.sess.Paths()
-	abs, err := resolveIn("edit", p, paths.Workspace, paths.Workspace)
+	abs, err := t.changeablePath("edit", p)
 	if err != nil {
 		return "", err
 	}
 	t.record("edit")
-	res, err := t.shell(ctx, session.Command{Script: catScript, Args: []string{abs, p}},
+	unlock := t.lockPath(abs)
+	defer unlock()
+	res, err := t.shell(ctx, session.Command{Script: catScript, Args: []string{abs, t.sess.Paths().Workspace, p}},
 		session.ShellOptions{MaxOutput: editMaxBytes})
 	if err != nil {
 		if errors.Is(err, session.ErrOutputOverflow) {
-			return "", fmt.Errorf("Could not edit file: %s. The file is larger than %s.", p, formatSize(editMaxBytes))
+			return "", fmt.Errorf("Could not edit file: %s. The file is larger than %s: %w", p, formatSize(editMaxBytes), err)
 		}
 		return "", fmt.Errorf("edit %s: %w", p, err)
 	}
 	if res.ExitCode != 0 {
-		return "", fmt.Errorf("Could not edit file: %s. %w", p, guestError("edit", p, res))
+		g := guestError("edit", p, res).(*GuestError)
+		g.Msg = "Could not edit file: " + p + ". " + g.Msg
+		return "", g
 	}
-	original := string(res.Stdout)
-	updated, err := applyEdits(original, edits)
+	updated, err := applyEditsToFile(string(res.Stdout), edits)
 	if err != nil {
-		return "", fmt.Errorf("Could not edit file: %s. %w", p, err)
+		return "", &EditError{Msg: fmt.Sprintf("Could not edit file: %s. %s", p, err)}
+	}
+	if updated == string(res.Stdout) {
+		return "", &EditError{Msg: fmt.Sprintf("No changes made to %s. The replacement produced identical content.", p)}
 	}
 	sum := sha256.Sum256(res.Stdout)
-	if err := t.writeFile(ctx, abs, updated, hex.EncodeToString(sum[:])); err != nil {
+	if err := t.writeFile(ctx, abs, p, updated, hex.EncodeToString(sum[:])); err != nil {
 		var g *GuestError
-		if errors.As(err, &g) && g.ExitCode == conflictExit {
-			return "", fmt.Errorf("Could not edit file: %s. It changed while the edit was applied; nothing was written. Read it again and retry.", p)
+		if errors.As(err, &g) {
+			if g.ExitCode == conflictExit {
+				g.Msg = "It changed while the edit was applied; nothing was written. Read it again and retry."
+			}
+			g.Msg = "Could not edit file: " + p + ". " + g.Msg
+			return "", g
 		}
 		return "", fmt.Errorf("Could not edit file: %s. %w", p, err)
 	}
 	return fmt.Sprintf("Successfully replaced %d block(s) in %s.", len(edits), p), nil
+}
+
+// EditError is an edit whose edits do not fit the file's text (missing,
+// repeated or overlapping oldText, or no change at all); nothing was written.
+// Like a refused input, it matches ErrInvalidInput.
+type EditError struct{ Msg string }
+
+func (e *EditError) Error() string { return e.Msg }
+
+// Is reports ErrInvalidInput as the category of every EditError.
+func (e *EditError) Is(target error) bool { return target == ErrInvalidInput }
+
+// applyEditsToFile applies edits to a file's text the way an agent sees it:
+// a UTF-8 byte order mark is kept out of the matching and put back, and in a
+// file whose every line ends in CRLF, matching happens on LF-normalised text
+// (the edits' own CRLFs included) and the result is written back with CRLF.
+func applyEditsToFile(original string, edits []edit) (string, error) {
+	const bom = "\ufeff"
+	text, hasBOM := strings.CutPrefix(original, bom)
+	crlf := strings.Contains(text, "\r\n") && strings.Count(text, "\n") == strings.Count(text, "\r\n")
+	if crlf {
+		text = strings.ReplaceAll(text, "\r\n", "\n")
+		normalised := make([]edit, len(edits))
+		for i, e := range edits {
+			normalised[i] = edit{OldText: strings.ReplaceAll(e.OldText, "\r\n", "\n"), NewText: strings.ReplaceAll(e.NewText, "\r\n", "\n")}
+		}
+		edits = normalised
+	}
+	updated, err := applyEdits(text, edits)
+	if err != nil {
+		return "", err
+	}
+	if crlf {
+		updated = strings.ReplaceAll(updated, "\n", "\r\n")
+	}
+	if hasBOM {
+		updated = bom + updated
+	}
+	return updated, nil
 }
 
 // editsOf folds the legacy top-level oldText/newText pair into edits.

@@ -61,6 +61,36 @@ type Toolbox struct {
 
 	mu    sync.Mutex
 	stats map[string]int
+	locks map[string]*pathLock
+}
+
+// pathLock serializes the calls of this Toolbox that change one path, so
+// that parallel edits of a file apply one after another instead of
+// refusing each other.
+type pathLock struct {
+	mu    sync.Mutex
+	users int
+}
+
+// lockPath takes the lock of the guest path abs and returns its release.
+func (t *Toolbox) lockPath(abs string) (unlock func()) {
+	t.mu.Lock()
+	l := t.locks[abs]
+	if l == nil {
+		l = &pathLock{}
+		t.locks[abs] = l
+	}
+	l.users++
+	t.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		t.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(t.locks, abs)
+		}
+		t.mu.Unlock()
+	}
 }
 
 // New returns a Toolbox for s.
@@ -71,7 +101,7 @@ func New(s session.Session, o Options) *Toolbox {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Toolbox{sess: s, opTimeout: o.OperationTimeout, logger: o.Logger, stats: map[string]int{}}
+	return &Toolbox{sess: s, opTimeout: o.OperationTimeout, logger: o.Logger, stats: map[string]int{}, locks: map[string]*pathLock{}}
 }
 
 // Session is the session the tools run in.

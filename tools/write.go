@@ -9,7 +9,7 @@ import (
 )
 
 var writeTool = tool{
-	description: "Write a file in the workspace, creating parent directories and replacing any existing file atomically.",
+	description: "Write a file in the workspace, creating parent directories and replacing any existing file atomically (its mode is kept). A symbolic link is written through to its target when that target is inside the workspace.",
 	schema: schema{
 		{name: "path", kind: kindString, required: true, description: "File to write (absolute, or relative to /workspace)"},
 		{name: "content", kind: kindString, required: true, description: "Content to write"},
@@ -17,62 +17,114 @@ var writeTool = tool{
 	run: runWrite,
 }
 
-// writeScript replaces $1 with stdin atomically: the bytes land in a temp
-// file beside the target and are renamed over it, so a reader never sees
-// half a file. An existing file keeps its mode. When $2 is a sha256, the
-// rename happens only if the file still has that digest (the edit tool's
-// lost-update guard), under a lock on the file so concurrent edits serialize.
-const writeScript = `set -eu
-f=$1 want=$2
-dir=$(dirname -- "$f")
-mkdir -p -- "$dir"
-tmp=$(mktemp -- "$dir/.oma-write.XXXXXXXX")
-trap 'rm -f -- "$tmp"' EXIT
-cat > "$tmp"
-if [ -e "$f" ]; then chmod --reference="$f" -- "$tmp" 2>/dev/null || chmod 644 -- "$tmp"; else chmod 644 -- "$tmp"; fi
-if [ -n "$want" ]; then
-  exec 9<"$f"
-  flock 9
-  have=$(sha256sum < "$f")
-  if [ "${have%% *}" != "$want" ]; then
-    printf 'file changed since it was read\n' >&2
-    exit 9
-  fi
-fi
-mv -f -- "$tmp" "$f"
-trap - EXIT
+// Limits of a path the write and edit tools accept, as Linux has them.
+const (
+	nameMax = 255
+	pathMax = 4095
+)
+
+// Exit codes of writeScript and catScript besides a plain failure.
+const (
+	conflictExit = 9  // the file changed under an edit
+	outsideExit  = 10 // the path resolves outside the workspace
+)
+
+// resolveScript is shared by the scripts that change a file. It sets real to
+// the final target of $f (every symbolic link followed, the last component
+// possibly missing) and refuses a target outside the workspace $ws: a link is
+// written through only when it stays inside.
+const resolveScript = `fail() { printf '%s\n' "$2" >&2; exit "$1"; }
+real=$(readlink -m -- "$f") && wsreal=$(readlink -f -- "$ws") || fail 3 "Cannot resolve $show"
+case $real in
+"$wsreal" | "$wsreal"/*) ;;
+*) fail 10 "Refusing $show: it is a symbolic link (or lies under one) that resolves to $real, outside $ws; links are followed only inside the workspace" ;;
+esac
 `
 
-// conflictExit is writeScript's exit code when the file changed under an edit.
-const conflictExit = 9
+// writeScript replaces $f's final target with stdin atomically: the bytes
+// land in a temp file beside the target and are renamed over it, so a reader
+// never sees half a file. An existing file keeps its mode; a new one gets
+// 644. When $want is a sha256, the rename happens only if the file still has
+// that digest (the edit tool's lost-update guard), under a lock on the file.
+// A failure removes the temp file and the directories this call created.
+const writeScript = `set -u
+f=$1 want=$2 ws=$3 show=$4
+` + resolveScript + `
+[ -d "$real" ] && fail 3 "Path is a directory: $show"
+dir=${real%/*}
+made='' d=$dir
+while [ ! -e "$d" ] && [ ! -L "$d" ]; do made=$d; d=${d%/*}; done
+tmp=''
+cleanup() {
+	[ -z "$tmp" ] || rm -f -- "$tmp"
+	[ -n "$made" ] || return 0
+	d=$dir
+	while rmdir -- "$d" 2>/dev/null && [ "$d" != "$made" ]; do d=${d%/*}; done
+}
+trap cleanup EXIT
+reason() { printf '%s' "${1##*: }"; }
+err=$(mkdir -p -- "$dir" 2>&1) || fail 3 "Cannot create the directory of $show: $(reason "$err")"
+err=$(mktemp -- "$dir/.oma-write.XXXXXXXX" 2>&1) || fail 3 "Cannot write $show: $(reason "$err")"
+tmp=$err
+err=$(cat 2>&1 >"$tmp") || fail 3 "Cannot write $show: $(reason "$err")"
+if [ -e "$real" ]; then chmod --reference="$real" -- "$tmp"; else chmod 644 -- "$tmp"; fi
+if [ -n "$want" ]; then
+	exec 9<"$real" || fail 9 "file changed since it was read"
+	flock 9
+	have=$(sha256sum <"$real")
+	[ "${have%% *}" = "$want" ] || fail 9 "file changed since it was read"
+fi
+err=$(mv -fT -- "$tmp" "$real" 2>&1) || fail 3 "Cannot write $show: $(reason "$err")"
+tmp='' made=''
+`
 
 func runWrite(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error) {
 	p, _ := a.str("path")
 	content, _ := a.str("content")
-	paths := t.sess.Paths()
-	abs, err := resolveIn("write", p, paths.Workspace, paths.Workspace)
+	abs, err := t.changeablePath("write", p)
 	if err != nil {
 		return "", err
 	}
-	if abs == paths.Workspace {
-		return "", inputErrorf("write", "write: path %s is the workspace directory, not a file", quote(p))
-	}
 	t.record("write")
-	if err := t.writeFile(ctx, abs, content, ""); err != nil {
-		return "", fmt.Errorf("write %s: %w", p, err)
+	unlock := t.lockPath(abs)
+	defer unlock()
+	if err := t.writeFile(ctx, abs, p, content, ""); err != nil {
+		return "", err
 	}
 	return fmt.Sprintf("Successfully wrote %d bytes to %s", len(content), p), nil
 }
 
+// changeablePath resolves a path the write and edit tools may change: inside
+// the workspace, not the workspace itself, and within Linux's name limits.
+func (t *Toolbox) changeablePath(tool, p string) (string, error) {
+	ws := t.sess.Paths().Workspace
+	abs, err := resolveIn(tool, p, ws, ws)
+	if err != nil {
+		return "", err
+	}
+	if abs == ws {
+		return "", inputErrorf(tool, "%s: path %s is the workspace directory, not a file", tool, quote(p))
+	}
+	if len(abs) > pathMax {
+		return "", inputErrorf(tool, "%s: path is too long (%d bytes; the limit is %d)", tool, len(abs), pathMax)
+	}
+	for name := range strings.SplitSeq(abs, "/") {
+		if len(name) > nameMax {
+			return "", inputErrorf(tool, "%s: file name too long (%d bytes; the limit is %d)", tool, len(name), nameMax)
+		}
+	}
+	return abs, nil
+}
+
 // writeFile is one guest round trip; the content travels on stdin.
-func (t *Toolbox) writeFile(ctx context.Context, abs, content, wantSHA string) error {
-	res, err := t.shell(ctx, session.Command{Script: writeScript, Args: []string{abs, wantSHA}},
+func (t *Toolbox) writeFile(ctx context.Context, abs, show, content, wantSHA string) error {
+	res, err := t.shell(ctx, session.Command{Script: writeScript, Args: []string{abs, wantSHA, t.sess.Paths().Workspace, show}},
 		session.ShellOptions{Stdin: strings.NewReader(content)})
 	if err != nil {
-		return err
+		return fmt.Errorf("write %s: %w", show, err)
 	}
 	if res.ExitCode != 0 {
-		return guestError("write", abs, res)
+		return guestError("write", show, res)
 	}
 	return nil
 }
