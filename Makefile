@@ -2,7 +2,7 @@ GO      ?= go
 BIN     := bin/oma-sandbox
 FAKEMSB := bin/fakemsb
 
-.PHONY: all build deps run test vet fuzz bench clean
+.PHONY: all build deps run test vet cross fuzz bench clean
 
 all: build
 
@@ -22,6 +22,15 @@ run: deps build
 vet:
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
+	$(MAKE) --no-print-directory cross
+
+# The CLI and library build and vet on every OS msb ships for (fakemsb and
+# the tests that need Linux say so by build constraints).
+cross:
+	GOOS=darwin GOARCH=arm64 $(GO) build ./...
+	GOOS=darwin GOARCH=arm64 $(GO) vet ./...
+	GOOS=windows $(GO) build ./...
+	GOOS=windows $(GO) vet ./...
 
 test: deps vet
 	$(GO) test -race -count=1 -timeout 20m ./...

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command fakemsb simulates microsandbox's msb CLI for tests on hosts
 // without KVM. It reproduces the contract in shared/reference/msb-cli.md:
 // the subcommands and flags the project uses, msb's messages, exit codes

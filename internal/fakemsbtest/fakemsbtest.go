@@ -27,7 +27,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -64,6 +63,9 @@ var (
 // Binary returns the path of the fakemsb binary, building it on first use.
 func Binary(t testing.TB) string {
 	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("fakemsb runs on Linux only")
+	}
 	buildOnce.Do(func() { buildPath, buildErr = build() })
 	if buildErr != nil {
 		t.Fatalf("fakemsbtest: %v", buildErr)
@@ -197,7 +199,7 @@ func (e *Env) Invocations(t testing.TB) []Invocation {
 	defer f.Close()
 	// fakemsb completes a record in place when its invocation ends; the
 	// shared lock keeps a half-rewritten record from being read.
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH); err != nil {
+	if err := lockShared(f); err != nil {
 		t.Fatal(err)
 	}
 	data, err := io.ReadAll(f)
@@ -364,6 +366,6 @@ func (e *Env) cleanup(t testing.TB) {
 		} else {
 			t.Logf("fakemsbtest: killing holder %d of %q, which a killed create left behind", h.pid, h.sandbox)
 		}
-		_ = syscall.Kill(h.pid, syscall.SIGKILL)
+		killPid(h.pid)
 	}
 }

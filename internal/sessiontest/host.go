@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -90,7 +89,7 @@ func (h *Host) Shell(ctx context.Context, cmd session.Command, opts session.Shel
 	if c.Dir == "" {
 		c.Dir = h.paths.Workspace
 	}
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	setProcessGroup(c)
 	// A background process may keep the output pipes open, as in a guest.
 	c.WaitDelay = time.Second
 	c.Stdin = opts.Stdin
@@ -115,18 +114,18 @@ func (h *Host) Shell(ctx context.Context, cmd session.Command, opts session.Shel
 	select {
 	case waitErr = <-done:
 	case <-ctx.Done():
-		_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+		killProcessGroup(c)
 		<-done
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return nil, session.ErrGuestTimeout
 		}
 		return nil, session.ErrAborted
 	case <-w.overflow():
-		_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+		killProcessGroup(c)
 		<-done
 		return nil, session.ErrOutputOverflow
 	}
-	_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+	killProcessGroup(c)
 	res := &session.Result{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
 	var exitErr *exec.ExitError
 	if errors.As(waitErr, &exitErr) {

@@ -1,0 +1,9 @@
+//go:build !unix
+
+package sessiontest
+
+import "os/exec"
+
+func setProcessGroup(*exec.Cmd) {}
+
+func killProcessGroup(c *exec.Cmd) { _ = c.Process.Kill() }
