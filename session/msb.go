@@ -124,7 +124,8 @@ type MsbSession struct {
 
 	mu             sync.Mutex
 	closed         bool
-	poisoned       bool
+	poisonCause    error // why the session was poisoned; nil while it is not
+	sandboxStopped bool
 	sandboxRemoved bool
 	volumeRemoved  bool
 }
@@ -255,15 +256,15 @@ func (s *MsbSession) Paths() Paths { return msbPaths }
 func (s *MsbSession) Poisoned() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.poisoned
+	return s.poisonCause != nil
 }
 
 func (s *MsbSession) usable() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
-	case s.poisoned:
-		return ErrPoisoned
+	case s.poisonCause != nil:
+		return s.poisonedError()
 	case s.closed:
 		return ErrClosed
 	}
@@ -351,16 +352,67 @@ func (s *MsbSession) CopyIn(ctx context.Context, hostPath, guestPath string) err
 	return nil
 }
 
-// Poison marks the session unusable and removes the sandbox and volume now.
-// A removal that fails is retried by Close.
+// Poison marks the session unusable and stops its sandbox, which ends
+// whatever the guest may still run (a stop that fails falls back to
+// removing the sandbox). The volume, with the agent's files, is kept until
+// Close or the reaper. The returned error wraps ErrPoisoned and says so; a
+// failure to end the sandbox is joined to it and Close retries the removal.
 func (s *MsbSession) Poison(ctx context.Context, cause error) error {
-	s.mu.Lock()
-	s.poisoned = true
-	s.mu.Unlock()
-	s.logger.Warn("session poisoned", "sandbox", s.names.Sandbox, "cause", cause)
-	if err := s.remove(ctx); err != nil {
-		return fmt.Errorf("poison %s: %w", s.names.Sandbox, err)
+	if cause == nil {
+		cause = errors.New("state unknown")
 	}
+	s.mu.Lock()
+	if s.poisonCause == nil {
+		s.poisonCause = cause
+	}
+	s.mu.Unlock()
+	s.logger.Warn("session poisoned", "sandbox", s.names.Sandbox, "volume", s.names.Volume, "cause", cause)
+	endErr := s.endSandbox(ctx)
+	s.mu.Lock()
+	err := s.poisonedError()
+	s.mu.Unlock()
+	if endErr != nil {
+		return errors.Join(err, fmt.Errorf("poison %s: the guest may still run: %w", s.names.Sandbox, endErr))
+	}
+	return err
+}
+
+// poisonedError tells the caller what poisoning did and how to get rid of
+// what it kept; s.mu must be held.
+func (s *MsbSession) poisonedError() error {
+	ended, removal := "is used no more", "oma-sandbox session rm "+s.names.Sandbox
+	switch {
+	case s.sandboxRemoved:
+		ended, removal = "was removed", "msb volume remove "+s.names.Volume+", or the reaper"
+	case s.sandboxStopped:
+		ended = "is stopped and used no more"
+	}
+	return fmt.Errorf("%w (%v): sandbox %s %s; the agent's files are kept in msb volume %s until the session is removed (%s)",
+		ErrPoisoned, s.poisonCause, s.names.Sandbox, ended, s.names.Volume, removal)
+}
+
+// endSandbox stops the sandbox, or force-removes it if the stop fails, so
+// nothing the guest started runs on. It never touches the volume.
+func (s *MsbSession) endSandbox(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sandboxStopped || s.sandboxRemoved {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.opTimeout)
+	stopErr := s.client.Stop(rctx, msb.StopOptions{Names: []string{s.names.Sandbox}, Force: true})
+	cancel()
+	if stopErr == nil || errors.Is(stopErr, msb.ErrSandboxNotFound) {
+		s.sandboxStopped = true
+		return nil
+	}
+	rctx, cancel = context.WithTimeout(ctx, s.opTimeout)
+	err := s.client.Remove(rctx, msb.RemoveOptions{Names: []string{s.names.Sandbox}, Force: true})
+	cancel()
+	if err != nil && !errors.Is(err, msb.ErrSandboxNotFound) {
+		return fmt.Errorf("stop sandbox: %w; remove sandbox: %w", stopErr, err)
+	}
+	s.sandboxRemoved = true
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -87,7 +88,6 @@ func TestCreateFailureCleansUp(t *testing.T) {
 		{name: "preflight fails", faults: "exec#1=exit:3:grep preflight: no match exits 2, not 1", want: "grep preflight: no match exits 2, not 1"},
 		{name: "prepare hangs", faults: "exec#1=hang", want: "host deadline exceeded",
 			opts: func(o *session.Options) { o.OperationTimeout = time.Second }},
-		{name: "create and cleanup fail", faults: "create#1=exit:1:error: boom;remove#1=exit:1:error: disk busy", want: "disk busy"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -101,14 +101,64 @@ func TestCreateFailureCleansUp(t *testing.T) {
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), c.want)
 			env.SetKnob("FAKEMSB_FAULTS", "")
-			if strings.Contains(c.faults, "remove#1") {
-				// The failed cleanup is reported; the reaper finds the rest by label.
-				return
-			}
 			assert.Empty(t, env.Sandboxes(t), "sandbox left behind")
 			assert.Empty(t, env.Volumes(t), "volume left behind")
 		})
 	}
+}
+
+// A cleanup that fails too is reported beside the create's own error,
+// never in its place: the caller still learns why the create failed and can
+// test its kind.
+func TestCreateKeepsTheOriginalErrorWhenCleanupFails(t *testing.T) {
+	env := fakemsbtest.New(t)
+	env.SetKnob("FAKEMSB_FAULTS", "exec#1=exit:1:error: guest agent unreachable;remove#1=exit:1:error: disk busy")
+	o := options(env)
+	o.OperationTimeout = time.Second
+	_, err := session.Create(context.Background(), o)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "guest agent unreachable", "the create's own error")
+	assert.Contains(t, err.Error(), "disk busy", "the cleanup's error beside it")
+
+	env.SetKnob("FAKEMSB_FAULTS", "create#1=hang;remove#1=exit:1:error: disk busy")
+	o.StartupTimeout = time.Second
+	_, err = session.Create(context.Background(), o)
+	assert.ErrorIs(t, err, msb.ErrHostTimeout, "the create's kind survives a failed cleanup")
+	assert.Contains(t, err.Error(), "disk busy")
+}
+
+// volumeFirst plays msb 0.6's create as it fails on a host that cannot
+// boot a VM: the named volume is made first, then the create fails, with no
+// sandbox left behind.
+type volumeFirst struct{ inner msb.Runner }
+
+func (r volumeFirst) Run(ctx context.Context, c msb.Call) (*msb.Result, error) {
+	if len(c.Args) > 0 && c.Args[0] == "create" {
+		i := slices.Index(c.Args, "--mount-named")
+		volume, _, _ := strings.Cut(c.Args[i+1], ":")
+		args, err := msb.VolumeCreateOptions{Name: volume}.Args()
+		if err != nil {
+			return nil, err
+		}
+		if _, err := r.inner.Run(ctx, msb.Call{Args: args}); err != nil {
+			return nil, err
+		}
+	}
+	return r.inner.Run(ctx, c)
+}
+
+// A create that fails after msb made the volume removes that volume too,
+// although there is no sandbox to remove.
+func TestFailedCreateRemovesItsVolume(t *testing.T) {
+	env := fakemsbtest.New(t)
+	env.SetKnob("FAKEMSB_FAULTS", "create#1=exit:1:error: failed to start the VM")
+	o := options(env)
+	o.Client = msb.NewClient(volumeFirst{inner: &msb.CLI{Path: env.Bin}})
+	_, err := session.Create(context.Background(), o)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "failed to start the VM")
+	assert.Empty(t, env.Sandboxes(t))
+	assert.Empty(t, env.Volumes(t), "the volume the failed create made is removed")
 }
 
 func TestShellOutcomes(t *testing.T) {
@@ -175,24 +225,100 @@ func TestCloseOrderAndIdempotence(t *testing.T) {
 	assert.Len(t, env.Invocations(t), 2, "a closed session starts nothing")
 }
 
-func TestPoisonAndRetriedRemoval(t *testing.T) {
+// Poisoning ends what the guest may still run but never the agent's files:
+// the sandbox is stopped, the volume kept until Close, and the error says
+// where the files are and how to remove them.
+func TestPoisonKeepsTheWorkspace(t *testing.T) {
+	env := fakemsbtest.New(t)
+	client := msb.NewClient(&msb.CLI{Path: env.Bin})
+	s, err := session.Create(context.Background(), options(env))
+	require.NoError(t, err)
+	_, err = s.Shell(context.Background(), session.Command{Script: `echo kept > /workspace/notes.txt; sleep 300 >/dev/null 2>&1 & echo started`}, session.ShellOptions{})
+	require.NoError(t, err)
+	env.ResetLog(t)
+
+	err = s.Poison(context.Background(), errors.New("no readiness marker"))
+	require.ErrorIs(t, err, session.ErrPoisoned)
+	for _, want := range []string{"no readiness marker", s.Names().Volume, "oma-sandbox session rm " + s.Name()} {
+		assert.Contains(t, err.Error(), want)
+	}
+	assert.True(t, s.Poisoned())
+	assert.Equal(t, [][]string{{"stop", "--force", s.Name()}}, argvs(t, env), "the sandbox is stopped, nothing removed")
+	assert.Empty(t, env.Holders(), "stopping ended the guest's processes")
+	assert.Equal(t, []string{s.Names().Volume}, env.Volumes(t), "the workspace volume is kept")
+
+	_, err = s.Shell(context.Background(), session.Command{Script: "true"}, session.ShellOptions{})
+	assert.ErrorIs(t, err, session.ErrPoisoned)
+	assert.Contains(t, err.Error(), s.Names().Volume, "every later call says where the files are")
+	require.ErrorIs(t, s.Poison(context.Background(), errors.New("again")), session.ErrPoisoned)
+	assert.Len(t, env.Invocations(t), 1, "a poisoned session starts nothing, and is stopped once")
+
+	// The files are there for whoever attaches to the session later.
+	other, err := session.Attach(client, "", s.Name())
+	require.NoError(t, err)
+	res, err := other.Shell(context.Background(), session.Command{Script: `cat /workspace/notes.txt`}, session.ShellOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "kept\n", string(res.Stdout))
+
+	require.NoError(t, s.Close(context.Background()), "only Close removes the workspace")
+	assert.Empty(t, env.Sandboxes(t))
+	assert.Empty(t, env.Volumes(t))
+}
+
+// A stop that fails falls back to removing the sandbox; the volume is still
+// kept. When both fail the guest may still run: the error says so and Close
+// retries the removal.
+func TestPoisonWhenTheStopFails(t *testing.T) {
+	t.Run("stop fails", func(t *testing.T) {
+		env := fakemsbtest.New(t)
+		s, err := session.Create(context.Background(), options(env))
+		require.NoError(t, err)
+		env.SetKnob("FAKEMSB_FAULTS", "stop#1=exit:1:error: stuck")
+		err = s.Poison(context.Background(), errors.New("cleanup failed"))
+		require.ErrorIs(t, err, session.ErrPoisoned)
+		assert.NotContains(t, err.Error(), "may still run")
+		assert.Contains(t, err.Error(), "msb volume remove "+s.Names().Volume)
+		assert.Empty(t, env.Sandboxes(t), "the sandbox was removed instead")
+		assert.Equal(t, []string{s.Names().Volume}, env.Volumes(t), "the workspace volume is kept")
+		require.NoError(t, s.Close(context.Background()))
+		assert.Empty(t, env.Volumes(t))
+	})
+	t.Run("stop and remove fail", func(t *testing.T) {
+		env := fakemsbtest.New(t)
+		s, err := session.Create(context.Background(), options(env))
+		require.NoError(t, err)
+		env.SetKnob("FAKEMSB_FAULTS", "stop#1=exit:1:error: stuck;remove#1=exit:1:error: disk busy")
+		err = s.Poison(context.Background(), errors.New("cleanup failed"))
+		require.ErrorIs(t, err, session.ErrPoisoned)
+		assert.Contains(t, err.Error(), "the guest may still run")
+		assert.Contains(t, err.Error(), "disk busy")
+		assert.Equal(t, []string{s.Name()}, env.Sandboxes(t))
+		assert.Equal(t, []string{s.Names().Volume}, env.Volumes(t))
+
+		env.ResetLog(t)
+		require.NoError(t, s.Close(context.Background()), "Close retries the removal")
+		assert.Equal(t, [][]string{{"remove", "--force", s.Name()}, {"volume", "remove", s.Names().Volume}}, argvs(t, env))
+		assert.Empty(t, env.Sandboxes(t))
+		assert.Empty(t, env.Volumes(t))
+	})
+}
+
+// A removal that fails at Close is retried by the next Close, and only what
+// failed is retried.
+func TestCloseRetriesFailedRemoval(t *testing.T) {
 	env := fakemsbtest.New(t)
 	s, err := session.Create(context.Background(), options(env))
 	require.NoError(t, err)
 	env.SetKnob("FAKEMSB_FAULTS", "volume-remove#1=exit:1:error: disk busy")
 
-	err = s.Poison(context.Background(), errors.New("no readiness marker"))
+	err = s.Close(context.Background())
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "disk busy")
-	assert.True(t, s.Poisoned())
 	assert.Empty(t, env.Sandboxes(t), "the sandbox went at once")
 	assert.Equal(t, []string{s.Names().Volume}, env.Volumes(t), "the failed volume removal is still pending")
 
-	_, err = s.Shell(context.Background(), session.Command{Script: "true"}, session.ShellOptions{})
-	assert.ErrorIs(t, err, session.ErrPoisoned)
-
 	env.ResetLog(t)
-	require.NoError(t, s.Close(context.Background()), "Close retries the failed removal")
+	require.NoError(t, s.Close(context.Background()))
 	assert.Equal(t, [][]string{{"volume", "remove", s.Names().Volume}}, argvs(t, env), "only what failed is retried")
 	assert.Empty(t, env.Volumes(t))
 }

@@ -85,8 +85,14 @@ type Session interface {
 	// CopyIn copies a host file or directory to an absolute guest path.
 	CopyIn(ctx context.Context, hostPath, guestPath string) error
 	Paths() Paths
-	// Poison marks the session's state as unknown and removes its resources
-	// now; a removal that fails is retried by Close.
+	// Poison tells the backend that a call left the guest's state unknown
+	// (no readiness marker, a failed cleanup). The backend ends whatever
+	// may still run and, unless it can prove that nothing is left running,
+	// marks the session unusable: later calls fail with ErrPoisoned. Poison
+	// never removes the agent's files: only Close (and the reaper) remove a
+	// workspace. It returns nil when the session stays usable, else an
+	// error wrapping ErrPoisoned that says where the files are kept and how
+	// to remove them, joined with any failure to end what ran.
 	Poison(ctx context.Context, cause error) error
 	Poisoned() bool
 	// Close removes the sandbox, then its volume. Idempotent.

@@ -24,12 +24,23 @@ func msbSession(t *testing.T) (*fakemsbtest.Env, *session.MsbSession, *tools.Too
 	return env, s, tools.New(s, tools.Options{})
 }
 
+// workspaceKept checks that a poisoned msb session still has the agent's
+// files: its volume is there and, attached again, shows the file.
+func workspaceKept(t *testing.T, env *fakemsbtest.Env, s *session.MsbSession) {
+	t.Helper()
+	assert.Equal(t, []string{s.Names().Volume}, env.Volumes(t), "poisoning keeps the workspace volume")
+	again, err := session.Attach(msb.NewClient(&msb.CLI{Path: env.Bin}), "", s.Name())
+	require.NoError(t, err)
+	assert.Equal(t, "kept\n", sh(t, again, `cat /workspace/notes.txt`), "and the agent's files in it")
+}
+
 // A guest that ends before publishing readiness leaves its state unknown:
-// the session is poisoned and its sandbox and volume are removed at once.
+// the session is poisoned, its sandbox stopped, its volume kept.
 func TestSearchWithoutReadinessPoisons(t *testing.T) {
 	for _, tool := range []string{"glob", "grep"} {
 		t.Run(tool, func(t *testing.T) {
 			env, s, tb := msbSession(t)
+			sh(t, s, `echo kept > notes.txt`)
 			env.SetKnob("FAKEMSB_FAULTS", "exec#1=exit:1:error: guest agent lost")
 			input := `{"pattern": "*"}`
 			if tool == "grep" {
@@ -37,13 +48,14 @@ func TestSearchWithoutReadinessPoisons(t *testing.T) {
 			}
 			_, err := tb.Call(context.Background(), tool, []byte(input), nil)
 			require.Error(t, err)
-			assert.Equal(t, strings.ToUpper(tool[:1])+tool[1:]+" process did not publish readiness", err.Error())
+			assert.True(t, strings.HasPrefix(err.Error(), strings.ToUpper(tool[:1])+tool[1:]+" process did not publish readiness\n"), err.Error())
+			assert.ErrorIs(t, err, session.ErrPoisoned)
+			assert.Contains(t, err.Error(), s.Names().Volume, "the error says where the files are")
 			assert.True(t, s.Poisoned())
-			assert.Empty(t, env.Sandboxes(t), "poisoning removes the sandbox")
-			assert.Empty(t, env.Volumes(t), "and its volume")
 
-			_, err = tb.Call(context.Background(), "read", []byte(`{"path": "a"}`), nil)
+			_, err = tb.Call(context.Background(), "read", []byte(`{"path": "notes.txt"}`), nil)
 			assert.ErrorIs(t, err, session.ErrPoisoned, "a poisoned session starts nothing")
+			workspaceKept(t, env, s)
 		})
 	}
 }
@@ -52,19 +64,21 @@ func TestSearchWithoutReadinessPoisons(t *testing.T) {
 // so the session is poisoned and the cleanup error returned.
 func TestSearchCleanupFailurePoisons(t *testing.T) {
 	env, s, tb := msbSession(t)
-	sh(t, s, `mkdir many && cd many && for i in $(seq 1 150); do : > "f$i"; done`)
+	sh(t, s, `echo kept > notes.txt; mkdir many && cd many && for i in $(seq 1 150); do : > "f$i"; done`)
 	env.SetKnob("FAKEMSB_FAULTS", "exec#2=exit:1:error: guest agent lost")
 	_, err := tb.Call(context.Background(), "glob", []byte(`{"pattern": "many/*"}`), nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "glob cleanup")
+	assert.ErrorIs(t, err, session.ErrPoisoned)
 	assert.True(t, s.Poisoned())
-	assert.Empty(t, env.Sandboxes(t))
-	assert.Empty(t, env.Volumes(t))
+	workspaceKept(t, env, s)
 }
 
-// A caller that gives up before the guest is ready poisons the session too.
+// A caller that gives up before the guest is ready poisons the session too,
+// and that keeps the workspace as well.
 func TestSearchAbortBeforeReadinessPoisons(t *testing.T) {
 	env, s, tb := msbSession(t)
+	sh(t, s, `echo kept > notes.txt`)
 	env.SetKnob("FAKEMSB_FAULTS", "exec#1=hang")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -76,5 +90,28 @@ func TestSearchAbortBeforeReadinessPoisons(t *testing.T) {
 	err := <-done
 	assert.ErrorIs(t, err, session.ErrAborted)
 	assert.True(t, s.Poisoned())
-	assert.Empty(t, env.Sandboxes(t))
+	env.SetKnob("FAKEMSB_FAULTS", "")
+	workspaceKept(t, env, s)
+}
+
+// An agent's `chmod -R 644 /workspace` makes the next glob fail before its
+// guest is ready. On the local backend the call's sandbox took every
+// process with it, so nothing is unknown: the session is not poisoned and
+// the agent can repair its mistake. (msb's poisoning keeps the files: the
+// tests above.)
+func TestUnreadableWorkspaceDoesNotPoisonLocal(t *testing.T) {
+	s, _ := openLocal(t)
+	tb := tools.New(s, tools.Options{})
+	sh(t, s, `echo kept > notes.txt; chmod -R 644 /workspace; exit 0`)
+	_, err := tb.Call(context.Background(), "glob", []byte(`{"pattern": "*"}`), nil)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, session.ErrPoisoned, "nothing is left running, so nothing is unknown")
+	assert.False(t, s.Poisoned())
+	res, err := s.Shell(context.Background(), session.Command{Script: `chmod -R a+rwX /workspace`}, session.ShellOptions{User: "0"})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode, string(res.Stderr))
+	assert.Equal(t, "kept\n", sh(t, s, `cat /workspace/notes.txt`))
+	out, err := tb.Call(context.Background(), "glob", []byte(`{"pattern": "*.txt"}`), nil)
+	require.NoError(t, err, "the session goes on")
+	assert.Contains(t, string(out), "notes.txt")
 }

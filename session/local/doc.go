@@ -60,12 +60,12 @@
 // Each session has a directory under the state directory (Options.StateDir,
 // by default DefaultStateDir): its record, its cgroup list and its box of
 // workspace, uploads and outputs. Attach opens it by name from any
-// process, Close and Poison remove it, List and Reap find and remove stale
-// ones. Commands never see the record. Removal first kills the session's
-// sandboxes, whichever process started them, then removes the box the
-// guest wrote with internal/safefs (directory descriptors, no symlink
-// followed, any depth), and the record last: a removal that fails leaves
-// the session listed for a later Close or Reap.
+// process, Close removes it (Poison never does), List and Reap find and
+// remove stale ones. Commands never see the record. Removal first kills
+// the session's sandboxes, whichever process started them, then removes
+// the box the guest wrote with internal/safefs (directory descriptors, no
+// symlink followed, any depth), and the record last: a removal that fails
+// leaves the session listed for a later Close or Reap.
 //
 // # Deadlines
 //

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"time"
 
@@ -346,14 +347,26 @@ func (s *Session) begin(ctx context.Context) (context.Context, func(), error) {
 	}, nil
 }
 
-// Poison marks the session's state as unknown and removes it now; a
-// removal that fails is retried by Close.
+// Poison is told that a call left the guest's state unknown. On Linux
+// every call is its own sandbox whose pid namespace ends with its Shell
+// call, so a call that returned left nothing running: nothing is unknown,
+// and the session stays usable. Elsewhere a detached process may outlive
+// its call: the session is marked unusable and its running calls are
+// killed. The workspace is kept either way; only Close removes it.
 func (s *Session) Poison(ctx context.Context, cause error) error {
+	if runtime.GOOS == "linux" {
+		s.log.Info("local sandbox: the call's processes ended with its sandbox; nothing to poison", "cause", cause)
+		return nil
+	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.poisoned = true
-	s.mu.Unlock()
+	for c := range s.calls {
+		(*c)(session.ErrPoisoned)
+	}
 	s.log.Warn("local sandbox poisoned", "cause", cause)
-	return s.shutdown(ctx, session.ErrPoisoned)
+	return fmt.Errorf("local sandbox %s: %w (%v): the workspace %s is kept until the session is removed (oma-sandbox session rm %s)",
+		s.rec.Name, session.ErrPoisoned, cause, s.dirs.Workspace, s.rec.Name)
 }
 
 // Close kills running calls, waits for them (bounded), then removes the
