@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -59,21 +60,23 @@ const (
 // library finishes cleanup with the caller's cancellation detached
 // (context.WithoutCancel), each step bounded by its own documented timeout.
 var allowance = map[string]time.Duration{
-	// A failed create removes the sandbox, then the volume.
+	// A failed create removes the sandbox, then the volume, and tries once
+	// more what failed; the faults make at most one step hang.
 	"create": 2 * opTimeout,
 	// bash kills the command's processes: a 5 s guest timer plus the grace.
 	"bash": 5*time.Second + session.HostGrace,
 	// glob and grep end their guest work (a 3 s cleanup plus the grace) and
-	// may then poison the session (two removals, each bounded by the
-	// session's operation timeout).
+	// may then poison the session (a stop, and a removal if the stop fails,
+	// each bounded by the session's operation timeout).
 	"glob": 3*time.Second + session.HostGrace + 2*opTimeout,
 	"grep": 3*time.Second + session.HostGrace + 2*opTimeout,
 }
 
 // TestChaos opens -chaos.sessions sessions on fakemsb, -chaos.workers at a
 // time, each with a random FAKEMSB_FAULTS plan (see plan) and random
-// cancellations, runs a few tool calls in each and closes it. Then, after
-// one reaper pass per fakemsb, nothing may be left (see checkClean), every
+// cancellations, runs a few tool calls in each and closes it. Then no
+// sandbox or volume may be left; after one reaper pass per fakemsb that
+// clears what was, no process may be left either (see checkClean); every
 // operation must have succeeded or returned a typed error (see classify),
 // and none may have run past its deadline plus its allowance and slack.
 // Failures that are known issues of other packages (see knownIssues) are
@@ -109,18 +112,22 @@ func TestChaos(t *testing.T) {
 	wg.Wait()
 	t.Logf("%d sessions on %d fakemsbs in %v", *sessionsFlag, len(envs), time.Since(start).Round(time.Millisecond))
 
+	// Every session removed what it made: a leak is a failure, whatever a
+	// reaper could do about it later.
 	for i, env := range envs {
-		rep, err := reaper.Reap(context.Background(), msb.NewClient(&msb.CLI{Path: env.Bin}), reaper.Options{
+		for _, name := range append(env.Sandboxes(t), env.Volumes(t)...) {
+			t.Errorf("fakemsb %d: %s left by its session:%s", i, name, rec.trailOf(name))
+		}
+	}
+	// The reaper pass only clears the leaks reported above, so that the
+	// checks below see this run's processes.
+	for i, env := range envs {
+		_, err := reaper.Reap(context.Background(), msb.NewClient(&msb.CLI{Path: env.Bin}), reaper.Options{
 			OlderThan: time.Nanosecond,
 			Now:       func() time.Time { return time.Now().Add(time.Hour) },
 		})
 		if err != nil {
 			t.Errorf("fakemsb %d: reaper pass: %v", i, err)
-			continue
-		}
-		if len(rep.RemovedSandboxes)+len(rep.RemovedVolumes) > 0 {
-			t.Logf("fakemsb %d: the reaper pass removed %d sandboxes and %d volumes that failed cleanups left",
-				i, len(rep.RemovedSandboxes), len(rep.RemovedVolumes))
 		}
 	}
 	checkClean(t, envs, rec)
@@ -150,10 +157,12 @@ type recorder struct {
 	// killed holds the sandboxes whose create the client killed, true
 	// once the client then removed them.
 	killed map[string]bool
+	// trails holds each session's operations, to explain what it left.
+	trails map[int][]string
 }
 
 func newRecorder() *recorder {
-	return &recorder{outcomes: map[string]int{}, known: map[string]int{}, example: map[string]string{}, killed: map[string]bool{}}
+	return &recorder{outcomes: map[string]int{}, known: map[string]int{}, example: map[string]string{}, killed: map[string]bool{}, trails: map[int][]string{}}
 }
 
 // watch is the sessions' msb.Runner: it notes each create the client had
@@ -186,12 +195,14 @@ func (w *watch) Run(ctx context.Context, c msb.Call) (*msb.Result, error) {
 }
 
 // op runs one operation under its deadline, perhaps cancelled at a random
-// moment, and checks how it ended.
-func (r *recorder) op(rng *rand.Rand, name string, deadline time.Duration, fn func(ctx context.Context) error) error {
+// moment (never with a nil rng), and checks how it ended.
+func (r *recorder) op(rng *rand.Rand, k int, name string, deadline time.Duration, fn func(ctx context.Context) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
-	if rng.IntN(100) < 15 {
-		timer := time.AfterFunc(time.Duration(rng.IntN(400))*time.Millisecond, cancel)
+	cancelAt := time.Duration(-1)
+	if rng != nil && rng.IntN(100) < 15 {
+		cancelAt = time.Duration(rng.IntN(400)) * time.Millisecond
+		timer := time.AfterFunc(cancelAt, cancel)
 		defer timer.Stop()
 	}
 	start := time.Now()
@@ -202,6 +213,14 @@ func (r *recorder) op(rng *rand.Rand, name string, deadline time.Duration, fn fu
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.outcomes[name+": "+kind]++
+	step := fmt.Sprintf("%s: %s in %v", name, kind, took.Round(time.Millisecond))
+	if cancelAt >= 0 {
+		step += fmt.Sprintf(" (cancelled at %v)", cancelAt)
+	}
+	if err != nil {
+		step += fmt.Sprintf(": %.300v", err)
+	}
+	r.trails[k] = append(r.trails[k], step)
 	if id := knownIssueOf(name, err); err != nil && id != "" {
 		r.sawKnown(id, fmt.Sprintf("%s: %v", name, err))
 	} else if kind == untyped {
@@ -213,6 +232,21 @@ func (r *recorder) op(rng *rand.Rand, name string, deadline time.Duration, fn fu
 			name, took.Round(time.Millisecond), deadline, allowance[name], slack, err))
 	}
 	return err
+}
+
+// sessionNumber finds k in the names of session k's resources.
+var sessionNumber = regexp.MustCompile(`^oma-chaos-s([0-9]+)-`)
+
+// trailOf lists the operations of the session that made resource name.
+func (r *recorder) trailOf(name string) string {
+	m := sessionNumber.FindStringSubmatch(name)
+	if m == nil {
+		return " (not a session's)"
+	}
+	k, _ := strconv.Atoi(m[1])
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return "\n\t" + strings.Join(r.trails[k], "\n\t")
 }
 
 // sawKnown counts an occurrence of a known issue; r.mu must be held.
@@ -257,7 +291,7 @@ func runSession(env *fakemsbtest.Env, rec *recorder, k int, rng *rand.Rand) {
 	client := msb.NewClient(&watch{rec: rec, inner: &msb.CLI{Path: env.Bin, Env: []string{"FAKEMSB_FAULTS=" + faults}}})
 
 	var sess *session.MsbSession
-	err := rec.op(rng, "create", createDeadline, func(ctx context.Context) (err error) {
+	err := rec.op(rng, k, "create", createDeadline, func(ctx context.Context) (err error) {
 		sess, err = session.Create(ctx, session.Options{
 			Client: client, WorkspaceID: "chaos", SessionID: "s" + strconv.Itoa(k), Image: "debian",
 			OperationTimeout: opTimeout, StartupTimeout: startupTimeout,
@@ -268,18 +302,25 @@ func runSession(env *fakemsbtest.Env, rec *recorder, k int, rng *rand.Rand) {
 		tb := tools.New(sess, tools.Options{OperationTimeout: toolTimeout})
 		for i := range calls {
 			name, input := toolCall(rng, i)
-			rec.op(rng, name, toolDeadline, func(ctx context.Context) error {
+			rec.op(rng, k, name, toolDeadline, func(ctx context.Context) error {
 				_, err := tb.Call(ctx, name, input, nil)
 				return err
 			})
 		}
+		// A caller that means to remove its session closes it until that
+		// works; the last attempts are not cancelled, and each fault fires
+		// once, so the session must then be gone.
 		closed := false
-		for attempt := 0; attempt < 2 && !closed; attempt++ {
-			closed = rec.op(rng, "close", closeDeadline, sess.Close) == nil
+		for attempt := 0; attempt < 4 && !closed; attempt++ {
+			mayCancel := rng
+			if attempt >= 2 {
+				mayCancel = nil
+			}
+			closed = rec.op(mayCancel, k, "close", closeDeadline, sess.Close) == nil
 		}
 	}
 	if strings.Contains(faults, "list#") {
-		rec.op(rng, "reap", reapDeadline, func(ctx context.Context) error {
+		rec.op(rng, k, "reap", reapDeadline, func(ctx context.Context) error {
 			_, err := reaper.Reap(ctx, client, reaper.Options{OlderThan: 24 * time.Hour})
 			return err
 		})

@@ -197,8 +197,7 @@ func Create(ctx context.Context, o Options) (*MsbSession, error) {
 		err = s.prepare(ctx)
 	}
 	if err != nil {
-		if cleanupErr := s.remove(context.WithoutCancel(ctx)); cleanupErr != nil {
-			o.Logger.Warn("cleanup after failed create", "sandbox", names.Sandbox, "err", cleanupErr)
+		if cleanupErr := s.cleanupFailedCreate(context.WithoutCancel(ctx)); cleanupErr != nil {
 			err = errors.Join(err, cleanupErr)
 		}
 		s.closed = true
@@ -206,6 +205,22 @@ func Create(ctx context.Context, o Options) (*MsbSession, error) {
 	}
 	o.Logger.Debug("session created", "sandbox", names.Sandbox, "volume", names.Volume)
 	return s, nil
+}
+
+// cleanupFailedCreate removes what a failed create made. The caller gets
+// no session to Close, so a removal that fails is tried once more (only
+// what failed: a busy volume or a slow msb usually gives way) before the
+// rest is left to the reaper.
+func (s *MsbSession) cleanupFailedCreate(ctx context.Context) error {
+	err := s.remove(ctx)
+	if err == nil {
+		return nil
+	}
+	s.logger.Warn("cleanup after failed create, retrying", "sandbox", s.names.Sandbox, "err", err)
+	if err = s.remove(ctx); err != nil {
+		s.logger.Warn("cleanup after failed create", "sandbox", s.names.Sandbox, "volume", s.names.Volume, "err", err)
+	}
+	return err
 }
 
 func (s *MsbSession) prepare(ctx context.Context) error {

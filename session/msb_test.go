@@ -112,7 +112,7 @@ func TestCreateFailureCleansUp(t *testing.T) {
 // test its kind.
 func TestCreateKeepsTheOriginalErrorWhenCleanupFails(t *testing.T) {
 	env := fakemsbtest.New(t)
-	env.SetKnob("FAKEMSB_FAULTS", "exec#1=exit:1:error: guest agent unreachable;remove#1=exit:1:error: disk busy")
+	env.SetKnob("FAKEMSB_FAULTS", "exec#1=exit:1:error: guest agent unreachable;remove#1=exit:1:error: disk busy;remove#2=exit:1:error: disk busy")
 	o := options(env)
 	o.OperationTimeout = time.Second
 	_, err := session.Create(context.Background(), o)
@@ -120,11 +120,30 @@ func TestCreateKeepsTheOriginalErrorWhenCleanupFails(t *testing.T) {
 	assert.Contains(t, err.Error(), "guest agent unreachable", "the create's own error")
 	assert.Contains(t, err.Error(), "disk busy", "the cleanup's error beside it")
 
-	env.SetKnob("FAKEMSB_FAULTS", "create#1=hang;remove#1=exit:1:error: disk busy")
+	env.SetKnob("FAKEMSB_FAULTS", "create#1=hang;remove=exit:1:error: disk busy")
 	o.StartupTimeout = time.Second
 	_, err = session.Create(context.Background(), o)
 	assert.ErrorIs(t, err, msb.ErrHostTimeout, "the create's kind survives a failed cleanup")
 	assert.Contains(t, err.Error(), "disk busy")
+}
+
+// A cleanup step that fails once is tried again: the caller has no session
+// to Close, so a transient failure would otherwise leak the volume.
+func TestFailedCreateRetriesItsCleanup(t *testing.T) {
+	for _, fault := range []string{"remove#1=exit:1:error: disk busy", "volume-remove#1=exit:1:error: disk busy", "volume-remove#1=hang"} {
+		t.Run(fault, func(t *testing.T) {
+			env := fakemsbtest.New(t)
+			env.SetKnob("FAKEMSB_FAULTS", "exec#1=exit:1:error: guest agent unreachable;"+fault)
+			o := options(env)
+			o.OperationTimeout = time.Second
+			_, err := session.Create(context.Background(), o)
+			require.Error(t, err)
+			assert.NotContains(t, err.Error(), "disk busy", "the retry succeeded")
+			env.SetKnob("FAKEMSB_FAULTS", "")
+			assert.Empty(t, env.Sandboxes(t))
+			assert.Empty(t, env.Volumes(t))
+		})
+	}
 }
 
 // volumeFirst plays msb 0.6's create as it fails on a host that cannot
