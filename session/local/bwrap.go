@@ -48,9 +48,12 @@ type bwrapSpec struct {
 	// Root runs the command as root inside the sandbox, for preparing
 	// uploads and skills: uid 0 with only CAP_CHOWN, CAP_DAC_OVERRIDE and
 	// CAP_FOWNER when Privileged, else uid 0 of the user namespace.
-	Root    bool
-	System  []hostEntry // /bin, /lib, ... (or all of / in danger mode)
-	Command []string
+	Root   bool
+	System []hostEntry // /bin, /lib, ... (or all of / in danger mode)
+	// SeccompFD is the descriptor bwrap reads the seccomp filter from; 0
+	// means none.
+	SeccompFD int
+	Command   []string
 }
 
 // runtimeDirs are the top-level paths a command needs besides /usr and /etc.
@@ -150,6 +153,9 @@ func (s bwrapSpec) args() []string {
 	for _, kv := range s.Env {
 		k, v, _ := strings.Cut(kv, "=")
 		a = append(a, "--setenv", k, v)
+	}
+	if s.SeccompFD > 0 {
+		a = append(a, "--seccomp", strconv.Itoa(s.SeccompFD))
 	}
 	a = append(a, "--chdir", s.Workdir, "--")
 	if s.Privileged && !s.Root {

@@ -28,6 +28,7 @@ type linuxPlatform struct {
 	privileged bool
 	system     []hostEntry
 	cgroups    cgLayout
+	landlock   int // the kernel's Landlock ABI; 0 without Landlock
 }
 
 func (p *linuxPlatform) paths(hostDirs) session.Paths {
@@ -76,15 +77,31 @@ func (p *linuxPlatform) launch(c call) (*launched, error) {
 	case c.policy.Mode == ModeDangerFullAccess:
 		spec.System = dangerEntries()
 	}
+	// Abstract unix sockets of the host are out of reach in every mode but
+	// danger-full-access: scoped by Landlock where the kernel can, else,
+	// when the sandbox shares the host's network, no AF_UNIX sockets.
+	scoped := spec.Mode != ModeDangerFullAccess && p.landlock >= scopeABI
+	filter, err := seccompFile(filterOptions{
+		denyUnixSockets: !scoped && spec.Mode != ModeDangerFullAccess && spec.Network == NetworkUnrestricted,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("local sandbox %s: seccomp filter: %v: %w", c.name, err, session.ErrCannotStart)
+	}
+	// fd 3 is the start marker (see run); the filter is the next one.
+	spec.SeccompFD = 4
 	argv := append([]string{p.bwrap}, spec.args()...)
 	if c.limits.FileSize > 0 {
 		argv = append([]string{p.prlimit, "--fsize=" + strconv.FormatInt(c.limits.FileSize, 10), "--"}, argv...)
 	}
-	cmd := &exec.Cmd{Env: []string{"PATH=" + os.Getenv("PATH")}}
-	l := &launched{cmd: cmd, marker: true, finish: func() []string { return nil }}
+	cmd := &exec.Cmd{Env: []string{"PATH=" + os.Getenv("PATH")}, ExtraFiles: []*os.File{filter}}
+	l := &launched{cmd: cmd, marker: true, finish: func() []string { filter.Close(); return nil }}
+	if scoped {
+		l.start = startScoped
+	}
 	if c.limits.cgroupNeeded() {
 		g, err := p.cgroups.create(c.dirs.Root, c.name, c.limits)
 		if err != nil {
+			filter.Close()
 			return nil, fmt.Errorf("local sandbox %s: refusing to run without its limits: %w: %w", c.name,
 				&UnavailableError{Control: "resources", Reason: err.Error()}, session.ErrCannotStart)
 		}
@@ -96,6 +113,7 @@ func (p *linuxPlatform) launch(c call) (*launched, error) {
 		if g.v2 != "" {
 			f, err := os.Open(g.v2)
 			if err != nil {
+				filter.Close()
 				g.remove()
 				return nil, fmt.Errorf("local sandbox %s: cgroup: %v: %w", c.name, err, session.ErrCannotStart)
 			}
@@ -103,6 +121,7 @@ func (p *linuxPlatform) launch(c call) (*launched, error) {
 			cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(f.Fd())}
 		}
 		l.finish = func() []string {
+			filter.Close()
 			if fd != nil {
 				fd.Close()
 			}
@@ -135,7 +154,7 @@ func probeHost(ctx context.Context, req probeRequest) (Capabilities, platform) {
 	if err != nil {
 		return fail("bubblewrap not found: " + err.Error())
 	}
-	p := &linuxPlatform{bwrap: bw, privileged: os.Geteuid() == 0, system: hostEntries(runtimeDirs)}
+	p := &linuxPlatform{bwrap: bw, privileged: os.Geteuid() == 0, system: hostEntries(runtimeDirs), landlock: landlockABI()}
 	if p.privileged {
 		sp, err := exec.LookPath("setpriv")
 		if err != nil || !insideUsr(sp) {
@@ -186,7 +205,7 @@ const isolationScript = `echo "netns=$(readlink /proc/self/ns/net)"
 echo "pidns=$(readlink /proc/self/ns/pid)"
 echo "mntns=$(readlink /proc/self/ns/mnt)"
 n=0; for d in /proc/[0-9]*; do n=$((n+1)); done; echo "procs=$n"
-while read -r k v rest; do case $k in Uid:) echo "uid=$v";; CapEff:) echo "capeff=$v";; NoNewPrivs:) echo "nnp=$v";; esac; done < /proc/self/status
+while read -r k v rest; do case $k in Uid:) echo "uid=$v";; CapEff:) echo "capeff=$v";; NoNewPrivs:) echo "nnp=$v";; Seccomp:) echo "seccomp=$v";; esac; done < /proc/self/status
 [ -e "$1" ] && echo canary=visible || echo canary=hidden
 [ -e /workspace/probe ] && echo workspace=visible || echo workspace=missing
 ( : > /workspace/written ) 2>/dev/null && echo rowrite=allowed || echo rowrite=denied`
@@ -209,6 +228,9 @@ func probeIsolation(ctx context.Context, p *linuxPlatform, dirs hostDirs, canary
 	}
 	if facts["capeff"] != "0000000000000000" {
 		idProblems = append(idProblems, "commands hold capabilities "+facts["capeff"])
+	}
+	if facts["seccomp"] != "2" {
+		idProblems = append(idProblems, "commands run without the seccomp filter")
 	}
 	if p.privileged && facts["nnp"] != "1" {
 		idProblems = append(idProblems, "no_new_privs is not set")
@@ -272,7 +294,7 @@ func probeRun(ctx context.Context, p *linuxPlatform, dirs hostDirs, lim Limits, 
 	if err != nil {
 		return nil, err
 	}
-	res, err := run(ctx, runSpec{cmd: l.cmd, marker: l.marker, maxOutput: 64 << 10})
+	res, err := run(ctx, runSpec{cmd: l.cmd, marker: l.marker, start: l.start, maxOutput: 64 << 10})
 	l.finish()
 	if err != nil {
 		return nil, err

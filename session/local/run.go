@@ -32,6 +32,9 @@ type runSpec struct {
 	stderr       func([]byte)
 	maxOutput    int64
 	guestTimeout time.Duration
+	// start starts cmd when the platform needs more than cmd.Start; the
+	// release it returns is called once the process has been waited for.
+	start func(*exec.Cmd) (release func(), err error)
 }
 
 // output gathers both streams under one cap and serialises callbacks.
@@ -99,7 +102,8 @@ func run(ctx context.Context, rs runSpec) (*session.Result, error) {
 	var err3 error
 	if rs.marker {
 		markR, markW, err3 = newPipe()
-		cmd.ExtraFiles = []*os.File{markW}
+		// The marker is fd 3; the platform's own files follow it.
+		cmd.ExtraFiles = append([]*os.File{markW}, cmd.ExtraFiles...)
 	}
 	if err := errors.Join(err1, err2, err3); err != nil {
 		closeAll()
@@ -108,7 +112,14 @@ func run(ctx context.Context, rs runSpec) (*session.Result, error) {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = rs.stdin, outW, errW
 	cmd.WaitDelay = drainGrace
 	setProcessGroup(cmd)
-	if err := cmd.Start(); err != nil {
+	release := func() {}
+	var err error
+	if rs.start != nil {
+		release, err = rs.start(cmd)
+	} else {
+		err = cmd.Start()
+	}
+	if err != nil {
 		closeAll()
 		return nil, fmt.Errorf("local sandbox: starting %s: %v: %w", cmd.Path, err, session.ErrCannotStart)
 	}
@@ -190,6 +201,7 @@ func run(ctx context.Context, rs runSpec) (*session.Result, error) {
 	}()
 
 	waitErr := cmd.Wait()
+	release()
 	killMu.Lock()
 	exited = true
 	killMu.Unlock()

@@ -41,6 +41,8 @@ type call struct {
 type launched struct {
 	cmd    *exec.Cmd
 	marker bool
+	// start, when set, starts cmd in place of cmd.Start (see runSpec).
+	start func(*exec.Cmd) (release func(), err error)
 	// finish runs once the process tree is gone: it removes the call's
 	// resources and returns notes for the caller (e.g. limits that fired).
 	finish func() []string
@@ -86,7 +88,7 @@ func (s *Session) Shell(ctx context.Context, cmd session.Command, opts session.S
 	}
 	s.emit(AuditStarted, nil)
 	res, err := run(cctx, runSpec{
-		cmd: l.cmd, marker: l.marker, stdin: opts.Stdin, stdout: opts.Stdout, stderr: opts.Stderr,
+		cmd: l.cmd, marker: l.marker, start: l.start, stdin: opts.Stdin, stdout: opts.Stdout, stderr: opts.Stderr,
 		maxOutput:    minPositive(opts.MaxOutput, s.rec.Limits.OutputBytes, DefaultMaxOutput),
 		guestTimeout: minPositive(opts.GuestTimeout, s.rec.Limits.WallTime),
 	})

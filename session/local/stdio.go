@@ -80,7 +80,7 @@ func (s *Session) OpenStdio(ctx context.Context, cmd session.Command, opts Stdio
 		defer close(st.done)
 		defer end()
 		res, err := run(rctx, runSpec{
-			cmd: l.cmd, marker: l.marker, stdin: inR, stdout: st.feed, stderr: func([]byte) {},
+			cmd: l.cmd, marker: l.marker, start: l.start, stdin: inR, stdout: st.feed, stderr: func([]byte) {},
 			maxOutput:    minPositive(opts.MaxOutput, s.rec.Limits.OutputBytes, DefaultMaxOutput),
 			guestTimeout: minPositive(opts.Timeout, s.rec.Limits.WallTime),
 		})

@@ -1,0 +1,10 @@
+//go:build linux
+
+package local
+
+import "golang.org/x/sys/unix"
+
+const (
+	auditArch = unix.AUDIT_ARCH_AARCH64
+	checkX32  = false
+)
