@@ -73,6 +73,7 @@ anything ran (unknown tool, malformed JSON, an invalid field).`)
 	}
 	text, err := tb.Call(ctx, toolName, input, progress)
 	var cmdErr *tools.CommandError
+	var editErr *tools.EditError
 	switch {
 	case err == nil:
 		return out.finish(text)
@@ -81,6 +82,9 @@ anything ran (unknown tool, malformed JSON, an invalid field).`)
 			return err
 		}
 		return exitCode(exitFailure)
+	case errors.As(err, &editErr):
+		// The file was read: the edit ran and did not fit, a tool failure.
+		return fmt.Errorf("%s: %w", toolName, err)
 	case errors.Is(err, tools.ErrInvalidInput):
 		return &usageError{msg: err.Error()}
 	case interrupted(ctx) != nil:
