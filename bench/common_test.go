@@ -37,7 +37,7 @@ var (
 const image = "debian"
 
 // requireFakemsb skips unless this host can run fakemsb's sandboxes.
-func requireFakemsb(b *testing.B) {
+func requireFakemsb(b testing.TB) {
 	b.Helper()
 	if os.Geteuid() != 0 {
 		b.Skip("fakemsb needs root for its bwrap namespace holders")

@@ -6,13 +6,20 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/oma-sandbox/oma-sandbox/bashproto"
 	"github.com/oma-sandbox/oma-sandbox/glob"
 	"github.com/oma-sandbox/oma-sandbox/grep"
+	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
@@ -332,4 +339,90 @@ func (s *seed) reap(ctx context.Context, olderThan time.Duration, now time.Time)
 // seedNames are fresh resource names for a seed-created session.
 func seedNames() session.Names {
 	return session.NewNames("seed", "bench", "s"+strconv.FormatInt(sessionSeq.Add(1), 10), time.Now(), uint64(time.Now().UnixNano()))
+}
+
+// recordingRunner notes each msb invocation's subcommand ("exec",
+// "volume create", ...) as it starts.
+type recordingRunner struct {
+	inner msb.Runner
+	mu    sync.Mutex
+	calls []string
+}
+
+func (r *recordingRunner) Run(ctx context.Context, c msb.Call) (*msb.Result, error) {
+	name := c.Args[0]
+	if name == "volume" && len(c.Args) > 1 {
+		name += " " + c.Args[1]
+	}
+	r.mu.Lock()
+	r.calls = append(r.calls, name)
+	r.mu.Unlock()
+	return r.inner.Run(ctx, c)
+}
+
+// take returns the invocations since the last take.
+func (r *recordingRunner) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.calls
+	r.calls = nil
+	return out
+}
+
+// TestSeedReplayCalls pins the replay to the seed's msb sequences
+// (open-managed-agents 0.1.0, microsandbox.js), so that the side-by-side
+// benchmarks compare against what the seed really costs: a replay that
+// drops or adds an invocation fails here, in every `go test` run.
+func TestSeedReplayCalls(t *testing.T) {
+	requireFakemsb(t)
+	env := fakemsbtest.New(t)
+	rec := &recordingRunner{inner: &msb.CLI{Path: env.Bin}}
+	client := msb.NewClient(rec)
+	ctx := context.Background()
+	execs := func(n int) []string { return slices.Repeat([]string{"exec"}, n) }
+
+	sd, err := seedCreate(ctx, client, seedNames())
+	require.NoError(t, err)
+	// volume create, create, the mounts' preparation, the grep preflight.
+	assert.Equal(t, []string{"volume create", "create", "exec", "exec"}, rec.take(), "create")
+
+	require.NoError(t, sd.write(ctx, "/workspace/d/f.txt", "alpha\nneedle\n"))
+	assert.Equal(t, execs(2), rec.take(), "write: mkdir, then cat fed the content")
+	got, err := sd.read(ctx, "/workspace/d/f.txt")
+	require.NoError(t, err)
+	assert.Equal(t, "alpha\nneedle\n", got)
+	assert.Equal(t, execs(2), rec.take(), "read: access check, then cat")
+	require.NoError(t, sd.edit(ctx, "/workspace/d/f.txt", "alpha", "beta"))
+	assert.Equal(t, execs(3), rec.take(), "edit: access check, cat, cat writing back")
+	names, err := sd.ls(ctx, "/workspace/d")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"f.txt"}, names)
+	assert.Equal(t, execs(3), rec.take(), "ls: exists, stat, readdir")
+	matches, err := sd.glob(ctx, "/workspace", "**/*.txt")
+	require.NoError(t, err)
+	assert.Len(t, matches, 1)
+	assert.Equal(t, execs(2), rec.take(), "glob: the search, then its cleanup")
+	matches, err = sd.grep(ctx, "/workspace", "needle")
+	require.NoError(t, err)
+	assert.Len(t, matches, 1)
+	assert.Equal(t, execs(2), rec.take(), "grep: the search, then its cleanup")
+	out, err := sd.bash(ctx, "echo hi")
+	require.NoError(t, err)
+	assert.Equal(t, "hi\n", out)
+	assert.Equal(t, execs(1), rec.take(), "bash: one streaming exec")
+
+	require.NoError(t, sd.close(ctx))
+	assert.Equal(t, []string{"remove", "volume remove"}, rec.take(), "close")
+
+	// A sweep over one stale session: list, inspect it, remove it, list
+	// volumes, inspect ours, remove the stale one.
+	stale, err := createSession(ctx, client)
+	require.NoError(t, err)
+	rec.take()
+	removed, err := (&seed{client: client}).reap(ctx, time.Nanosecond, time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	assert.Equal(t, 2, removed)
+	assert.Equal(t, []string{"list", "inspect", "remove", "volume list", "volume inspect", "volume remove"}, rec.take(), "reap")
+	assert.Empty(t, env.Sandboxes(t), "the sweep removed %s", stale.Name())
+	assert.Empty(t, env.Volumes(t))
 }
