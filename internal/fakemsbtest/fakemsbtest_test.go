@@ -68,16 +68,25 @@ func TestCleanupRemovesSandboxes(t *testing.T) {
 }
 
 func TestCleanupKillsUnrecordedHolders(t *testing.T) {
+	outer := t
 	var home string
 	done := make(chan struct{})
 	t.Run("inner", func(t *testing.T) {
 		env := New(t)
 		home = env.Home
-		// Stands in for a holder whose create was killed before recording it.
-		cmd := exec.Command("sh", "-c", "while :; do sleep 0.05; done", "FAKEMSB_HOLDER", env.Home+"|ghost")
+		// Stands in for a holder whose create was killed before recording
+		// it. It waits in the shell's own read, never forking: a forked
+		// child carries the parent's command line until it execs, so a
+		// looping `sleep` would sometimes count as a second holder.
+		r, w, err := os.Pipe()
+		require.NoError(t, err)
+		outer.Cleanup(func() { _ = w.Close() }) // after the check below
+		cmd := exec.Command("sh", "-c", "read -r line", "FAKEMSB_HOLDER", env.Home+"|ghost")
+		cmd.Stdin = r
 		require.NoError(t, cmd.Start())
+		_ = r.Close()
 		go func() { _ = cmd.Wait(); close(done) }()
-		require.Len(t, env.Holders(), 1)
+		require.Equal(t, []int{cmd.Process.Pid}, env.Holders())
 	})
 	select {
 	case <-done:
