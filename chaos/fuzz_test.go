@@ -102,21 +102,31 @@ func under(p, root string) bool {
 // size limit; and every path glob or grep returns must stay inside the
 // searched root, matching the pattern, however the guest lies.
 func FuzzToolGuestOutput(f *testing.F) {
-	seeds := []string{
-		"3 5\nhello\nworld\nlast",
-		"1 0\n",
-		"9999999999999999999 1\nx",
-		"f file.txt\x00d sub\x00l link\x00f a/b\x00",
-		"alpha gamma\n",
-		"__OMA_DISPATCHED__:tok\nhi\n__OMA_TERMINAL__:tok:exit:0\n",
-		"__OMA_GLOB_READY__\x00./a.go\x00./b/c.go\x00./../x.go\x00./d/e.txt\x00",
-		"__OMA_GLOB_READY__\x00./sub/x\x00",
-		"__OMA_GREP_READY__\x00/workspace/a.txt\x00/workspace/../etc/passwd\x00/other\x00",
-		"__OMA_GREP_READY__\x00/workspace/skills/x/SKILL.md\x00/workspace/skills/y.txt\x00",
-		strings.Repeat("z", 300),
+	// Each seed goes to the tool whose parser it speaks to (its index in
+	// fuzzCalls); the last speaks to none and goes to every tool.
+	seeds := []struct {
+		call   int
+		stdout string
+	}{
+		{0, "3 5\nhello\nworld\nlast"},
+		{0, "1 0\n"},
+		{0, "9999999999999999999 1\nx"},
+		{1, "f file.txt\x00d sub\x00l link\x00f a/b\x00"},
+		{2, "alpha gamma\n"},
+		{3, "__OMA_DISPATCHED__:tok\nhi\n__OMA_TERMINAL__:tok:exit:0\n"},
+		{4, "__OMA_GLOB_READY__\x00./a.go\x00./b/c.go\x00./../x.go\x00./d/e.txt\x00"},
+		{5, "__OMA_GLOB_READY__\x00./sub/x\x00"},
+		{6, "__OMA_GREP_READY__\x00/workspace/a.txt\x00/workspace/../etc/passwd\x00/other\x00"},
+		{7, "__OMA_GREP_READY__\x00/workspace/skills/x/SKILL.md\x00/workspace/skills/y.txt\x00"},
 	}
 	for i, s := range seeds {
-		f.Add(uint8(i), []byte(s), 0, uint64(i))
+		if !strings.Contains(s.stdout, "READY") == (fuzzCalls[s.call].paths != nil) {
+			f.Fatalf("seed %d does not fit %s", i, fuzzCalls[s.call].tool)
+		}
+		f.Add(uint8(s.call), []byte(s.stdout), 0, uint64(i))
+	}
+	for call := range fuzzCalls {
+		f.Add(uint8(call), []byte(strings.Repeat("z", 300)), 0, uint64(call))
 	}
 	f.Add(uint8(0), []byte("2 3\nabc\ndef"), 3, uint64(7))
 	f.Add(uint8(3), []byte("partial"), -1, uint64(8))
