@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -80,13 +79,15 @@ func TestFileSizeLimitStopsLargeWrite(t *testing.T) {
 	}
 }
 
-// TestCPUQuotaSlowsBusyLoop compares two busy loops running side by side
-// for the same wall time: the one under a tenth of a CPU counts far less.
+// TestCPUQuotaSlowsBusyLoop runs a busy loop for 1.5 s of wall time
+// under a tenth of a CPU and reads the CPU time the shell used: at most
+// the quota's share (with room for the period the loop starts in), however
+// loaded the machine is. An unlimited loop, as the control, uses more.
 func TestCPUQuotaSlowsBusyLoop(t *testing.T) {
 	limited := newTestSession(t, Options{Limits: Limits{CPUQuota: 10 * time.Millisecond, CPUPeriod: 100 * time.Millisecond}})
 	free := newTestSession(t, Options{})
-	const loop = `end=$(( ${EPOCHREALTIME/./} + 1500000 )); n=0; while (( ${EPOCHREALTIME/./} < end )); do n=$((n+1)); done; echo $n`
-	counts := make([]int, 2)
+	const loop = `end=$(( ${EPOCHREALTIME/./} + 1500000 )); while (( ${EPOCHREALTIME/./} < end )); do :; done; times`
+	cpu := make([]time.Duration, 2)
 	var wg sync.WaitGroup
 	for i, s := range []*Session{limited, free} {
 		wg.Add(1)
@@ -97,14 +98,37 @@ func TestCPUQuotaSlowsBusyLoop(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			counts[i], _ = strconv.Atoi(strings.TrimSpace(string(res.Stdout)))
+			cpu[i] = shellCPU(t, string(res.Stdout))
 		}()
 	}
 	wg.Wait()
-	t.Logf("iterations: limited %d, unlimited %d", counts[0], counts[1])
-	if counts[1] == 0 || counts[0]*3 > counts[1] {
-		t.Fatalf("CPU quota did not slow the loop: limited %d, unlimited %d", counts[0], counts[1])
+	t.Logf("CPU time over 1.5 s: limited %s, unlimited %s", cpu[0], cpu[1])
+	// A tenth of 1.5 s is 150 ms; half as much again for accounting
+	// slack. Twice the quota (300 ms) is well beyond.
+	if cpu[0] > 225*time.Millisecond {
+		t.Fatalf("CPU quota of 10%% not enforced: the loop used %s in 1.5 s", cpu[0])
 	}
+	if cpu[1] <= cpu[0] {
+		t.Fatalf("the unlimited loop used no more CPU (%s) than the limited one (%s)", cpu[1], cpu[0])
+	}
+}
+
+// shellCPU adds the user and system times of bash's `times` first line.
+func shellCPU(t *testing.T, out string) time.Duration {
+	t.Helper()
+	f := strings.Fields(strings.SplitN(out, "\n", 2)[0])
+	if len(f) != 2 {
+		t.Fatalf("times printed %q", out)
+	}
+	var total time.Duration
+	for _, v := range f {
+		d, err := time.ParseDuration(v) // bash prints e.g. 0m0.158s
+		if err != nil {
+			t.Fatalf("times printed %q: %v", out, err)
+		}
+		total += d
+	}
+	return total
 }
 
 func tail(b []byte) []byte {
