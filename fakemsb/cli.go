@@ -75,9 +75,10 @@ func (o *opt) display() string {
 	return "--" + o.long + " <" + o.val + ">"
 }
 
-// invalidValue reports a value refused by a flag's value parser.
+// invalidValue reports a value refused by a flag's value parser: clap
+// prints no usage line for it.
 func (s *spec) invalidValue(o *opt, v, reason string) error {
-	return s.usageError("invalid value '%s' for '%s': %s", v, o.display(), reason)
+	return &exitError{code: 2, msg: fmt.Sprintf("error: invalid value '%s' for '%s': %s\n\nFor more information, try '--help'.\n", v, o.display(), reason)}
 }
 
 func (s *spec) invalidFlag(long, v, reason string) error {
@@ -102,8 +103,14 @@ func (s *spec) findShort(c byte) *opt {
 	return nil
 }
 
+// unexpected is clap's refusal of an argument. It suggests "--" only for a
+// flag-like word given to a command that takes positional arguments.
 func unexpected(s *spec, a string) error {
-	return &exitError{code: 2, msg: fmt.Sprintf("error: unexpected argument '%s' found\n\n  tip: to pass '%s' as a value, use '-- %s'\n%s", a, a, a, usageTail(s.usage))}
+	tip := ""
+	if strings.HasPrefix(a, "-") && (len(s.params) > 0 || s.last != "") {
+		tip = fmt.Sprintf("\n  tip: to pass '%s' as a value, use '-- %s'\n", a, a)
+	}
+	return &exitError{code: 2, msg: fmt.Sprintf("error: unexpected argument '%s' found\n%s%s", a, tip, usageTail(s.usage))}
 }
 
 // valueNext reports whether args[i+1] can be a flag's value: like clap,
@@ -284,7 +291,7 @@ var specs = []*spec{
 	}},
 	{path: "copy", usage: "msb copy [OPTIONS] <SRC> <DST>", params: []param{{name: "SRC", required: true}, {name: "DST", required: true}}, opts: []opt{qOpt}},
 	{path: "stop", usage: "msb stop [OPTIONS] [NAMES]...", params: []param{{name: "NAMES", multi: true}}, opts: []opt{
-		labelOpt, {long: "force", short: 'f'}, {long: "timeout", short: 't', val: "SECS"}, qOpt,
+		labelOpt, {long: "force", short: 'f'}, {long: "timeout", short: 't', val: "TIMEOUT"}, qOpt,
 	}},
 	{path: "start", usage: "msb start [OPTIONS] [NAMES]...", params: []param{{name: "NAMES", multi: true}}, opts: []opt{labelOpt, qOpt}},
 	{path: "remove", usage: "msb remove [OPTIONS] [NAMES]...", params: []param{{name: "NAMES", multi: true}}, opts: []opt{

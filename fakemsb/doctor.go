@@ -22,6 +22,29 @@ func version() string {
 	return fakeVersion
 }
 
+// imageCached reports whether ref is in the image cache fakemsb plays:
+// every reference, unless FAKEMSB_IMAGES lists the cached ones.
+func imageCached(ref string) bool {
+	list, ok := os.LookupEnv("FAKEMSB_IMAGES")
+	return !ok || slices.Contains(strings.Split(list, ","), ref)
+}
+
+// qualifiedRef is ref as msb names it in "image not cached": with its
+// registry (docker.io, and library/ for a one-word name) and tag (latest).
+func qualifiedRef(ref string) string {
+	first, _, hasSlash := strings.Cut(ref, "/")
+	if !hasSlash {
+		ref = "docker.io/library/" + ref
+	} else if !strings.ContainsAny(first, ".:") && first != "localhost" {
+		ref = "docker.io/" + ref
+	}
+	last := ref[strings.LastIndexByte(ref, '/')+1:]
+	if !strings.ContainsAny(last, ":@") {
+		ref += ":latest"
+	}
+	return ref
+}
+
 // doctor answers like msb 0.6.18's `msb doctor`: the report on stderr,
 // exit 0 when the host can boot sandboxes. FAKEMSB_DOCTOR, when set, is
 // the reason it cannot: then msb's "error:" line, a hint, and exit 1.
@@ -54,7 +77,7 @@ func (a *app) imageInspect(p *parsed) error {
 		return err
 	}
 	ref := p.arg("REFERENCE")
-	if list, ok := os.LookupEnv("FAKEMSB_IMAGES"); ok && !slices.Contains(strings.Split(list, ","), ref) {
+	if !imageCached(ref) {
 		return failf("image not found: %s", ref)
 	}
 	if p.str("format") != "json" {

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -76,7 +77,7 @@ func (a *app) exec(p *parsed) error {
 	if p.has("timeout") {
 		n, err := parseDurationSecs(p.str("timeout"))
 		if err != nil {
-			return s.invalidFlag("timeout", p.str("timeout"), err.Error())
+			return failf("%v", err)
 		}
 		timeout = time.Duration(n) * time.Second
 	}
@@ -86,7 +87,7 @@ func (a *app) exec(p *parsed) error {
 		if !ok {
 			hv, set := os.LookupEnv(e)
 			if !set {
-				return s.invalidFlag("env", e, fmt.Sprintf("environment variable '%s' not set", e))
+				return failf("environment variable '%s' not set", e)
 			}
 			v = hv
 		}
@@ -96,17 +97,23 @@ func (a *app) exec(p *parsed) error {
 		env = setEnv(env, k, v)
 	}
 	argv := p.last
-	// stdin is read to EOF before the guest command starts, as msb v0.6.14
-	// does; a terminal is never read.
-	var input []byte
-	if !isTerminal(os.Stdin) {
+	// Without --stream, stdin is read to EOF before the guest command
+	// starts, as msb v0.6.14 does. With --stream it is forwarded while the
+	// command runs, both ways at once (msb 0.6.18: "safe for JSON lines").
+	// A terminal is never read.
+	var input io.Reader = bytes.NewReader(nil)
+	switch {
+	case isTerminal(os.Stdin) && p.has("stream"):
+		return failf("--stream cannot be used when stdin is a terminal")
+	case isTerminal(os.Stdin):
+	case p.has("stream"):
+		input = os.Stdin
+	default:
 		b, err := io.ReadAll(os.Stdin)
 		if err != nil {
 			return failf("io error: reading stdin: %v", err)
 		}
-		input = b
-	} else if p.has("stream") {
-		return failf("--stream cannot be used when stdin is a terminal")
+		input = bytes.NewReader(b)
 	}
 
 	name := p.arg("NAME")
@@ -159,10 +166,10 @@ func (a *app) exec(p *parsed) error {
 	return a.runGuest(cmd, input, p.has("stream"), timeout)
 }
 
-// runGuest runs cmd with stdin input and relays its output until both pipes
+// runGuest runs cmd with stdin from input and relays its output until both pipes
 // close (a background child that inherited them keeps exec open, as in
 // msb), honouring --stream and --timeout.
-func (a *app) runGuest(cmd *exec.Cmd, input []byte, stream bool, timeout time.Duration) error {
+func (a *app) runGuest(cmd *exec.Cmd, input io.Reader, stream bool, timeout time.Duration) error {
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return failf("io error: %v", err)
@@ -191,10 +198,11 @@ func (a *app) runGuest(cmd *exec.Cmd, input []byte, stream bool, timeout time.Du
 	a.killGuest = func() { reap(killTree(cmd.Process)) }
 	a.mu.Unlock()
 
-	// The writer may block forever on a guest that never reads; the process
-	// exits regardless.
+	// The copier may block forever on a guest that never reads, or on a
+	// caller that never closes a streamed stdin; the process exits
+	// regardless.
 	go func() {
-		_, _ = inW.Write(input)
+		_, _ = io.Copy(inW, input)
 		inW.Close()
 	}()
 

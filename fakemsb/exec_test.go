@@ -129,6 +129,46 @@ func TestExecStdin(t *testing.T) {
 	assert.Equal(t, "late\n", string(b))
 }
 
+// TestExecStreamStdinBothWays: with --stream, stdin reaches the command
+// while it runs and its answers come back before stdin is closed, so a
+// JSON-lines conversation works (msb 0.6.18).
+func TestExecStreamStdinBothWays(t *testing.T) {
+	f := newFx(t)
+	f.ok("create", "alpine", "-n", "box", "-q")
+	cmd := f.cmd("exec", "--stream", "box", "--", "sh", "-c", `while read -r l; do echo "got $l"; done`)
+	w, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	lines := make(chan string)
+	go func() {
+		br := bufio.NewReader(out)
+		for {
+			l, err := br.ReadString('\n')
+			if err != nil {
+				close(lines)
+				return
+			}
+			lines <- l
+		}
+	}()
+	for _, msg := range []string{`{"n":1}`, `{"n":2}`} {
+		_, err := io.WriteString(w, msg+"\n")
+		require.NoError(t, err)
+		select {
+		case l := <-lines:
+			assert.Equal(t, "got "+msg+"\n", l)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no answer to %s while stdin is open: stdin is not streamed", msg)
+		}
+	}
+	require.NoError(t, w.Close())
+	_, open := <-lines
+	assert.False(t, open, "output ends once stdin is closed")
+}
+
 func TestExecStreamChunks(t *testing.T) {
 	f := newFx(t)
 	f.ok("create", "alpine", "-n", "box", "-q")

@@ -48,7 +48,8 @@ func TestVolumeLifecycle(t *testing.T) {
 	_, err := os.Stat(f.home + "/volumes/auto")
 	assert.True(t, os.IsNotExist(err), "volume data is deleted")
 	// The stopped sandbox now refers to a missing volume.
-	assert.Equal(t, result{"", "error: volume not found: auto\n", 1}, f.run("start", "-q", "box"))
+	assert.Equal(t, result{"", "error: volume not found: auto\n", 1}, f.run("start", "box"))
+	assert.Equal(t, result{"", "", 1}, f.run("start", "-q", "box"), "-q silences start's errors")
 	f.ok("remove", "-q", "box")
 
 	// A volume outlives its sandbox and is reattached by name.
@@ -98,7 +99,7 @@ func TestConcurrentInvocations(t *testing.T) {
 		if r.code == 0 {
 			wins++
 		} else {
-			assert.Equal(t, result{"", "error: sandbox already exists: dup\n", 1}, r)
+			assert.Equal(t, result{"", "error: sandbox already exists: sandbox 'dup' already exists; remove it, start the stopped sandbox, or recreate with .replace()\n", 1}, r)
 		}
 	}
 	assert.Equal(t, 1, wins)
@@ -144,8 +145,19 @@ func TestLogLatencyAndClock(t *testing.T) {
 	start := time.Now()
 	f.ok("volume", "create", "v", "-q")
 	assert.GreaterOrEqual(t, time.Since(start), 150*time.Millisecond)
-	assert.Equal(t, `[{"name":"v","kind":"dir","quota_mib":null,"used_bytes":0,"capacity_bytes":null,"disk_format":null,"disk_fstype":null,"created_at":"2030-01-02T01:04:05.678+00:00"}]`+"\n",
-		f.ok("volume", "list", "--format", "json").stdout)
+	assert.Equal(t, `[
+  {
+    "capacity_bytes": null,
+    "created_at": "2030-01-02T01:04:05.678+00:00",
+    "disk_format": null,
+    "disk_fstype": null,
+    "kind": "dir",
+    "name": "v",
+    "quota_mib": null,
+    "used_bytes": 0
+  }
+]
+`, f.ok("volume", "list", "--format", "json").stdout)
 	f.run("volume", "create", "v")
 	recs := f.records()
 	require.Len(t, recs, 3)
@@ -186,7 +198,7 @@ func TestFaults(t *testing.T) {
 	assert.Equal(t, 0, r.code)
 	var v any
 	assert.Error(t, json.Unmarshal([]byte(r.stdout), &v), "malformed output must not parse: %q", r.stdout)
-	assert.Equal(t, `[{"created_at":"`, r.stdout[:16])
+	assert.Equal(t, "[\n  {\n    \"creat", r.stdout[:16])
 	f.ok("list", "--format", "json")
 
 	f.env = []string{"FAKEMSB_FAULTS=exec=die-after:10"}

@@ -1,7 +1,7 @@
 //go:build linux
 
 // Command fakemsb simulates microsandbox's msb CLI for tests on hosts
-// without KVM. It reproduces the contract in shared/reference/msb-cli.md:
+// without KVM. It reproduces the contract in docs/msb.md:
 // the subcommands and flags the project uses, msb's messages, exit codes
 // and JSON shapes. Sandboxes and volumes live in a state directory; each
 // running sandbox is a bubblewrap namespace holder, and exec/copy run
@@ -27,8 +27,9 @@
 //	                 on a host that cannot boot a VM; unset, it passes.
 //	FAKEMSB_VERSION  the version `--version` and `doctor` report
 //	                 (default 0.6.18).
-//	FAKEMSB_IMAGES   when set, the comma-separated image references
-//	                 `image inspect` finds; unset, it finds every one.
+//	FAKEMSB_IMAGES   when set, the comma-separated cached image references:
+//	                 `image inspect` finds them and `create --pull never`
+//	                 runs only them; unset, every one is cached.
 //
 // A malformed FAKEMSB_NOW, FAKEMSB_LATENCY or FAKEMSB_FAULTS makes every
 // invocation fail with exit code 2 and "error: FAKEMSB_...: reason".

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/json"
@@ -37,21 +38,25 @@ func (a *app) create(p *parsed) error {
 		Mounts:    []namedMount{},
 		Tmpfs:     []tmpfsMount{},
 	}
+	// msb checks values after parsing the command line: its refusals are
+	// msb-side errors, exit 1, except the integer flags clap parses.
 	name := p.str("name")
-	if p.has("name") && !validName(name) {
-		return s.invalidFlag("name", name, nameRule)
+	if p.has("name") {
+		if err := checkSandboxName(name); err != nil {
+			return err
+		}
 	}
 	for _, v := range p.vals["mount-named"] {
 		m, err := parseNamedMount(v)
 		if err != nil {
-			return s.invalidFlag("mount-named", v, err.Error())
+			return failf("%v", err)
 		}
 		sb.Mounts = append(sb.Mounts, m)
 	}
 	for _, v := range p.vals["tmpfs"] {
 		m, err := parseTmpfs(v)
 		if err != nil {
-			return s.invalidFlag("tmpfs", v, err.Error())
+			return failf("%v", err)
 		}
 		sb.Tmpfs = append(sb.Tmpfs, m)
 	}
@@ -75,8 +80,11 @@ func (a *app) create(p *parsed) error {
 			continue
 		}
 		n, err := parseSizeMiB(p.str(f.flag))
+		if err != nil && f.flag != "memory" {
+			return failf("--%s: %v (expected a size, tmpfs[:SIZE], flat[:SIZE][,OPTIONS], or an image path)", f.flag, err)
+		}
 		if err != nil {
-			return s.invalidFlag(f.flag, p.str(f.flag), err.Error())
+			return failf("%v", err)
 		}
 		*f.dst = n
 	}
@@ -93,7 +101,7 @@ func (a *app) create(p *parsed) error {
 		}
 		n, err := parseDurationSecs(p.str(f.flag))
 		if err != nil {
-			return s.invalidFlag(f.flag, p.str(f.flag), err.Error())
+			return failf("%v", err)
 		}
 		*f.dst = &n
 	}
@@ -116,6 +124,9 @@ func (a *app) create(p *parsed) error {
 		}
 		sb.Labels[k] = v
 	}
+	if sb.Pull == "never" && !imageCached(sb.Image) {
+		return failf("image error: image not cached: %s", qualifiedRef(sb.Image))
+	}
 	generated := name == ""
 	if generated {
 		var b [4]byte
@@ -126,7 +137,7 @@ func (a *app) create(p *parsed) error {
 	err := a.withState(func(st *state) error {
 		if old, ok := st.Sandboxes[name]; ok {
 			if !p.has("replace") {
-				return failf("sandbox already exists: %s", name)
+				return failf("sandbox already exists: sandbox '%s' already exists; remove it, start the stopped sandbox, or recreate with .replace()", name)
 			}
 			old.Holder.kill()
 			delete(st.Sandboxes, name)
@@ -187,9 +198,10 @@ func (st *state) sorted() []*sandbox {
 	for _, sb := range st.Sandboxes {
 		out = append(out, sb)
 	}
+	// Newest first, as msb lists them.
 	sort.Slice(out, func(i, j int) bool {
 		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
-			return out[i].CreatedAt.Before(out[j].CreatedAt)
+			return out[i].CreatedAt.After(out[j].CreatedAt)
 		}
 		return out[i].Name < out[j].Name
 	})
@@ -197,8 +209,9 @@ func (st *state) sorted() []*sandbox {
 }
 
 // eachTarget applies fn to every target under the state lock, printing each
-// failure and continuing like msb's bulk commands.
-func (a *app) eachTarget(p *parsed, verb string, fn func(st *state, sb *sandbox) error) error {
+// failure and continuing like msb's bulk commands. quietErrors: with -q,
+// msb's remove and start print no error either, only the exit code tells.
+func (a *app) eachTarget(p *parsed, verb string, quietErrors bool, fn func(st *state, sb *sandbox) error) error {
 	if err := p.requireOneOf("NAMES", "label"); err != nil {
 		return err
 	}
@@ -210,7 +223,9 @@ func (a *app) eachTarget(p *parsed, verb string, fn func(st *state, sb *sandbox)
 				err = fn(st, sb)
 			}
 			if err != nil {
-				a.report(err)
+				if !quietErrors || !p.has("quiet") {
+					a.report(err)
+				}
 				failed = true
 				continue
 			}
@@ -233,7 +248,7 @@ func (a *app) stop(p *parsed) error {
 			return p.spec.invalidFlag("timeout", p.str("timeout"), intError(p.str("timeout"), err))
 		}
 	}
-	return a.eachTarget(p, "Stopped", func(st *state, sb *sandbox) error {
+	return a.eachTarget(p, "Stopped", false, func(st *state, sb *sandbox) error {
 		a.stopSandbox(sb)
 		return nil
 	})
@@ -248,7 +263,7 @@ func (a *app) stopSandbox(sb *sandbox) {
 }
 
 func (a *app) startCmd(p *parsed) error {
-	return a.eachTarget(p, "Started", func(st *state, sb *sandbox) error {
+	return a.eachTarget(p, "Started", true, func(st *state, sb *sandbox) error {
 		sb.TransientExecs = 0
 		if sb.Status == statusRunning {
 			return nil
@@ -259,7 +274,7 @@ func (a *app) startCmd(p *parsed) error {
 }
 
 func (a *app) remove(p *parsed) error {
-	return a.eachTarget(p, "Removed", func(st *state, sb *sandbox) error {
+	return a.eachTarget(p, "Removed", true, func(st *state, sb *sandbox) error {
 		if sb.Status == statusRunning {
 			if !p.has("force") {
 				return failf("sandbox still running: %s", sb.Name)
@@ -282,8 +297,8 @@ func (a *app) list(p *parsed) error {
 			if !sb.matches(p.vals["label"]) {
 				continue
 			}
-			running, stopped := p.has("running"), p.has("stopped")
-			if (running || stopped) && !(running && sb.Status == statusRunning || stopped && sb.Status == statusStopped) {
+			// Both filters must hold, so together they match nothing.
+			if p.has("running") && sb.Status != statusRunning || p.has("stopped") && sb.Status != statusStopped {
 				continue
 			}
 			rows = append(rows, sb)
@@ -322,13 +337,38 @@ func (a *app) list(p *parsed) error {
 	return nil
 }
 
+// printJSON prints v as msb does: pretty-printed with two spaces, keys in
+// alphabetical order.
 func (a *app) printJSON(v any) error {
-	b, err := json.Marshal(v)
+	b, err := jsonIndent(v)
 	if err != nil {
 		return failf("json error: %v", err)
 	}
-	_, _ = a.stdout.Write(append(b, '\n'))
+	_, _ = a.stdout.Write(b)
 	return nil
+}
+
+// jsonIndent renders v with sorted keys, two-space indent, no HTML
+// escaping and a final newline.
+func jsonIndent(v any) ([]byte, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var tree any
+	if err := dec.Decode(&tree); err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(tree); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
 }
 
 // printTable aligns columns with four spaces between them, like msb.

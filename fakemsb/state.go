@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -144,7 +145,21 @@ func (st *state) get(name string) (*sandbox, error) {
 	return sb, nil
 }
 
-// fmtTime is msb's JSON timestamp: RFC 3339 UTC with millis and +00:00.
+// fmtTime is msb's JSON timestamp: RFC 3339 UTC with +00:00 and the
+// fraction as chrono prints it: none, 3, 6 or 9 digits, the fewest that
+// hold the nanoseconds.
 func fmtTime(t time.Time) string {
-	return t.UTC().Format("2006-01-02T15:04:05.000+00:00")
+	t = t.UTC()
+	ns := t.Nanosecond()
+	frac := ""
+	switch {
+	case ns == 0:
+	case ns%1e6 == 0:
+		frac = fmt.Sprintf(".%03d", ns/1e6)
+	case ns%1e3 == 0:
+		frac = fmt.Sprintf(".%06d", ns/1e3)
+	default:
+		frac = fmt.Sprintf(".%09d", ns)
+	}
+	return t.Format("2006-01-02T15:04:05") + frac + "+00:00"
 }

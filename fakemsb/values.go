@@ -11,10 +11,14 @@ import (
 	"strings"
 )
 
-// validName reports whether s is a valid sandbox or volume name:
-// 1..128 bytes, [A-Za-z0-9] then [A-Za-z0-9._-].
+// maxSandboxName is msb's limit on sandbox names. Volume names have none
+// but the file system's (255 bytes for the volume's directory).
+const maxSandboxName = 128
+
+// validName reports whether s is a valid sandbox or volume name as far as
+// its characters go: [A-Za-z0-9] then [A-Za-z0-9._-].
 func validName(s string) bool {
-	if len(s) == 0 || len(s) > 128 {
+	if len(s) == 0 {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
@@ -27,7 +31,23 @@ func validName(s string) bool {
 	return true
 }
 
-const nameRule = "names are 1..128 bytes of [A-Za-z0-9._-] starting with a letter or digit"
+// checkSandboxName and checkVolumeName refuse a name with msb's texts.
+func checkSandboxName(s string) error {
+	if len(s) > maxSandboxName {
+		return failf("invalid config: sandbox name must be at most %d characters: got %d", maxSandboxName, len(s))
+	}
+	if !validName(s) {
+		return failf("invalid config: sandbox name must start with an alphanumeric and contain only alphanumeric, dots, hyphens, and underscores: %s", s)
+	}
+	return nil
+}
+
+func checkVolumeName(s string) error {
+	if !validName(s) {
+		return failf("invalid config: volume name must start with an alphanumeric character and contain only alphanumeric characters, dots, hyphens, and underscores: %s", s)
+	}
+	return nil
+}
 
 // intError mirrors the wording of Rust's ParseIntError.
 func intError(s string, err error) string {
@@ -100,7 +120,7 @@ func parseDurationSecs(raw string) (int64, error) {
 	}
 	v, err := strconv.ParseUint(s, 10, 32)
 	if err != nil {
-		return 0, fmt.Errorf("invalid duration (expected e.g. 30s, 5m, 2h): %s", intError(s, err))
+		return 0, errors.New(intError(s, err))
 	}
 	return int64(v) * mult, nil
 }
@@ -119,7 +139,7 @@ func checkLabelKey(k string) error {
 	}
 	for _, p := range reservedLabelPrefixes {
 		if strings.HasPrefix(k, p) {
-			return failf("invalid config: label key %q uses reserved prefix %q", k, p)
+			return failf("invalid config: label key '%s' uses reserved prefix '%s'", k, p)
 		}
 	}
 	return nil
@@ -151,7 +171,7 @@ type tmpfsMount struct {
 
 func guestPath(p string) (string, error) {
 	if !strings.HasPrefix(p, "/") {
-		return "", fmt.Errorf("guest path must be absolute: %s", p)
+		return "", fmt.Errorf("invalid config: guest mount path must be absolute: %s", p)
 	}
 	c := path.Clean(p)
 	if c == "/" {
@@ -183,11 +203,11 @@ func applyOption(o *mountOptions, raw string, named bool) (kind string, sizeMiB 
 		return "", n, nil
 	case hasVal && named && k == "kind":
 		if v != "dir" && v != "disk" {
-			return "", 0, fmt.Errorf("invalid volume kind %q (expected dir or disk)", v)
+			return "", 0, fmt.Errorf("invalid named volume kind %q (expected dir|disk)", v)
 		}
 		return v, 0, nil
 	default:
-		return "", 0, fmt.Errorf("unknown mount option %q", raw)
+		return "", 0, fmt.Errorf("unsupported mount option %q", raw)
 	}
 	return "", 0, nil
 }
@@ -195,10 +215,10 @@ func applyOption(o *mountOptions, raw string, named bool) (kind string, sizeMiB 
 func parseNamedMount(s string) (namedMount, error) {
 	parts := strings.SplitN(s, ":", 3)
 	if len(parts) < 2 {
-		return namedMount{}, errors.New("expected NAME:PATH[:OPTIONS]")
+		return namedMount{}, errors.New("mount-named must be in format source:/guest[:options]")
 	}
-	if !validName(parts[0]) {
-		return namedMount{}, fmt.Errorf("invalid volume name %q: %s", parts[0], nameRule)
+	if err := checkVolumeName(parts[0]); err != nil {
+		return namedMount{}, errors.New(strings.TrimSuffix(strings.TrimPrefix(err.Error(), "error: "), "\n"))
 	}
 	g, err := guestPath(parts[1])
 	if err != nil {

@@ -3,11 +3,13 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
+	"syscall"
 )
 
 // makeVolume creates volume name in st and its directory.
@@ -19,6 +21,9 @@ func (a *app) makeVolume(st *state, name, kind string, sizeMiB int) error {
 		return failf("invalid config: disk volume %q needs a size", name)
 	}
 	if err := os.MkdirAll(a.volumeDir(name), 0o755); err != nil {
+		if errors.Is(err, syscall.ENAMETOOLONG) {
+			return failf("io error: File name too long (os error 36)")
+		}
 		return failf("io error: %v", err)
 	}
 	st.Volumes[name] = &volume{Name: name, Kind: kind, SizeMiB: sizeMiB, CreatedAt: a.now}
@@ -33,13 +38,11 @@ func (a *app) volumeCreate(p *parsed) error {
 			return s.usageError("the argument '[NAME]' cannot be used with '--name <NAME>'")
 		}
 		name = p.str("name")
-		if !validName(name) {
-			return s.invalidFlag("name", name, nameRule)
-		}
 	} else if name == "" {
-		return &exitError{code: 2, msg: "error: the following required arguments were not provided:\n  <NAME>\n" + usageTail(s.usage)}
-	} else if !validName(name) {
-		return s.usageError("invalid value '%s' for '[NAME]': %s", name, nameRule)
+		return failf("volume create requires a name")
+	}
+	if err := checkVolumeName(name); err != nil {
+		return err
 	}
 	if err := p.oneOf("kind", "dir", "disk"); err != nil {
 		return err
@@ -50,14 +53,16 @@ func (a *app) volumeCreate(p *parsed) error {
 	}
 	size := 0
 	if p.has("size") {
-		if kind != "disk" {
-			return s.usageError("the argument '--size <SIZE>' requires '--kind disk'")
-		}
 		n, err := parseSizeMiB(p.str("size"))
 		if err != nil {
-			return s.invalidFlag("size", p.str("size"), err.Error())
+			return failf("%v", err)
+		}
+		if kind != "disk" {
+			return failf("--size is only supported with --kind disk until directory quotas are enforced")
 		}
 		size = n
+	} else if kind == "disk" {
+		return failf("--size is required with --kind disk")
 	}
 	if err := a.withState(func(st *state) error { return a.makeVolume(st, name, kind, size) }); err != nil {
 		return err
@@ -73,7 +78,9 @@ func (a *app) volumeRemove(p *parsed) error {
 	err := a.withState(func(st *state) error {
 		for _, name := range p.pos["NAMES"] {
 			if err := a.removeVolume(st, name); err != nil {
-				a.report(err)
+				if !p.has("quiet") {
+					a.report(err)
+				}
 				failed = true
 				continue
 			}
@@ -116,9 +123,10 @@ func (st *state) sortedVolumes() []*volume {
 	for _, v := range st.Volumes {
 		out = append(out, v)
 	}
+	// Newest first, as msb lists them.
 	sort.Slice(out, func(i, j int) bool {
 		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
-			return out[i].CreatedAt.Before(out[j].CreatedAt)
+			return out[i].CreatedAt.After(out[j].CreatedAt)
 		}
 		return out[i].Name < out[j].Name
 	})

@@ -55,8 +55,10 @@ type ExitError struct {
 // Call is one msb invocation.
 type Call struct {
 	Args []string
-	// Stdin is read to EOF and closed; nil means /dev/null. Never an open pipe:
-	// msb reads stdin to EOF before starting the guest command.
+	// Stdin is read to EOF and closed; nil means /dev/null. Without exec
+	// --stream, msb may read it to EOF before starting the guest command
+	// (0.6.14 does), so give it a finite stdin there; with --stream, msb
+	// 0.6.18 forwards it while the command runs.
 	Stdin io.Reader
 	// Stdout and Stderr, when set, receive each chunk as it arrives, and that
 	// stream is then not buffered in Result (stderr is still kept, bounded, for

@@ -50,7 +50,7 @@ func TestSetKnob(t *testing.T) {
 	require.Equal(t, 0, code)
 	stdout, _, code := env.Run(t, "volume", "list", "--format", "json")
 	require.Equal(t, 0, code)
-	assert.True(t, strings.Contains(stdout, `"created_at":"2026-08-22T14:49:44.123+00:00"`), stdout)
+	assert.True(t, strings.Contains(stdout, `"created_at": "2026-08-22T14:49:44.123+00:00"`), stdout)
 }
 
 func TestCleanupRemovesSandboxes(t *testing.T) {
