@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -137,6 +138,23 @@ func sortedNames(st *state) []string {
 		out = append(out, sb.Name)
 	}
 	return out
+}
+
+// TestLatencyAppliesToExec: the benchmarks' msb-latency rows rely on
+// FAKEMSB_LATENCY delaying every invocation, exec and copy included.
+func TestLatencyAppliesToExec(t *testing.T) {
+	f := newFx(t)
+	f.ok("create", "alpine", "-n", "box", "-q")
+	f.env = []string{"FAKEMSB_LATENCY=400ms"}
+	for _, args := range [][]string{
+		{"exec", "box", "--", "true"},
+		{"exec", "--stream", "box", "--", "true"},
+		{"copy", "box:/etc/hostname", filepath.Join(t.TempDir(), "h")},
+	} {
+		start := time.Now()
+		f.ok(args...)
+		assert.GreaterOrEqual(t, time.Since(start), 400*time.Millisecond, "msb %v ignored FAKEMSB_LATENCY", args)
+	}
 }
 
 func TestLogLatencyAndClock(t *testing.T) {
