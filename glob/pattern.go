@@ -485,6 +485,20 @@ func normalize(seq []token) []token {
 	return out
 }
 
+// Narrowing says which files the guest may skip for this pattern: the insides
+// of .git directories unless the pattern names .git, and, when the pattern's
+// last segment is literal text and single stars only (no braces, escapes,
+// classes or ?), every file whose base name does not fit that segment as a
+// find -name pattern (which then means exactly what the segment means).
+func (p *Pattern) Narrowing() Narrowing {
+	n := Narrowing{SkipGit: !strings.Contains(p.source, ".git")}
+	last := p.source[strings.LastIndexByte(p.source, '/')+1:]
+	if last != "" && !strings.Contains(last, "**") && !strings.ContainsAny(p.source, "{}\\") && !strings.ContainsAny(last, "?[]") {
+		n.Name = last
+	}
+	return n
+}
+
 // ToRipgrep turns a pattern into ripgrep's --glob form, which is anchored at
 // the search root: the implicit leading `**/` is made explicit.
 func ToRipgrep(pattern string) string {

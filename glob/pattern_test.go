@@ -190,3 +190,28 @@ func TestMatchDoesNotAllocate(t *testing.T) {
 		t.Errorf("Match allocates %.1f times per call", n)
 	}
 }
+
+func TestNarrowing(t *testing.T) {
+	for pattern, want := range map[string]Narrowing{
+		"*.py":          {SkipGit: true, Name: "*.py"},
+		"calc/**/*.py":  {SkipGit: true, Name: "*.py"},
+		"README.md":     {SkipGit: true, Name: "README.md"},
+		"src/**":        {SkipGit: true},
+		"*.{go,md}":     {SkipGit: true},
+		"a/?.txt":       {SkipGit: true},
+		"a/[ab].txt":    {SkipGit: true},
+		`a/\*.txt`:      {SkipGit: true},
+		".git/**":       {},
+		"**/.gitignore": {Name: ".gitignore"},
+		"docs/":         {SkipGit: true},
+		"x/**/y*":       {SkipGit: true, Name: "y*"},
+	} {
+		p, err := Compile(pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.Narrowing(); got != want {
+			t.Errorf("%q: got %+v, want %+v", pattern, got, want)
+		}
+	}
+}

@@ -10,16 +10,47 @@ func NewToken(kind string) string { return "oma-" + kind + "-" + uuid.NewString(
 // "./"-relative paths, after the readiness marker. The listing runs in its own
 // session, tagged OwnerEnv=token, so CleanupScript can end it; the marker is
 // printed before root is entered, so a missing root is an ordinary failure
-// after readiness. find does not follow symbolic links, so the listing stays
-// inside root. The script's status is find's.
+// after readiness (exit 3). find does not follow symbolic links, so the
+// listing stays inside root. A directory that cannot be read, or that
+// vanishes during the walk, does not fail the listing: find's complaints go to
+// stderr and the status is 0; any other failure of find is the script's status.
 //
 // Run it as `/bin/bash -c SCRIPT bash ARGS...`.
 func EnumerationScript(root, token string) (script string, args []string) {
+	return NarrowedEnumerationScript(root, token, Narrowing{})
+}
+
+// Narrowing lets the guest skip files that cannot match, so that a large
+// tree fits the enumeration's byte limit. It only ever removes non-matches
+// (see (*Pattern).Narrowing), and the host still checks every path.
+type Narrowing struct {
+	// SkipGit leaves out the insides of .git directories.
+	SkipGit bool
+	// Name, when set, is a find -name pattern every match's base name fits.
+	Name string
+}
+
+// NarrowedEnumerationScript is EnumerationScript listing only the files n
+// lets through.
+func NarrowedEnumerationScript(root, token string, n Narrowing) (script string, args []string) {
 	// The background job is not a process group leader, so setsid detaches
 	// it in place instead of forking, and wait returns its status.
-	const s = `setsid env "$3=$2" bash -c 'printf "%s\0" "$1" && cd -- "$2" && exec find . -type f -print0' bash "$4" "$1" &
+	const s = `setsid env "$3=$2" bash -c '
+printf "%s\0" "$1" || exit
+cd -- "$2" 2>/dev/null || { printf "Path not found: %s\n" "$2" >&2; exit 3; }
+prune=() name=()
+[ "$3" != 1 ] || prune=(-type d -name .git -prune -o)
+[ -z "$4" ] || name=(-name "$4")
+LC_ALL=C find . "${prune[@]}" -type f "${name[@]}" -print0
+code=$?
+[ "$code" -le 1 ] || exit "$code"
+' bash "$4" "$1" "$5" "$6" &
 wait "$!"`
-	return s, []string{root, token, OwnerEnv, ReadyMarker}
+	skipGit := "0"
+	if n.SkipGit {
+		skipGit = "1"
+	}
+	return s, []string{root, token, OwnerEnv, ReadyMarker, skipGit, n.Name}
 }
 
 // CleanupScript kills exactly the processes whose environment holds

@@ -113,7 +113,7 @@ func TestEnumerationScript(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := slices.Sorted(slices.Values(c.Matches()))
-	want := []string{".env", "a.md", "node_modules/x/y.js", "sp ace/new\nline", "sub/b.md", "sub/deep/c.txt"}
+	want := []string{`"sp ace/new\nline"`, ".env", "a.md", "node_modules/x/y.js", "sub/b.md", "sub/deep/c.txt"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("enumerated %q, want %q", got, want)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"strconv"
 	"strings"
 )
 
@@ -136,8 +137,9 @@ type CollectorOptions struct {
 	// Match filters paths relative to Root; nil accepts all. Root itself,
 	// printed when it is a file, is not filtered.
 	Match func(rel string) bool
-	// MaxMatches is a silent cap: the collector stops there and reports
-	// LimitReached so the caller can end the guest work.
+	// MaxMatches caps the result: the collector stops at the first match
+	// past it and reports LimitReached (more matches exist), so the caller
+	// can end the guest work and say the result is truncated.
 	MaxMatches int
 	// MaxRawBytes caps the guest's stream after the marker.
 	MaxRawBytes int
@@ -237,7 +239,15 @@ func (c *Collector) accept(record string) error {
 	if err != nil {
 		return err
 	}
+	if strings.HasPrefix(path.Base(rel), WriteTempPrefix) {
+		return nil
+	}
 	if rel != "" && c.opts.Match != nil && !c.opts.Match(rel) {
+		return nil
+	}
+	if len(c.matches) == c.opts.MaxMatches {
+		c.limit = true
+		c.pending = nil
 		return nil
 	}
 	abs := c.opts.Root
@@ -248,6 +258,7 @@ func (c *Collector) accept(record string) error {
 	if c.opts.Base != "" {
 		out = relativeTo(c.opts.Base, abs)
 	}
+	out = Display(out)
 	added := len(out)
 	if len(c.matches) > 0 {
 		added++
@@ -257,11 +268,22 @@ func (c *Collector) accept(record string) error {
 	}
 	c.outputBytes += added
 	c.matches = append(c.matches, out)
-	if len(c.matches) >= c.opts.MaxMatches {
-		c.limit = true
-		c.pending = nil
-	}
 	return nil
+}
+
+// WriteTempPrefix begins the name of the write tool's temporary file, which
+// lives beside its target for the instant before it is renamed into place.
+// Listings (glob, grep, ls) never show such a name.
+const WriteTempPrefix = ".oma-write."
+
+// Display renders a path for a newline-separated result: a path holding a
+// control character (a newline would split it in two) is shown as a
+// double-quoted Go string literal with escapes; any other path as it is.
+func Display(p string) string {
+	if strings.IndexFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f }) < 0 {
+		return p
+	}
+	return strconv.Quote(p)
 }
 
 // relative validates one guest path and returns it relative to Root ("" for
@@ -323,8 +345,8 @@ func relativeTo(base, target string) string {
 	return path.Join(append(parts, t[common:]...)...)
 }
 
-// LimitReached reports that the match cap was reached: the result is complete
-// and the guest work can be ended.
+// LimitReached reports that more matches exist than the cap: the result is
+// complete as far as it goes and the guest work can be ended.
 func (c *Collector) LimitReached() bool { return c.limit }
 
 // Matches returns the accepted paths in guest order.

@@ -111,7 +111,7 @@ func TestCollector(t *testing.T) {
 		{"root is /", CollectorOptions{Root: "/"}, "./etc/x\x00", []string{"/etc/x"}, false, ""},
 		{"empty stream", CollectorOptions{Root: "/w"}, "", nil, false, ""},
 		{"silent cap", CollectorOptions{Root: "/w", Match: md.Match}, many, slices.Repeat([]string{"/w/f.md"}, 100), true, ""},
-		{"cap ignores what follows", CollectorOptions{Root: "/w", MaxMatches: 2}, "./a\x00./b\x00./../escape\x00./partial", []string{"/w/a", "/w/b"}, true, ""},
+		{"cap ignores what follows", CollectorOptions{Root: "/w", MaxMatches: 2}, "./a\x00./b\x00./c\x00./../escape\x00./partial", []string{"/w/a", "/w/b"}, true, ""},
 		{"raw limit", CollectorOptions{Root: "/w", MaxRawBytes: 8}, "./a\x00./bcd\x00", []string{"/w/a"}, false, "Glob enumeration exceeds 8 raw bytes"},
 		{"raw limit exact", CollectorOptions{Root: "/w", MaxRawBytes: 8}, "./a\x00./b\x00", []string{"/w/a", "/w/b"}, false, ""},
 		{"raw limit default", CollectorOptions{Root: "/w"}, "./" + strings.Repeat("a", 1<<20), nil, false, "Glob enumeration exceeds 1048576 raw bytes"},

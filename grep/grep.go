@@ -61,12 +61,15 @@ func NewCollector(opts CollectorOptions) (*glob.Collector, error) {
 
 // SearchScript lists the files under root whose contents match the ripgrep
 // regex pattern, as NUL-terminated paths beginning with root, after the
-// readiness marker. ripgrepGlob ("" for none) is passed to --glob; see
-// glob.ToRipgrep. Hidden and ignored files are searched. Each hit is
-// re-checked and dropped if it contains a NUL byte, because ripgrep reports a
-// binary file whose match precedes its first NUL. The search runs in its own
-// session tagged OwnerEnv=token. ripgrep's "no match" status counts as
-// success; any other failure of ripgrep or of the re-check is the script's
+// readiness marker, in path order (so a capped result is stable).
+// ripgrepGlob ("" for none) is passed to --glob; see glob.ToRipgrep. Hidden
+// and ignored files are searched. Each hit is re-checked and dropped if it
+// contains a NUL byte, because ripgrep reports a binary file whose match
+// precedes its first NUL; a hit gone by then is dropped too. The search runs
+// in its own session tagged OwnerEnv=token. ripgrep's "no match" status
+// counts as success, and so does its status 2 when the pattern is valid and
+// root exists: some files could not be read or vanished, and ripgrep's
+// complaints about them are on stderr. Any other failure is the script's
 // status.
 //
 // Run it as `/bin/bash -c SCRIPT bash ARGS...`.
@@ -78,21 +81,24 @@ root=$2 pattern=$3 glob=$4
 text_only() {
 	local p code
 	while IFS= read -r -d "" p; do
-		LC_ALL=C rg --no-config -qaU -- "\\x00" "$p"
+		LC_ALL=C rg --no-config -qaU -- "\\x00" "$p" 2>/dev/null
 		code=$?
 		case $code in
 		0) ;;
 		1) printf "%s\0" "$p" || exit ;;
-		*) exit "$code" ;;
+		*) [ ! -e "$p" ] || printf "rg: %s: could not be read again\n" "$p" >&2 ;;
 		esac
 	done
 }
-set -- --no-config --hidden --no-ignore --color never --files-with-matches --null
+set -- --no-config --hidden --no-ignore --color never --files-with-matches --null --sort path
 [ -z "$glob" ] || set -- "$@" --glob "$glob"
 LC_ALL=C rg "$@" -- "$pattern" "$root" | text_only
 codes=("${PIPESTATUS[@]}")
 [ "${codes[1]}" -eq 0 ] || exit "${codes[1]}"
-[ "${codes[0]}" -le 1 ] || exit "${codes[0]}"
+[ "${codes[0]}" -le 1 ] && exit 0
+[ "${codes[0]}" -eq 2 ] && [ -e "$root" ] || exit "${codes[0]}"
+LC_ALL=C rg --no-config -q -- "$pattern" /dev/null 2>/dev/null
+[ "$?" -le 1 ] || exit 2
 ' bash "$6" "$1" "$3" "$4" &
 wait "$!"`
 	return s, []string{root, token, pattern, ripgrepGlob, OwnerEnv, ReadyMarker}

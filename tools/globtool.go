@@ -2,15 +2,15 @@ package tools
 
 import (
 	"context"
+	"errors"
 	"path"
-	"strings"
 
 	"github.com/oma-sandbox/oma-sandbox/glob"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
 var globTool = tool{
-	description: "Find files in the workspace whose path matches a glob pattern (*, **, ?, [classes], {a,b}; an implicit **/ prefix, dotfiles included). Returns at most 100 paths, relative unless path is absolute.",
+	description: "Find files in the workspace whose path matches a glob pattern (*, **, ?, [classes], {a,b}; an implicit **/ prefix, dotfiles included). Returns at most 100 paths, relative unless path is absolute, and a final bracketed line when more match. .git directories are searched only when the pattern names .git.",
 	schema: schema{
 		{name: "pattern", kind: kindString, required: true, description: "Glob pattern, e.g. *.md or src/**/*.go"},
 		{name: "path", kind: kindString, description: "Directory to search in (default: /workspace)"},
@@ -44,21 +44,21 @@ func runGlob(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error
 		return "", err
 	}
 	token := glob.NewToken("glob")
-	script, scriptArgs := glob.EnumerationScript(root, token)
+	script, scriptArgs := glob.NarrowedEnumerationScript(root, token, compiled.Narrowing())
 	cleanup, cleanupArgs := glob.CleanupScript(glob.OwnerEnv, token)
 	t.record("glob")
-	matches, err := t.runSearch(ctx, search{
+	found, err := t.runSearch(ctx, search{
 		tool:      "glob",
 		script:    session.Command{Script: script, Args: scriptArgs},
 		cleanup:   session.Command{Script: cleanup, Args: cleanupArgs},
 		readiness: glob.NewReadinessFilter(glob.EnumerationProtocol),
 		collector: collector,
 	})
+	if errors.Is(err, glob.ErrLimit) {
+		return "", &wrapped{msg: err.Error() + ". Narrow the search: set path to the directory to search (e.g. {\"path\": \"src\"}), or end the pattern with a file name pattern such as *.py.", err: err}
+	}
 	if err != nil {
 		return "", err
 	}
-	if len(matches) == 0 {
-		return "No files found", nil
-	}
-	return strings.Join(matches, "\n"), nil
+	return found.format("No files found", "Narrow the pattern, or set path to a subdirectory."), nil
 }

@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"fmt"
 	"path"
 	"strings"
 
@@ -11,7 +12,7 @@ import (
 )
 
 var grepTool = tool{
-	description: "Search file contents with a ripgrep regex under an absolute path (/workspace, /mnt/session/uploads or /workspace/skills). Returns the absolute paths of matching files (binary files skipped), at most head_limit (default 100).",
+	description: "Search file contents with a ripgrep regex under an absolute path (/workspace, /mnt/session/uploads or /workspace/skills). Returns the absolute paths of matching files in path order (binary files skipped), at most head_limit (default 100), and a final bracketed line when more match or some paths could not be searched.",
 	schema: schema{
 		{name: "pattern", kind: kindString, required: true, description: "Regular expression (ripgrep syntax)",
 			missing: "grep pattern is required", invalid: "grep pattern is required"},
@@ -77,7 +78,7 @@ func runGrep(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error
 	script, scriptArgs := grep.SearchScript(root, token, pattern, rgGlob)
 	cleanup, cleanupArgs := grep.CleanupScript(token)
 	t.record("grep")
-	matches, err := t.runSearch(ctx, search{
+	found, err := t.runSearch(ctx, search{
 		tool:      "grep",
 		script:    session.Command{Script: script, Args: scriptArgs},
 		cleanup:   session.Command{Script: cleanup, Args: cleanupArgs},
@@ -87,10 +88,13 @@ func runGrep(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error
 	if err != nil {
 		return "", err
 	}
-	if len(matches) == 0 {
-		return "No matches found", nil
+	more := "Narrow path or glob"
+	if headLimit < grep.DefaultHeadLimit {
+		more = fmt.Sprintf("Raise head_limit (at most %d), or narrow path or glob.", grep.DefaultHeadLimit)
+	} else {
+		more += "."
 	}
-	return strings.Join(matches, "\n"), nil
+	return found.format("No matches found", more), nil
 }
 
 // ripgrepSafe reports whether ripgrep reads pattern as the dialect does: no

@@ -7,6 +7,10 @@ import (
 	"sort"
 	"strings"
 
+	"golang.org/x/text/collate"
+	"golang.org/x/text/language"
+
+	"github.com/oma-sandbox/oma-sandbox/glob"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
@@ -54,29 +58,32 @@ func runLs(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error) 
 	return formatLs(res.Stdout, int(limit)), nil
 }
 
+// lsEntry is one listed name and whether it is a directory.
+type lsEntry struct {
+	name string
+	dir  bool
+}
+
 func formatLs(listing []byte, limit int) string {
-	var names []string
+	var entries []lsEntry
 	for _, rec := range bytes.Split(listing, []byte{0}) {
 		kind, name, ok := bytes.Cut(rec, []byte{' '})
-		if !ok || len(name) == 0 || bytes.IndexByte(name, '/') >= 0 {
+		if !ok || len(name) == 0 || bytes.IndexByte(name, '/') >= 0 || bytes.HasPrefix(name, []byte(glob.WriteTempPrefix)) {
 			continue
 		}
-		entry := string(name)
-		if string(kind) == "d" {
-			entry += "/"
-		}
-		names = append(names, entry)
+		entries = append(entries, lsEntry{name: string(name), dir: string(kind) == "d"})
 	}
-	if len(names) == 0 {
+	if len(entries) == 0 {
 		return "(empty directory)"
 	}
-	sort.SliceStable(names, func(i, j int) bool {
-		a, b := strings.ToLower(names[i]), strings.ToLower(names[j])
-		if a != b {
-			return a < b
+	sortNames(entries)
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = glob.Display(e.name)
+		if e.dir {
+			names[i] += "/"
 		}
-		return names[i] < names[j]
-	})
+	}
 	var notes []string
 	if len(names) > limit {
 		names = names[:limit]
@@ -101,4 +108,24 @@ func formatLs(listing []byte, limit int) string {
 		out += "\n\n[" + strings.Join(notes, ". ") + "]"
 	}
 	return out
+}
+
+// sortNames orders entries as agent tools do: bare names (without the
+// directory slash), lower-cased, by a locale-aware comparison (accents are
+// secondary: été sorts with the e's), byte order breaking ties so that the
+// order is total.
+func sortNames(entries []lsEntry) {
+	c := collate.New(language.Und)
+	var buf collate.Buffer
+	keys := make(map[string][]byte, len(entries))
+	for _, e := range entries {
+		keys[e.name] = c.KeyFromString(&buf, strings.ToLower(e.name))
+	}
+	sort.SliceStable(entries, func(i, j int) bool {
+		a, b := entries[i].name, entries[j].name
+		if k := bytes.Compare(keys[a], keys[b]); k != 0 {
+			return k < 0
+		}
+		return a < b
+	})
 }

@@ -33,7 +33,7 @@ const searchCleanupTimeout = 3 * time.Second
 //     and a failed cleanup poisons the session;
 //   - ready, and the guest work ended by itself: nothing more to do, so a
 //     normal call is one round trip.
-func (t *Toolbox) runSearch(ctx context.Context, s search) ([]string, error) {
+func (t *Toolbox) runSearch(ctx context.Context, s search) (*searchResult, error) {
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var streamErr error
@@ -56,8 +56,9 @@ func (t *Toolbox) runSearch(ctx context.Context, s search) ([]string, error) {
 		}
 	}
 	res, err := t.sess.Shell(runCtx, s.script, session.ShellOptions{
-		Stdout:    onStdout,
-		MaxOutput: glob.DefaultMaxRawBytes + glob.MaxMarkerBytes + 64<<10,
+		Stdout:       onStdout,
+		GuestTimeout: t.opTimeout,
+		MaxOutput:    glob.DefaultMaxRawBytes + glob.MaxMarkerBytes + 64<<10,
 	})
 	endedByItself := err == nil && !capped && streamErr == nil
 
@@ -90,11 +91,11 @@ func (t *Toolbox) runSearch(ctx context.Context, s search) ([]string, error) {
 	case streamErr != nil:
 		return nil, streamErr
 	case capped:
-		return s.collector.Matches(), nil
+		return &searchResult{matches: s.collector.Matches(), truncated: true}, nil
 	case ctx.Err() != nil:
 		return nil, fmt.Errorf("%s: %w", s.tool, session.ErrAborted)
-	case errors.Is(err, session.ErrHostTimeout):
-		return nil, fmt.Errorf("%s timed out after %d seconds", title(s.tool), int(t.opTimeout.Seconds()))
+	case errors.Is(err, session.ErrHostTimeout), errors.Is(err, session.ErrGuestTimeout):
+		return nil, &wrapped{msg: fmt.Sprintf("%s timed out after %s", title(s.tool), seconds(t.opTimeout)), err: err}
 	case err != nil:
 		return nil, fmt.Errorf("%s: %w", s.tool, err)
 	case res.ExitCode != 0:
@@ -103,7 +104,74 @@ func (t *Toolbox) runSearch(ctx context.Context, s search) ([]string, error) {
 	if err := s.collector.Finish(); err != nil {
 		return nil, err
 	}
-	return s.collector.Matches(), nil
+	return &searchResult{matches: s.collector.Matches(), skipped: skippedPaths(res.Stderr)}, nil
+}
+
+// searchResult is what a search found.
+type searchResult struct {
+	matches   []string
+	truncated bool     // more matches exist than were kept
+	skipped   []string // what could not be searched, as the guest said it
+}
+
+// skippedPaths picks the complaints of find or ripgrep about paths they
+// could not search out of a successful search's stderr. A path that vanished
+// during the search (a concurrent write's temporary file, a deleted
+// directory) is not worth a word: it no longer exists.
+func skippedPaths(stderr []byte) []string {
+	var out []string
+	for line := range strings.SplitSeq(strings.TrimSpace(string(clip(stderr))), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.Contains(line, "No such file or directory") {
+			continue
+		}
+		line = strings.TrimPrefix(strings.TrimPrefix(line, "rg: "), "find: ")
+		out = append(out, glob.Display(line))
+	}
+	return out
+}
+
+// format renders a search's text result: the matches, or empty when none,
+// then a bracketed line for a truncated result (more says how to see more)
+// and one naming what could not be searched.
+func (r *searchResult) format(empty, more string) string {
+	text := empty
+	if len(r.matches) > 0 {
+		text = strings.Join(r.matches, "\n")
+	}
+	var notes []string
+	if r.truncated {
+		notes = append(notes, fmt.Sprintf("[Showing the first %d results; more match. %s]", len(r.matches), more))
+	}
+	if len(r.skipped) > 0 {
+		const shown = 5
+		list := strings.Join(r.skipped[:min(len(r.skipped), shown)], "; ")
+		if len(r.skipped) > shown {
+			list += fmt.Sprintf("; and %d more", len(r.skipped)-shown)
+		}
+		notes = append(notes, "[Could not search: "+list+"]")
+	}
+	if len(notes) > 0 {
+		text += "\n\n" + strings.Join(notes, "\n")
+	}
+	return text
+}
+
+// wrapped is an error whose text is msg and whose category is err's.
+type wrapped struct {
+	msg string
+	err error
+}
+
+func (w *wrapped) Error() string { return w.msg }
+func (w *wrapped) Unwrap() error { return w.err }
+
+// seconds renders a timeout as agent tools do ("10 seconds").
+func seconds(d time.Duration) string {
+	if d%time.Second == 0 {
+		return fmt.Sprintf("%d seconds", int(d/time.Second))
+	}
+	return fmt.Sprintf("%g seconds", d.Seconds())
 }
 
 var errMatchCap = errors.New("match cap reached")

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oma-sandbox/oma-sandbox/glob"
 	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/tools"
 )
@@ -67,7 +68,9 @@ func TestGlobStopsAtHundred(t *testing.T) {
 		sh(t, s, `mkdir many && cd many && for i in $(seq 1 150); do : > "f$i.txt"; done`)
 		before := calls()
 		out := mustCall(t, tb, "glob", obj{"pattern": "many/*.txt"})
-		assert.Len(t, strings.Split(out, "\n"), 100)
+		paths, note, _ := strings.Cut(out, "\n\n")
+		assert.Len(t, strings.Split(paths, "\n"), 100)
+		assert.Equal(t, "[Showing the first 100 results; more match. Narrow the pattern, or set path to a subdirectory.]", note)
 		assert.Equal(t, 2, calls()-before, "capped: the enumeration and its cleanup")
 		assert.Equal(t, "0\n", tagged(t, s, "OMA_GLOB_OWNER"), "no tagged process remains")
 		assert.False(t, s.Poisoned())
@@ -79,13 +82,16 @@ func TestGlobByteLimits(t *testing.T) {
 		tb := tools.New(s, tools.Options{})
 		// 5000 names of 220 bytes: over 1 MiB of enumeration, no match.
 		sh(t, s, `mkdir raw && cd raw && long=$(printf 'n%.0s' $(seq 1 210)); for i in $(seq 1000 5999); do : > "$long$i"; done`)
-		_, err := call(t, tb, "glob", obj{"pattern": "*.none", "path": "raw"})
-		assert.EqualError(t, err, "Glob enumeration exceeds 1048576 raw bytes")
+		_, err := call(t, tb, "glob", obj{"pattern": "raw/*", "path": "raw"})
+		assert.EqualError(t, err, `Glob enumeration exceeds 1048576 raw bytes. Narrow the search: set path to the directory to search (e.g. {"path": "src"}), or end the pattern with a file name pattern such as *.py.`)
+		assert.ErrorIs(t, err, glob.ErrLimit)
+		assert.Equal(t, "No files found", mustCall(t, tb, "glob", obj{"pattern": "*.none", "path": "raw"}),
+			"a file name pattern narrows what the guest lists")
 
 		// 100 matches of ~700 bytes each: over 64 KiB of output.
 		sh(t, s, `seg=$(printf 's%.0s' $(seq 1 230)); d="wide/$seg/$seg/$seg"; mkdir -p "$d" && cd "$d" && for i in $(seq 100 199); do : > "$i.w"; done`)
 		_, err = call(t, tb, "glob", obj{"pattern": "*.w", "path": "wide"})
-		assert.EqualError(t, err, "Glob output exceeds 65536 bytes")
+		assert.EqualError(t, err, `Glob output exceeds 65536 bytes. Narrow the search: set path to the directory to search (e.g. {"path": "src"}), or end the pattern with a file name pattern such as *.py.`)
 		assert.Equal(t, "0\n", tagged(t, s, "OMA_GLOB_OWNER"))
 		assert.False(t, s.Poisoned())
 	})
@@ -109,7 +115,7 @@ printf 'hay\n' > src/z.go && printf 'needle\0bin' > src/bin.dat && printf 'needl
 		out = mustCall(t, tb, "grep", obj{"pattern": "needle", "path": ws, "glob": "{src/{a,b}/*.go,.dot.*}"})
 		assert.ElementsMatch(t, []string{ws + "/src/a/x.go", ws + "/.dot.go"}, strings.Split(out, "\n"), "nested braces work")
 		out = mustCall(t, tb, "grep", obj{"pattern": "needle", "path": ws, "head_limit": 1, "context": 3})
-		assert.Len(t, strings.Split(out, "\n"), 1)
+		assert.Equal(t, ws+"/.dot.go\n\n[Showing the first 1 results; more match. Raise head_limit (at most 100), or narrow path or glob.]", out)
 		assert.Equal(t, "No matches found", mustCall(t, tb, "grep", obj{"pattern": "absent", "path": ws}))
 		assert.Equal(t, "0\n", tagged(t, s, "OMA_GREP_OWNER"))
 

@@ -1,0 +1,205 @@
+package tools_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/oma-sandbox/oma-sandbox/session"
+	"github.com/oma-sandbox/oma-sandbox/tools"
+)
+
+// ls sorts bare names case-insensitively with a locale-aware comparison, as
+// the seed's agents see them.
+func TestLsOrder(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
+		tb := tools.New(s, tools.Options{})
+		sh(t, s, `mkdir d && touch d.txt zeta.txt été.txt fichier.txt Eagle.md`)
+		assert.Equal(t, "d/\nd.txt\nEagle.md\nété.txt\nfichier.txt\nzeta.txt", mustCall(t, tb, "ls", obj{}))
+	})
+}
+
+// A name holding a newline is shown quoted, so one file never reads as two;
+// the write tool's temporary files are never listed.
+func TestListingsEscapeNamesAndHideTempFiles(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
+		tb := tools.New(s, tools.Options{})
+		ws := s.Paths().Workspace
+		sh(t, s, `mkdir q && printf 'needle\n' > "q/two
+lines.txt" && printf 'needle\n' > q/.oma-write.AbCdEfGh && printf 'needle\n' > q/plain.txt`)
+		assert.Equal(t, "plain.txt\n\"two\\nlines.txt\"", mustCall(t, tb, "ls", obj{"path": "q"}))
+		assert.ElementsMatch(t, []string{"q/plain.txt", `"q/two\nlines.txt"`}, strings.Split(mustCall(t, tb, "glob", obj{"pattern": "q/*"}), "\n"))
+		assert.Equal(t, ws+"/q/plain.txt\n\""+ws+"/q/two\\nlines.txt\"", mustCall(t, tb, "grep", obj{"pattern": "needle", "path": ws + "/q"}))
+	})
+}
+
+// grep returns the same files in the same order however often it runs, and
+// says when it kept fewer than match.
+func TestGrepStableAndAnnouncesTruncation(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
+		tb := tools.New(s, tools.Options{})
+		ws := s.Paths().Workspace
+		sh(t, s, `mkdir -p m/a m/b m/c && for d in a b c; do for i in $(seq 1 30); do echo needle > "m/$d/f$i"; done; done`)
+		first := mustCall(t, tb, "grep", obj{"pattern": "needle", "path": ws + "/m", "head_limit": 3})
+		assert.Equal(t, ws+"/m/a/f1\n"+ws+"/m/a/f10\n"+ws+"/m/a/f11\n\n[Showing the first 3 results; more match. Raise head_limit (at most 100), or narrow path or glob.]", first)
+		for range 3 {
+			assert.Equal(t, first, mustCall(t, tb, "grep", obj{"pattern": "needle", "path": ws + "/m", "head_limit": 3}))
+		}
+		out := mustCall(t, tb, "grep", obj{"pattern": "needle", "path": ws + "/m/a"})
+		assert.NotContains(t, out, "[", "30 files under the limit: no note")
+	})
+}
+
+// An unreadable directory does not empty a search: the matches come back
+// with a note naming what could not be searched.
+func TestSearchesSurviveUnreadableDirectory(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
+		tb := tools.New(s, tools.Options{})
+		ws := s.Paths().Workspace
+		sh(t, s, `mkdir -p u/locked u/open && echo needle > u/locked/x.txt && echo needle > u/open/y.txt && chmod 000 u/locked`)
+		t.Cleanup(func() {
+			_, _ = s.Shell(context.Background(), session.Command{Script: `chmod 755 u/locked`}, session.ShellOptions{})
+		})
+		readable := sh(t, s, `if [ -r u/locked ]; then echo yes; fi`) == "yes\n"
+
+		out := mustCall(t, tb, "grep", obj{"pattern": "needle", "path": ws + "/u"})
+		g := mustCall(t, tb, "glob", obj{"pattern": "*.txt", "path": "u"})
+		if readable {
+			t.Log("the guest user reads any directory (root): only the matches are checked")
+			assert.Equal(t, ws+"/u/locked/x.txt\n"+ws+"/u/open/y.txt", out)
+			return
+		}
+		// ripgrep's wording varies with its version.
+		assert.Regexp(t, `^`+ws+`/u/open/y.txt\n\n\[Could not search: `+ws+`/u/locked: .*Permission denied \(os error 13\)\]$`, out)
+		assert.Equal(t, "u/open/y.txt\n\n[Could not search: './locked': Permission denied]", g)
+	})
+}
+
+// glob and grep end at the toolbox's operation timeout, not the session's.
+func TestSearchUsesOperationTimeout(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
+		tb := tools.New(s, tools.Options{OperationTimeout: time.Second})
+		ws := s.Paths().Workspace
+		sh(t, s, `mkfifo blocked`)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		start := time.Now()
+		_, err := tb.Call(ctx, "grep", json.RawMessage(fmt.Sprintf(`{"pattern": "x", "path": %q}`, ws+"/blocked")), nil)
+		assert.EqualError(t, err, "Grep timed out after 1 seconds")
+		assert.Less(t, time.Since(start), 7*time.Second)
+		assert.False(t, s.Poisoned())
+	})
+}
+
+// Parallel calls of every kind on one session each get their own result;
+// searches tolerate the writes running beside them; nothing of the tools'
+// own shows in any result or is left behind.
+func TestParallelMixedCalls(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
+		tb := tools.New(s, tools.Options{})
+		ws := s.Paths().Workspace
+		sh(t, s, `mkdir -p p && for i in $(seq 0 11); do printf 'needle %s\n' "$i" > "p/base$i.txt"; done`)
+		type result struct {
+			what, out string
+			err       error
+		}
+		run := func(n int, job func(i int) (string, string, error)) []result {
+			out := make([]result, n)
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					what, text, err := job(i)
+					out[i] = result{what, text, err}
+				}()
+			}
+			wg.Wait()
+			return out
+		}
+		check := func(results []result) {
+			for _, r := range results {
+				if assert.NoError(t, r.err, r.what) {
+					assert.NotContains(t, r.out, ".oma-", r.what)
+				}
+			}
+		}
+		for round := range 3 {
+			results := run(24, func(i int) (string, string, error) {
+				name := fmt.Sprintf("p/r%d-%d.txt", round, i)
+				var in obj
+				tool := ""
+				switch i % 8 {
+				case 0:
+					tool, in = "write", obj{"path": name, "content": "needle " + name + "\n"}
+				case 1:
+					tool, in = "read", obj{"path": fmt.Sprintf("p/base%d.txt", i%12)}
+				case 2:
+					tool, in = "grep", obj{"pattern": "needle", "path": ws + "/p"}
+				case 3:
+					tool, in = "glob", obj{"pattern": "p/*.txt"}
+				case 4:
+					tool, in = "ls", obj{"path": "p"}
+				case 5:
+					tool, in = "edit", obj{"path": fmt.Sprintf("p/base%d.txt", i%12), "oldText": "needle", "newText": "needle!"}
+				case 6:
+					tool, in = "bash", obj{"command": fmt.Sprintf("echo call-%d-%d", round, i)}
+				case 7:
+					tool, in = "write", obj{"path": name, "content": strings.Repeat("x", 1<<16)}
+				}
+				out, err := call(t, tb, tool, in)
+				what := fmt.Sprintf("round %d call %d: %s %v", round, i, tool, in["path"])
+				switch {
+				case err != nil:
+				case tool == "read":
+					assert.Regexp(t, fmt.Sprintf(`^needle!* %d\n$`, i%12), out, what)
+				case tool == "bash":
+					assert.Equal(t, fmt.Sprintf("call-%d-%d\n", round, i), out, what)
+				case tool == "write":
+					assert.Contains(t, out, "Successfully wrote", what)
+				}
+				return what, out, err
+			})
+			check(results)
+		}
+		// A burst of writes beside searches of the same directory.
+		results := run(24, func(i int) (string, string, error) {
+			var tool string
+			var in obj
+			switch i % 4 {
+			case 0, 1:
+				tool, in = "write", obj{"path": fmt.Sprintf("p/burst%d.txt", i), "content": "needle\n"}
+			case 2:
+				tool, in = "grep", obj{"pattern": "needle", "path": ws + "/p"}
+			case 3:
+				tool, in = "glob", obj{"pattern": "*.txt", "path": "p"}
+			}
+			out, err := call(t, tb, tool, in)
+			return fmt.Sprintf("burst call %d: %s", i, tool), out, err
+		})
+		check(results)
+		assert.Equal(t, "", sh(t, s, `find . -name '.oma-write.*'`), "no temp file left")
+		assert.False(t, s.Poisoned())
+	})
+}
+
+// glob lists .git's insides only when the pattern names .git, and a file
+// name pattern keeps a large dependency tree out of the enumeration.
+func TestGlobNarrowsItsWalk(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
+		tb := tools.New(s, tools.Options{})
+		sh(t, s, `mkdir -p .git/objects calc/sub node_modules/dep && touch .git/HEAD .git/objects/ab calc/a.py calc/sub/b.py calc/c.txt &&
+			cd node_modules/dep && long=$(printf 'n%.0s' $(seq 1 210)); for i in $(seq 1000 5999); do : > "$long$i.js"; done`)
+		assert.ElementsMatch(t, []string{"calc/a.py", "calc/sub/b.py"}, strings.Split(mustCall(t, tb, "glob", obj{"pattern": "calc/**/*.py"}), "\n"))
+		assert.Equal(t, "calc/c.txt", mustCall(t, tb, "glob", obj{"pattern": "**/*.txt"}))
+		assert.ElementsMatch(t, []string{".git/HEAD", ".git/objects/ab"}, strings.Split(mustCall(t, tb, "glob", obj{"pattern": "*", "path": ".git"}), "\n"))
+		sh(t, s, `rm -r node_modules`)
+		assert.ElementsMatch(t, []string{".git/HEAD", ".git/objects/ab"}, strings.Split(mustCall(t, tb, "glob", obj{"pattern": ".git/**"}), "\n"))
+	})
+}
