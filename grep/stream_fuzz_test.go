@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -111,6 +112,10 @@ func FuzzSearchStream(f *testing.F) {
 			t.Fatalf("%d bytes of output", n)
 		}
 		for _, m := range whole.matches {
+			// A path with a control character is shown quoted (glob.Display).
+			if u, err := strconv.Unquote(m); err == nil && strings.HasPrefix(m, `"`) {
+				m = u
+			}
 			abs := m
 			if withBase {
 				abs = path.Join(opts.Base, m)
