@@ -12,6 +12,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -74,7 +76,11 @@ var allowance = map[string]time.Duration{
 
 // TestChaos opens -chaos.sessions sessions on fakemsb, -chaos.workers at a
 // time, each with a random FAKEMSB_FAULTS plan (see plan) and random
-// cancellations, runs a few tool calls in each and closes it. Then no
+// cancellations, runs a few tool calls in each (some of them a hostile
+// guest's commands and calls aimed at what they leave, see hostile) and
+// closes it. A session that gets poisoned must still have its workspace
+// and the file it wrote (see checkKept); a glob or grep result must stay
+// inside the workspace (see checkResult). Then no
 // sandbox or volume may be left; after one reaper pass per fakemsb that
 // clears what was, no process may be left either (see checkClean); every
 // operation must have succeeded or returned a typed error (see classify),
@@ -300,12 +306,22 @@ func runSession(env *fakemsbtest.Env, rec *recorder, k int, rng *rand.Rand) {
 	})
 	if err == nil {
 		tb := tools.New(sess, tools.Options{OperationTimeout: toolTimeout})
+		wrote, keptChecked := false, false
 		for i := range calls {
 			name, input := toolCall(rng, i)
-			rec.op(rng, k, name, toolDeadline, func(ctx context.Context) error {
-				_, err := tb.Call(ctx, name, input, nil)
+			var out string
+			err := rec.op(rng, k, name, toolDeadline, func(ctx context.Context) (err error) {
+				out, err = tb.Call(ctx, name, input, nil)
 				return err
 			})
+			wrote = wrote || name == "write" && err == nil
+			if err == nil {
+				rec.checkResult(name, out)
+			}
+			if sess.Poisoned() && !keptChecked {
+				keptChecked = true
+				rec.checkKept(env, sess, wrote)
+			}
 		}
 		// A caller that means to remove its session closes it until that
 		// works; the last attempts are not cancelled, and each fault fires
@@ -324,6 +340,46 @@ func runSession(env *fakemsbtest.Env, rec *recorder, k int, rng *rand.Rand) {
 			_, err := reaper.Reap(ctx, client, reaper.Options{OlderThan: 24 * time.Hour})
 			return err
 		})
+	}
+}
+
+// checkKept checks that a poisoned session still has its workspace: the
+// volume's directory in fakemsb's state, with the file the session wrote.
+func (r *recorder) checkKept(env *fakemsbtest.Env, sess *session.MsbSession, wrote bool) {
+	dir := filepath.Join(env.Home, "volumes", sess.Names().Volume)
+	_, dirErr := os.Stat(dir)
+	_, fileErr := os.Stat(filepath.Join(dir, "chaos", "notes.txt"))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case dirErr != nil:
+		r.failures = append(r.failures, fmt.Sprintf("poisoning %s lost its workspace volume: %v", sess.Name(), dirErr))
+	case wrote && fileErr != nil:
+		r.failures = append(r.failures, fmt.Sprintf("poisoning %s lost the agent's file: %v", sess.Name(), fileErr))
+	default:
+		r.outcomes["poisoned, workspace kept"]++
+	}
+}
+
+// checkResult checks what a successful glob or grep returned, whatever the
+// guest did to its tree: every path stays inside the workspace.
+func (r *recorder) checkResult(name, out string) {
+	if name != "glob" && name != "grep" || out == "No files found" || out == "No matches found" {
+		return
+	}
+	for line := range strings.SplitSeq(out, "\n") {
+		if strings.HasPrefix(line, "(") || strings.HasPrefix(line, "[") {
+			continue // a note on truncation, not a path
+		}
+		p := line
+		if !path.IsAbs(p) {
+			p = path.Join("/workspace", p)
+		}
+		if p != path.Clean(p) && p != path.Clean(p)+"/" || p != "/workspace" && !strings.HasPrefix(p, "/workspace/") {
+			r.mu.Lock()
+			r.failures = append(r.failures, fmt.Sprintf("%s returned %q, outside the workspace", name, line))
+			r.mu.Unlock()
+		}
 	}
 }
 
@@ -374,13 +430,26 @@ func plan(rng *rand.Rand, k, calls int) string {
 	return strings.Join(rules, ";")
 }
 
+// hostile are bash commands of a guest that attacks the host's tools: a
+// link swapped between the workspace and / while the host works, links out
+// of the workspace, a deep tree, a FIFO that blocks a reader, and a
+// process that keeps the tree changing after its call returned.
+var hostile = []string{
+	`mkdir -p chaos && (for i in $(seq 1 3000); do ln -sfn / chaos/swap; ln -sfn . chaos/swap; done) >/dev/null 2>&1 & echo swapping`,
+	`mkdir -p chaos && ln -sfn / chaos/root && ln -sfn /etc/hostname chaos/host.txt && echo linked`,
+	`mkdir -p chaos/deep && cd chaos/deep && for i in $(seq 1 400); do mkdir d && cd d || exit 1; done && echo x > leaf.txt`,
+	`mkdir -p chaos && rm -f chaos/fifo.txt && mkfifo chaos/fifo.txt && echo made`,
+	`mkdir -p chaos && (while :; do touch chaos/churn-$RANDOM.txt; rm -f chaos/churn-*.txt; done) >/dev/null 2>&1 & echo churning`,
+}
+
 // toolCall draws the i-th call of a session. Call 0 writes the file the
-// others work on; inputs are valid, so an error comes from a fault.
+// others work on; an error comes from a fault or from what a hostile
+// command did to the tree, and must be typed and timely all the same.
 func toolCall(rng *rand.Rand, i int) (string, json.RawMessage) {
 	const file = "chaos/notes.txt"
 	var name string
 	var input any
-	switch c := rng.IntN(7); {
+	switch c := rng.IntN(9); {
 	case i == 0 || c == 0:
 		name, input = "write", map[string]any{"path": file, "content": strings.Repeat("alpha beta\n", 1+rng.IntN(500)) + "needle\n"}
 	case c == 1:
@@ -393,9 +462,26 @@ func toolCall(rng *rand.Rand, i int) (string, json.RawMessage) {
 		name, input = "glob", map[string]any{"pattern": "**/*.txt"}
 	case c == 5:
 		name, input = "grep", map[string]any{"pattern": "needle", "path": "/workspace"}
-	default:
+	case c == 6:
 		cmds := []string{"echo hello", "seq 1 2000", "sleep 3", "exit 3", "sleep 30 & echo started"}
 		name, input = "bash", map[string]any{"command": cmds[rng.IntN(len(cmds))], "timeout": 1 + rng.IntN(2)}
+	case c == 7:
+		name, input = "bash", map[string]any{"command": hostile[rng.IntN(len(hostile))], "timeout": 2}
+	default:
+		// A tool call aimed at what the hostile commands leave.
+		targets := []struct {
+			name  string
+			input map[string]any
+		}{
+			{"read", map[string]any{"path": "chaos/fifo.txt"}},
+			{"read", map[string]any{"path": "chaos/swap/etc/hostname"}},
+			{"ls", map[string]any{"path": "chaos/swap"}},
+			{"glob", map[string]any{"pattern": "**/leaf.txt"}},
+			{"grep", map[string]any{"pattern": "x", "path": "/workspace/chaos"}},
+			{"write", map[string]any{"path": "chaos/swap/planted.txt", "content": "x"}},
+		}
+		t := targets[rng.IntN(len(targets))]
+		name, input = t.name, t.input
 	}
 	raw, _ := json.Marshal(input)
 	return name, raw

@@ -1,6 +1,9 @@
 // Package chaos holds the chaos suite (its _test.go files): many sessions
-// on fakemsb with random faults injected through FAKEMSB_FAULTS and random
-// cancellations, after which nothing may be left behind — no sandbox, no
-// volume, no host process, no goroutine — and every operation must have
-// succeeded or failed with a typed error within its deadline.
+// on fakemsb with random faults injected through FAKEMSB_FAULTS, random
+// cancellations and a hostile guest's commands (swapped symbolic links,
+// deep trees, FIFOs, processes that outlive their call), after which
+// nothing may be left behind — no sandbox, no volume, no host process, no
+// goroutine — no poisoned session may have lost its workspace, and every
+// operation must have succeeded or failed with a typed error within its
+// deadline.
 package chaos
