@@ -2,7 +2,7 @@ GO      ?= go
 BIN     := bin/oma-sandbox
 FAKEMSB := bin/fakemsb
 
-.PHONY: all build deps run test vet cross fuzz bench clean
+.PHONY: all build deps run test vet cross image fuzz bench clean
 
 all: build
 
@@ -35,6 +35,11 @@ cross:
 test: deps vet
 	$(GO) test -race -count=1 -timeout 20m ./...
 	./scripts/fuzz-smoke.sh 3s
+
+# The guest image sessions run on msb, built from Debian packages with
+# mmdebstrap and loaded into msb under session.DefaultImage (root needed).
+image:
+	./scripts/build-image.sh
 
 fuzz:
 	./scripts/fuzz-smoke.sh 30s
