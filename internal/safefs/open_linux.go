@@ -1,6 +1,8 @@
 package safefs
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"strconv"
 
@@ -42,4 +44,36 @@ func chmodNoFollow(dirfd int, name string) error {
 		return unix.ENOTDIR
 	}
 	return unix.Chmod("/proc/self/fd/"+strconv.Itoa(fd), st.Mode&0o7777|0o700)
+}
+
+// readEntries lists the entries of the directory fd that one getdents
+// call returns, from the start when rewind is set (so entries removed
+// since the last read are not seen again); none means the end.
+func readEntries(fd int, buf []byte, rewind bool) ([]entry, error) {
+	if rewind {
+		if _, err := unix.Seek(fd, 0, 0); err != nil {
+			return nil, err
+		}
+	}
+	n, err := unix.Getdents(fd, buf)
+	if err != nil {
+		return nil, err
+	}
+	var out []entry
+	// struct linux_dirent64: ino u64, off s64, reclen u16, type u8, name.
+	for b := buf[:n]; len(b) >= 19; {
+		reclen := int(binary.NativeEndian.Uint16(b[16:]))
+		if reclen < 19 || reclen > len(b) {
+			return nil, errors.New("malformed directory entry")
+		}
+		name := b[19:reclen]
+		if i := bytes.IndexByte(name, 0); i >= 0 {
+			name = name[:i]
+		}
+		if s := string(name); s != "." && s != ".." {
+			out = append(out, entry{name: s, isDir: b[18] == unix.DT_DIR})
+		}
+		b = b[reclen:]
+	}
+	return out, nil
 }

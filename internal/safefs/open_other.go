@@ -2,7 +2,13 @@
 
 package safefs
 
-import "golang.org/x/sys/unix"
+import (
+	"errors"
+	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
 
 const dirFlags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
 
@@ -21,4 +27,29 @@ func chmodNoFollow(dirfd int, name string) error {
 		return unix.ENOTDIR
 	}
 	return unix.Fchmodat(dirfd, name, uint32(st.Mode&0o7777|0o700), unix.AT_SYMLINK_NOFOLLOW)
+}
+
+// readEntries lists up to 1024 entries of the directory fd, from the start
+// when rewind is set; none means the end. The listing gives no types.
+func readEntries(fd int, _ []byte, rewind bool) ([]entry, error) {
+	if rewind {
+		if _, err := unix.Seek(fd, 0, 0); err != nil {
+			return nil, err
+		}
+	}
+	dup, err := unix.Dup(fd)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(dup), "dir")
+	defer f.Close()
+	names, err := f.Readdirnames(1024)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	out := make([]entry, len(names))
+	for i, n := range names {
+		out[i] = entry{name: n}
+	}
+	return out, nil
 }

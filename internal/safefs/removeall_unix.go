@@ -5,7 +5,6 @@ package safefs
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 
@@ -15,9 +14,6 @@ import (
 // maxRounds bounds how often removal starts over on a tree that keeps
 // changing under it.
 const maxRounds = 1000
-
-// readBatch is how many names one directory read returns.
-const readBatch = 1024
 
 // RemoveAll removes path and everything below it. A missing path is not an
 // error. path itself is trusted: when it is a symlink, the link is removed,
@@ -51,7 +47,7 @@ func RemoveAll(path string) error {
 // removeAt removes the entry name of the directory parent, whatever it is.
 func removeAt(parent int, name string) error {
 	for round := 0; ; round++ {
-		done, err := removeEntry(parent, name)
+		done, err := removeEntry(parent, name, false)
 		if done || err != nil {
 			return err
 		}
@@ -66,20 +62,26 @@ func removeAt(parent int, name string) error {
 
 // removeEntry unlinks name, or removes it as an empty directory. It
 // reports false, with no error, when name is a directory with entries.
-func removeEntry(parent int, name string) (bool, error) {
-	err := unix.Unlinkat(parent, name, 0)
-	switch {
-	case err == nil, errors.Is(err, unix.ENOENT):
-		return true, nil
-	case !errors.Is(err, unix.EISDIR) && !errors.Is(err, unix.EPERM):
-		return false, &os.PathError{Op: "unlinkat", Path: name, Err: err}
+// isDir says the listing saw a directory: the unlink is not tried then.
+func removeEntry(parent int, name string, isDir bool) (bool, error) {
+	if !isDir {
+		err := unix.Unlinkat(parent, name, 0)
+		switch {
+		case err == nil, errors.Is(err, unix.ENOENT):
+			return true, nil
+		case !errors.Is(err, unix.EISDIR) && !errors.Is(err, unix.EPERM):
+			return false, &os.PathError{Op: "unlinkat", Path: name, Err: err}
+		}
 	}
-	err = unix.Unlinkat(parent, name, unix.AT_REMOVEDIR)
+	err := unix.Unlinkat(parent, name, unix.AT_REMOVEDIR)
 	switch {
 	case err == nil, errors.Is(err, unix.ENOENT):
 		return true, nil
+	case errors.Is(err, unix.ENOTDIR) && isDir:
+		// Listed as a directory, no longer one: unlink it.
+		return removeEntry(parent, name, false)
 	case errors.Is(err, unix.ENOTDIR):
-		// Swapped for a non-directory since the unlink: look again.
+		// Swapped back and forth under us: look again.
 		return false, nil
 	case errors.Is(err, unix.ENOTEMPTY), errors.Is(err, unix.EEXIST):
 		return false, nil
@@ -125,12 +127,15 @@ func emptyDir(parent int, name string) error {
 		cur = fd
 		return nil
 	}
+	buf := make([]byte, 32<<10)
+	fresh := true // cur was just opened: its offset is at the start
 	for rounds := 0; ; {
-		names, err := readNames(cur)
+		ents, err := readEntries(cur, buf, !fresh)
 		if err != nil {
 			return err
 		}
-		if len(names) == 0 {
+		fresh = false
+		if len(ents) == 0 {
 			if len(stack) == 0 {
 				return nil
 			}
@@ -146,17 +151,19 @@ func emptyDir(parent int, name string) error {
 				if err := restart(); err != nil {
 					return err
 				}
+				fresh = false
 				continue
 			}
 			unix.Close(cur)
-			cur, curID, stack = up, upID, stack[:len(stack)-1]
-			if _, err := removeEntry(cur, f.name); err != nil {
+			cur, curID, stack, fresh = up, upID, stack[:len(stack)-1], true
+			if _, err := removeEntry(cur, f.name, true); err != nil {
 				return err
 			}
 			continue
 		}
-		for _, n := range names {
-			done, err := removeEntry(cur, n)
+		for _, e := range ents {
+			n := e.name
+			done, err := removeEntry(cur, n, e.isDir)
 			if err != nil {
 				return err
 			}
@@ -172,7 +179,7 @@ func emptyDir(parent int, name string) error {
 			}
 			stack = append(stack, frame{name: n, parent: curID})
 			unix.Close(cur)
-			cur, curID = child, childID
+			cur, curID, fresh = child, childID, true
 			break
 		}
 	}
@@ -241,21 +248,9 @@ func writable(fd int) (ident, error) {
 	return ident{uint64(st.Dev), uint64(st.Ino)}, nil
 }
 
-// readNames lists up to readBatch entries of the directory fd from its
-// start, so entries removed since the last read are not seen again.
-func readNames(fd int) ([]string, error) {
-	if _, err := unix.Seek(fd, 0, 0); err != nil {
-		return nil, err
-	}
-	dup, err := unix.Dup(fd)
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(dup), "dir")
-	defer f.Close()
-	names, err := f.Readdirnames(readBatch)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
-	}
-	return names, nil
+// entry is one name of a directory listing; isDir is the listing's type,
+// a hint only (the entry may change before it is acted on).
+type entry struct {
+	name  string
+	isDir bool
 }

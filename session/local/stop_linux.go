@@ -19,8 +19,9 @@ const stopTimeout = 5 * time.Second
 // any process (another CLI invocation, an MCP server), before its files
 // are removed. A sandbox is recognised by its bind of the session's
 // workspace; killing bwrap takes the sandbox's pid namespace with it
-// (--die-with-parent). Each process is addressed by a pidfd opened before
-// its command line is checked, so a recycled pid is never signalled.
+// (--die-with-parent). Each process is signalled through a pidfd whose
+// command line was checked after it was opened, so a recycled pid is
+// never signalled.
 func stopSessionProcesses(d hostDirs) error {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
@@ -37,10 +38,15 @@ func stopSessionProcesses(d hostDirs) error {
 		if err != nil || pid == os.Getpid() {
 			continue
 		}
+		if !bindsWorkspace(pid, d.Workspace) {
+			continue
+		}
 		fd, err := unix.PidfdOpen(pid, 0)
 		if err != nil {
 			continue
 		}
+		// Checked again through the pidfd's process: the pid may have
+		// been recycled between the two looks.
 		if !bindsWorkspace(pid, d.Workspace) {
 			unix.Close(fd)
 			continue
