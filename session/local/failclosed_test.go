@@ -126,3 +126,19 @@ func TestCreateHonoursContext(t *testing.T) {
 		t.Fatal("canceled Create left state")
 	}
 }
+
+// A bwrap that ignores --seccomp (an old or altered one) is caught by
+// what the probe command reads in its own status.
+func TestBwrapWithoutSeccompIsRefused(t *testing.T) {
+	real, err := exec.LookPath("bwrap")
+	if err != nil {
+		t.Skip("bwrap not installed")
+	}
+	dropSeccomp := stub(t, "bwrap", `for a do shift
+  if [ "$skip" = 1 ]; then skip=0; continue; fi
+  if [ "$a" = --seccomp ]; then skip=1; continue; fi
+  set -- "$@" "$a"
+done
+exec `+real+` "$@"`)
+	refused(t, Options{Bwrap: dropSeccomp}, "without the seccomp filter")
+}

@@ -71,7 +71,8 @@ type ReapFailure struct {
 // olderThan before now, with their cgroups, and the leftovers of sessions
 // whose creation failed half-way (aged by their directory's time). It is
 // the local counterpart of reaping stale msb sandboxes; a session still in
-// use by another process loses its state.
+// use by another process has its running calls killed and loses its state.
+// A session whose removal fails stays listed, and the next Reap retries it.
 func Reap(ctx context.Context, stateDir string, olderThan time.Duration, now time.Time, dryRun bool) (ReapReport, error) {
 	var rep ReapReport
 	if olderThan < 0 {
