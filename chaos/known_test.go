@@ -10,12 +10,13 @@ import (
 	"fmt"
 	"maps"
 	"os/exec"
+	"runtime"
 	"slices"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/oma-sandbox/oma-sandbox/glob"
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
@@ -38,29 +39,6 @@ type knownIssue struct {
 
 var knownIssues = []knownIssue{
 	{
-		id:    "prepare-untyped",
-		where: "session/msb.go MsbSession.prepare: a non-zero exit of the preparation exec is a plain error",
-		errs: func(op string, err error) bool {
-			return op == "create" && classify(err) == untyped && strings.Contains(err.Error(), "prepare mounts and ripgrep preflight: exit ")
-		},
-	},
-	{
-		id:    "edit-untyped",
-		where: "tools/edit.go runEdit: failures decided on the host (oldText missing, repeated or overlapping, a concurrent change) are plain errors",
-		errs: func(op string, err error) bool {
-			return op == "edit" && classify(err) == untyped && strings.HasPrefix(err.Error(), "Could not edit file: ")
-		},
-	},
-	{
-		id: "msb-killed-as-guest-exit",
-		where: "session/msb.go shellResult: msb killed by a signal (exit status -1; msb reports a guest killed by a signal as 255) " +
-			"passes for the guest's own exit status, so a tool reports a guest-side failure",
-		errs: func(_ string, err error) bool {
-			var guest *tools.GuestError
-			return errors.As(err, &guest) && guest.ExitCode < 0
-		},
-	},
-	{
 		id: "killed-create-holder",
 		where: "fakemsb/sandbox.go app.create: the sandbox enters the state only after its holder is up, so a create killed in " +
 			"between leaves a holder that no listing shows and remove --force cannot end (msb lists Created and Starting sandboxes)",
@@ -77,13 +55,11 @@ func knownIssueOf(op string, err error) string {
 	return ""
 }
 
-// TestKnownIssues reproduces each known issue; each subtest fails while its
-// issue stands. Run them with -chaos.strict.
+// TestKnownIssues reproduces each issue the suite found: the fixed ones as
+// ordinary regression tests, and those still in knownIssues (each subtest
+// fails while its issue stands) under -chaos.strict.
 func TestKnownIssues(t *testing.T) {
 	requireFakemsb(t)
-	if !*strict {
-		t.Skip("known issues of other packages; -chaos.strict reproduces them")
-	}
 	ctx := context.Background()
 	open := func(t *testing.T, env *fakemsbtest.Env) (*session.MsbSession, *tools.Toolbox) {
 		t.Helper()
@@ -133,7 +109,59 @@ func TestKnownIssues(t *testing.T) {
 		}
 	})
 
+	t.Run("read-cut-output", func(t *testing.T) {
+		env := fakemsbtest.New(t)
+		_, tb := open(t, env)
+		// msb prints only the first half of stdout and exits 0.
+		env.SetKnob("FAKEMSB_FAULTS", "exec#1=malformed")
+		out, err := tb.Call(ctx, "read", json.RawMessage(`{"path":"a.txt"}`), nil)
+		if err == nil || classify(err) == untyped {
+			t.Errorf("read whose output msb cut short: want a typed error, got %q, %v", out, err)
+		}
+	})
+
+	t.Run("search-operation-timeout", func(t *testing.T) {
+		env := fakemsbtest.New(t)
+		s, _ := open(t, env)
+		tb := tools.New(s, tools.Options{OperationTimeout: time.Second})
+		if _, err := tb.Call(ctx, "bash", json.RawMessage(`{"command":"mkfifo blocked"}`), nil); err != nil {
+			t.Fatal(err)
+		}
+		// The session's own operation timeout is 10 s; the tools' is 1 s.
+		start := time.Now()
+		_, err := tb.Call(ctx, "grep", json.RawMessage(`{"pattern":"x","path":"/workspace/blocked"}`), nil)
+		if !errors.Is(err, session.ErrGuestTimeout) && !errors.Is(err, session.ErrHostTimeout) {
+			t.Errorf("grep on a fifo: want a timeout, got %v", err)
+		}
+		if d := time.Since(start); d > 6*time.Second {
+			t.Errorf("grep ended after %v, past the tools' 1 s operation timeout", d)
+		}
+	})
+
+	t.Run("glob-match-allocations", func(t *testing.T) {
+		p, err := glob.Compile("42/17/*")
+		if err != nil {
+			t.Fatal(err)
+		}
+		paths := make([]string, 100_000)
+		for i := range paths {
+			paths[i] = fmt.Sprintf("%02d/%02d/%d", i/1000, i/10%100, i%10)
+		}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for _, rel := range paths {
+			p.Match(rel)
+		}
+		runtime.ReadMemStats(&after)
+		if n := after.TotalAlloc - before.TotalAlloc; n > 2<<20 {
+			t.Errorf("matching 100,000 paths allocated %d bytes, more than 2 MiB", n)
+		}
+	})
+
 	t.Run("killed-create-holder", func(t *testing.T) {
+		if !*strict {
+			t.Skip("fakemsb's open issue; -chaos.strict reproduces it")
+		}
 		env := fakemsbtest.New(t)
 		for attempt := range 5 {
 			name := fmt.Sprintf("box%d", attempt)

@@ -162,24 +162,41 @@ func (p *Pattern) Match(rel string) bool {
 	return ok
 }
 
-// match also counts state insertions, which bounds the work done.
+// match also counts state insertions, which bounds the work done. Its two
+// state sets live on the stack for patterns of up to stackStates states (so
+// matching allocates nothing, which matters: a glob matches every file it
+// enumerates), and come from a pool for larger ones.
 func (p *Pattern) match(rel string) (bool, int) {
+	n := len(p.states)
+	if n <= stackStates {
+		var buf [4][stackStates]int32
+		cur := stateSet{dense: buf[0][:n], sparse: buf[1][:n]}
+		next := stateSet{dense: buf[2][:n], sparse: buf[3][:n]}
+		return p.run(&cur, &next, rel)
+	}
 	pair, _ := p.sets.Get().(*[2]stateSet)
 	if pair == nil {
-		pair = &[2]stateSet{newStateSet(len(p.states)), newStateSet(len(p.states))}
+		pair = &[2]stateSet{newStateSet(n), newStateSet(n)}
 	}
 	defer p.sets.Put(pair)
-	cur, next := &pair[0], &pair[1]
-	cur.clear()
+	pair[0].clear()
+	return p.run(&pair[0], &pair[1], rel)
+}
+
+// stackStates is the largest automaton whose state sets match keeps on the stack.
+const stackStates = 64
+
+// run simulates the automaton over rel with two empty state sets.
+func (p *Pattern) run(cur, next *stateSet, rel string) (bool, int) {
 	steps := 0
 	for _, s := range p.starts {
 		steps += p.add(cur, s)
 	}
-	for i := 0; i < len(rel) && len(cur.dense) > 0; {
+	for i := 0; i < len(rel) && cur.n > 0; {
 		r, n := decode(rel, i)
 		i += n
 		next.clear()
-		for _, s := range cur.dense {
+		for _, s := range cur.members() {
 			t := &p.states[s]
 			switch t.kind {
 			case kLiteral:
@@ -216,7 +233,7 @@ func (p *Pattern) match(rel string) (bool, int) {
 		}
 		cur, next = next, cur
 	}
-	for _, s := range cur.dense {
+	for _, s := range cur.members() {
 		if p.states[s].kind == kAccept {
 			return true, steps
 		}
@@ -243,26 +260,31 @@ func (p *Pattern) add(set *stateSet, s int32) int {
 }
 
 // stateSet is a sparse set: constant-time insert, membership and clear.
+// Its slices are never reassigned, so that sets built on the stack stay there.
 type stateSet struct {
 	dense  []int32
 	sparse []int32
+	n      int32
 }
 
 func newStateSet(n int) stateSet {
-	return stateSet{dense: make([]int32, 0, n), sparse: make([]int32, n)}
+	return stateSet{dense: make([]int32, n), sparse: make([]int32, n)}
 }
 
 func (s *stateSet) has(x int32) bool {
 	i := s.sparse[x]
-	return int(i) < len(s.dense) && s.dense[i] == x
+	return i < s.n && s.dense[i] == x
 }
 
 func (s *stateSet) insert(x int32) {
-	s.sparse[x] = int32(len(s.dense))
-	s.dense = append(s.dense, x)
+	s.sparse[x] = s.n
+	s.dense[s.n] = x
+	s.n++
 }
 
-func (s *stateSet) clear() { s.dense = s.dense[:0] }
+func (s *stateSet) members() []int32 { return s.dense[:s.n] }
+
+func (s *stateSet) clear() { s.n = 0 }
 
 type parser struct {
 	src   string

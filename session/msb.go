@@ -231,7 +231,7 @@ func (s *MsbSession) prepare(ctx context.Context) error {
 		return fmt.Errorf("prepare mounts and ripgrep preflight: %w", err)
 	}
 	if res.ExitCode != 0 {
-		return fmt.Errorf("prepare mounts and ripgrep preflight: exit %d: %s", res.ExitCode, tail(res.Stderr))
+		return fmt.Errorf("%w: prepare mounts and ripgrep preflight: exit %d: %s", ErrCannotStart, res.ExitCode, tail(res.Stderr))
 	}
 	return nil
 }
@@ -333,8 +333,11 @@ func shellResult(res *msb.Result, err error) (*Result, error) {
 			return out, fmt.Errorf("%w: %w", m.to, err)
 		}
 	}
+	// A plain non-zero exit is the guest's status; msb killed by a signal
+	// (a negative status: msb itself reports a guest's signal as 255) is a
+	// failure of msb, not a result.
 	var exitErr *msb.ExitError
-	if errors.As(err, &exitErr) && exitErr.Kind == nil && out != nil {
+	if errors.As(err, &exitErr) && exitErr.Kind == nil && out != nil && out.ExitCode >= 0 {
 		return out, nil
 	}
 	return out, err

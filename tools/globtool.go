@@ -10,10 +10,10 @@ import (
 )
 
 var globTool = tool{
-	description: "Find files in the workspace whose path matches a glob pattern (*, **, ?, [classes], {a,b}; an implicit **/ prefix, dotfiles included). Returns at most 100 paths, relative unless path is absolute, and a final bracketed line when more match. .git directories are searched only when the pattern names .git.",
+	description: "Find files in the workspace (or, with path, in /mnt/session/uploads) whose path matches a glob pattern (*, **, ?, [classes], {a,b}; an implicit **/ prefix, dotfiles included). Returns at most 100 paths, relative unless path is absolute, and a final bracketed line when more match. .git directories are searched only when the pattern names .git.",
 	schema: schema{
 		{name: "pattern", kind: kindString, required: true, description: "Glob pattern, e.g. *.md or src/**/*.go"},
-		{name: "path", kind: kindString, description: "Directory to search in (default: /workspace)"},
+		{name: "path", kind: kindString, description: "Directory to search in (default: /workspace; /mnt/session/uploads is allowed)"},
 	},
 	run: runGlob,
 }
@@ -24,12 +24,13 @@ func runGlob(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error
 	if err != nil {
 		return "", &InputError{Tool: "glob", Msg: err.Error()}
 	}
-	ws := t.sess.Paths().Workspace
+	paths := t.sess.Paths()
+	ws := paths.Workspace
 	p, hasPath := a.str("path")
 	if !hasPath {
 		p = ws
 	}
-	root, err := resolveIn("glob", p, ws, ws)
+	root, err := resolveIn("glob", p, ws, ws, paths.Uploads)
 	if err != nil {
 		return "", err
 	}

@@ -17,7 +17,7 @@ import (
 const lsDefaultLimit = 500
 
 var lsTool = tool{
-	description: "List a directory in the workspace: entries sorted case-insensitively, directories suffixed with /, dotfiles included, at most limit entries (default 500) or 50KB.",
+	description: "List a directory in the workspace or in /mnt/session/uploads: entries sorted case-insensitively, directories suffixed with /, dotfiles included, at most limit entries (default 500) or 50KB.",
 	schema: schema{
 		{name: "path", kind: kindString, description: "Directory to list (default: /workspace)"},
 		{name: "limit", kind: kindInteger, description: "Maximum number of entries to return (default: 500)", min: 1, max: 1 << 31},
@@ -39,7 +39,7 @@ func runLs(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error) 
 	if !ok {
 		p = paths.Workspace
 	}
-	abs, err := resolveIn("ls", p, paths.Workspace, paths.Workspace)
+	abs, err := resolveIn("ls", p, paths.Workspace, paths.Workspace, paths.Uploads)
 	if err != nil {
 		return "", err
 	}

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 
+	"github.com/oma-sandbox/oma-sandbox/glob"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
@@ -17,48 +19,60 @@ const (
 )
 
 var readTool = tool{
-	description: "Read a text file in the workspace. Returns the raw text (no line numbers), at most 2000 lines or 50KB; use offset and limit to page through longer files.",
+	description: "Read a text file in the workspace or in /mnt/session/uploads. Returns the raw text (no line numbers), at most 2000 lines or 50KB; use offset and limit to page through longer files. A binary file is described (size and type), not printed.",
 	schema: schema{
 		{name: "path", kind: kindString, required: true, description: "File to read (absolute, or relative to /workspace)"},
-		{name: "offset", kind: kindInteger, description: "Line number to start from (1-based)", min: 1, max: 1 << 53},
+		{name: "offset", kind: kindInteger, description: "Line number to start from (1-based; 0 also means the first line)", min: 0, max: 1 << 53},
 		{name: "limit", kind: kindInteger, description: "Maximum number of lines to read", min: 1, max: 1 << 53},
 	},
 	run: runRead,
 }
 
-// readScript prints "TOTAL FIRSTLEN\n" (lines in the file as split on \n,
-// and the byte length of the first selected line without its newline), then at most readMaxLines
-// lines and readMaxBytes+1 bytes from line $2 on: the guest reads the whole
-// file only to count, the host receives only what the result can show.
-const readScript = `f=$1 start=$2 take=$3 maxb=$4
-if [ ! -e "$f" ]; then printf 'File not found: %s\n' "$5" >&2; exit 3; fi
-if [ -d "$f" ]; then printf 'Path is a directory: %s\n' "$5" >&2; exit 3; fi
-if [ ! -r "$f" ]; then printf 'Permission denied: %s\n' "$5" >&2; exit 3; fi
+// readScript prints "T TOTAL FIRSTLEN\n" (lines in the file as split on \n,
+// and the byte length of the first selected line without its newline), then
+// at most readMaxLines lines and readMaxBytes+1 bytes from line $2 on: the
+// guest reads the whole file only to count, the host receives only what the
+// result can show. A file with a NUL byte in its first 8 KiB is binary: it
+// gets "B SIZE\n" and its first 512 bytes, for the host to name its type.
+// Either way the output ends with the call's own end mark ($6), so output cut
+// short is never mistaken for a short file.
+const readScript = `f=$1 start=$2 take=$3 maxb=$4 show=$5 end=$6
+if [ ! -e "$f" ]; then printf 'File not found: %s\n' "$show" >&2; exit 3; fi
+if [ -d "$f" ]; then printf 'Path is a directory: %s\n' "$show" >&2; exit 3; fi
+if [ ! -r "$f" ]; then printf 'Permission denied: %s\n' "$show" >&2; exit 3; fi
+nul=$(head -c 8192 -- "$f" | tr -cd '\000' | wc -c) || exit 4
+if [ "$nul" -gt 0 ]; then
+	size=$(stat -Lc %s -- "$f") || exit 4
+	printf 'B %s\n' "$size"
+	head -c 512 -- "$f" || exit 4
+	printf '%s' "$end"
+	exit 0
+fi
 nl=$(tr -cd '\n' < "$f" | wc -c) || exit 4
 first=$(tail -n "+$start" "$f" | head -n 1 | tr -d '\n' | wc -c)
-printf '%s %s\n' "$((nl + 1))" "$first"
+printf 'T %s %s\n' "$((nl + 1))" "$first"
 if [ "$start" -le "$((nl + 1))" ]; then tail -n "+$start" "$f" | head -n "$take" | head -c "$((maxb + 1))"; fi
+printf '%s' "$end"
 `
 
 func runRead(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error) {
 	p, _ := a.str("path")
 	paths := t.sess.Paths()
-	abs, err := resolveIn("read", p, paths.Workspace, paths.Workspace)
+	abs, err := resolveIn("read", p, paths.Workspace, paths.Workspace, paths.Uploads)
 	if err != nil {
 		return "", err
 	}
-	offset, hasOffset := a.integer("offset")
-	if !hasOffset {
-		offset = 1
-	}
+	offset, _ := a.integer("offset")
+	offset = max(offset, 1)
 	limit, hasLimit := a.integer("limit")
 	take := int64(readMaxLines)
 	if hasLimit && limit < take {
 		take = limit
 	}
 	t.record("read")
+	end := "\n" + glob.NewToken("read-end")
 	res, err := t.shell(ctx, session.Command{Script: readScript, Args: []string{
-		abs, strconv.FormatInt(offset, 10), strconv.FormatInt(take, 10), strconv.Itoa(readMaxBytes), p,
+		abs, strconv.FormatInt(offset, 10), strconv.FormatInt(take, 10), strconv.Itoa(readMaxBytes), p, end,
 	}}, session.ShellOptions{MaxOutput: readMaxBytes + 4096})
 	if err != nil {
 		return "", fmt.Errorf("read %s: %w", p, err)
@@ -66,15 +80,26 @@ func runRead(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error
 	if res.ExitCode != 0 {
 		return "", guestError("read", p, res)
 	}
-	header, body, ok := bytes.Cut(res.Stdout, []byte("\n"))
+	out, ok := bytes.CutSuffix(res.Stdout, []byte(end))
+	if !ok {
+		return "", fmt.Errorf("read %s: the guest's output was cut short (%d bytes, no end mark): %w", p, len(res.Stdout), glob.ErrMalformed)
+	}
+	header, body, ok := bytes.Cut(out, []byte("\n"))
+	var kind string
 	var total, firstLen int64
 	if ok {
-		_, err = fmt.Sscanf(string(header), "%d %d", &total, &firstLen)
+		_, err = fmt.Sscanf(string(header), "%s %d", &kind, &total)
+		if err == nil && kind == "T" {
+			_, err = fmt.Sscanf(string(header), "T %d %d", &total, &firstLen)
+		}
 	}
-	if !ok || err != nil || total < 1 {
-		return "", fmt.Errorf("read %s: malformed guest output %q", p, clip(header))
-	}
-	if offset > total {
+	switch {
+	case !ok || err != nil || (kind != "T" && kind != "B") || total < 0 || (kind == "T" && total < 1):
+		return "", fmt.Errorf("read %s: malformed guest output %q: %w", p, clip(header), glob.ErrMalformed)
+	case kind == "B":
+		return fmt.Sprintf("[Binary file: %s, %s (%d bytes), %s. read shows text only; inspect it with bash, e.g. od -c %s | head]",
+			p, formatSize(total), total, binaryType(body), shellQuote(p)), nil
+	case offset > total:
 		return "", fmt.Errorf("Offset %d is beyond end of file (%d lines total)", offset, total)
 	}
 	selected := total - offset + 1
@@ -84,12 +109,41 @@ func runRead(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error
 	return formatRead(p, body, offset, selected, total, firstLen, hasLimit), nil
 }
 
+// binaryType names a binary file's type from its first bytes.
+func binaryType(head []byte) string {
+	switch {
+	case bytes.HasPrefix(head, []byte("\x7fELF")):
+		return "ELF executable or library"
+	case bytes.HasPrefix(head, []byte("\xca\xfe\xba\xbe")), bytes.HasPrefix(head, []byte("\xcf\xfa\xed\xfe")):
+		return "Mach-O executable"
+	case bytes.HasPrefix(head, []byte("SQLite format 3\x00")):
+		return "SQLite database"
+	}
+	return http.DetectContentType(head)
+}
+
+// shellQuote makes a path safe to paste into a shell command: plain paths
+// stay as they are, any other is single-quoted; a leading '-' gets "./" so
+// that no command takes it for an option.
+func shellQuote(p string) string {
+	if strings.HasPrefix(p, "-") {
+		p = "./" + p
+	}
+	plain := p != "" && strings.IndexFunc(p, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_./-+:@%,=", r))
+	}) < 0
+	if plain {
+		return p
+	}
+	return "'" + strings.ReplaceAll(p, "'", `'\''`) + "'"
+}
+
 // formatRead applies the 2000-line / 50KB head truncation to the selected
 // lines and adds the continuation note an agent needs to page on.
 func formatRead(p string, body []byte, offset, selected, total, firstLen int64, userLimited bool) string {
 	if firstLen > readMaxBytes {
 		return fmt.Sprintf("[Line %d is %s, exceeds %s limit. Use bash: sed -n '%dp' %s | head -c %d]",
-			offset, formatSize(firstLen), formatSize(readMaxBytes), offset, p, readMaxBytes)
+			offset, formatSize(firstLen), formatSize(readMaxBytes), offset, shellQuote(p), readMaxBytes)
 	}
 	lines := strings.Split(string(body), "\n")
 	if int64(len(lines)) > selected {

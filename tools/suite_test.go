@@ -223,17 +223,17 @@ func TestRefusedBeforeAnyRoundTrip(t *testing.T) {
 			want  string
 			esc   bool
 		}{
-			{"read", `{"path": "../etc/passwd"}`, `read: path "../etc/passwd" escapes ` + ws, true},
-			{"read", `{"path": "/etc/passwd"}`, `read: path "/etc/passwd" escapes ` + ws, true},
+			{"read", `{"path": "../etc/passwd"}`, `read: path "../etc/passwd" escapes ` + ws + ", " + s.Paths().Uploads, true},
+			{"read", `{"path": "/etc/passwd"}`, `read: path "/etc/passwd" escapes ` + ws + ", " + s.Paths().Uploads, true},
 			{"write", `{"path": "` + ws + `-escape/x", "content": ""}`, `write: path "` + ws + `-escape/x" escapes ` + ws, true},
 			{"edit", `{"path": "a/../../x", "edits": [{"oldText": "a", "newText": "b"}]}`, `edit: path "a/../../x" escapes ` + ws, true},
-			{"ls", `{"path": ".."}`, `ls: path ".." escapes ` + ws, true},
+			{"ls", `{"path": ".."}`, `ls: path ".." escapes ` + ws + ", " + s.Paths().Uploads, true},
 			{"read", `{"path": ""}`, "read: path must not be empty", false},
 			{"read", `{"path": "a\u0000b"}`, "read: path must not contain NUL bytes", false},
 			{"read", `{}`, "read: path is required", false},
 			{"read", `{"path": 3}`, "read: path must be a string", false},
 			{"read", `{"path": "a", "offset": 1.5}`, "read: offset must be an integer", false},
-			{"read", `{"path": "a", "offset": 0}`, "read: offset must be an integer from 1 through 9007199254740992", false},
+			{"read", `{"path": "a", "offset": -1}`, "read: offset must be an integer from 0 through 9007199254740992", false},
 			{"read", `{"path": "a", "extra": 1}`, `read: unknown field "extra"`, false},
 			{"read", `[1]`, "read input must be a JSON object", false},
 			{"write", `{"path": "a"}`, "write: content is required", false},

@@ -1,5 +1,0 @@
-//go:build !race
-
-package glob
-
-const raceEnabled = false
