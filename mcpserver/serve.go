@@ -4,17 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// ErrNotLoopback is returned by ServeHTTP for an address other than a
+// ErrNotLoopback is returned by ListenHTTP for an address other than a
 // loopback one.
-var ErrNotLoopback = errors.New("the MCP HTTP endpoint must listen on a loopback address (127.0.0.1, ::1 or localhost): it has no authentication and its tools run commands")
+var ErrNotLoopback = errors.New("the MCP HTTP endpoint listens on loopback addresses only (127.0.0.1, ::1 or localhost): " +
+	"its tools run commands and plain HTTP would carry its token in the clear; reach it from another machine through a tunnel such as ssh -L")
 
 // HTTPPath is where ServeHTTP serves the streamable HTTP endpoint.
 const HTTPPath = "/mcp"
@@ -27,9 +30,17 @@ const httpShutdownTimeout = 5 * time.Second
 // when the client disconnects or ctx ends. Either cancels the tool calls
 // still running, which kills their guest work; when ctx ends, the
 // connection closes without their results.
+// A line that is not a JSON-RPC message, or is longer than MaxMessageBytes,
+// is answered with an error and the next line is served.
 func ServeStdio(ctx context.Context, opts Options) error {
-	return serve(ctx, opts, &mcp.StdioTransport{})
+	return serve(ctx, opts, &lineTransport{r: os.Stdin, w: nopCloser{os.Stdout}, maxLine: MaxMessageBytes})
 }
+
+// nopCloser keeps stdout open when the connection closes: the process may
+// still write to it, and it is not ours to close.
+type nopCloser struct{ io.Writer }
+
+func (nopCloser) Close() error { return nil }
 
 // serve is Server.Run without its error-level record of a cancelled
 // context, which is an ordinary shutdown here.
@@ -54,32 +65,49 @@ func serve(ctx context.Context, opts Options, t mcp.Transport) error {
 	}
 }
 
-// ServeHTTP serves the streamable HTTP transport at HTTPPath on addr, which
-// must be a loopback address ("127.0.0.1:0" picks a free port; the URL is
-// logged at info level). Any number of clients may connect; they share the
-// Toolbox. It returns when serving fails, or nil when ctx ends, after
-// cancelling the tool calls still running and closing every connection.
-func ServeHTTP(ctx context.Context, addr string, opts Options) error {
+// ListenHTTP binds addr, which must be a loopback address ("127.0.0.1:0"
+// picks a free port), for ServeHTTP. Binding before anything else starts
+// lets a caller refuse a bad address with nothing created.
+func ListenHTTP(addr string) (net.Listener, error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("mcpserver: HTTP address %q: %w", addr, err)
+		return nil, fmt.Errorf("mcpserver: HTTP address %q: %w", addr, err)
 	}
 	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return fmt.Errorf("mcpserver: refusing to serve on %q: %w", addr, ErrNotLoopback)
+		return nil, fmt.Errorf("mcpserver: refusing to serve on %q: %w", addr, ErrNotLoopback)
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("mcpserver: %w", err)
+		return nil, fmt.Errorf("mcpserver: %w", err)
 	}
 	// localhost is whatever the resolver says; check what was bound.
 	if tcp, ok := ln.Addr().(*net.TCPAddr); !ok || !tcp.IP.IsLoopback() {
 		ln.Close()
-		return fmt.Errorf("mcpserver: refusing to serve on %q, which is %s: %w", addr, ln.Addr(), ErrNotLoopback)
+		return nil, fmt.Errorf("mcpserver: refusing to serve on %q, which is %s: %w", addr, ln.Addr(), ErrNotLoopback)
 	}
-	return serveHTTP(ctx, ln, opts)
+	return ln, nil
 }
 
-func serveHTTP(ctx context.Context, ln net.Listener, opts Options) error {
+// URL is the endpoint ServeHTTP serves on ln.
+func URL(ln net.Listener) string { return "http://" + ln.Addr().String() + HTTPPath }
+
+// ServeHTTP serves the streamable HTTP transport at HTTPPath on ln, from
+// ListenHTTP, and closes ln. Every request must name this server in its Host
+// header, carry no Origin but this server's, and carry
+// "Authorization: Bearer TOKEN"; a POST body over MaxMessageBytes is
+// refused as on stdio. Any number of clients may connect; they share the
+// Toolbox. It returns when serving fails, or nil when ctx ends, after
+// cancelling the tool calls still running and closing every connection.
+func ServeHTTP(ctx context.Context, ln net.Listener, token string, opts Options) error {
+	if err := CheckToken(token); err != nil {
+		ln.Close()
+		return fmt.Errorf("mcpserver: %w", err)
+	}
+	tcp, ok := ln.Addr().(*net.TCPAddr)
+	if !ok || !tcp.IP.IsLoopback() {
+		ln.Close()
+		return fmt.Errorf("mcpserver: refusing to serve on %s: %w", ln.Addr(), ErrNotLoopback)
+	}
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -87,11 +115,11 @@ func serveHTTP(ctx context.Context, ln net.Listener, opts Options) error {
 	server := newServer(opts, ctx)
 	mux := http.NewServeMux()
 	mux.Handle(HTTPPath, mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
-		&mcp.StreamableHTTPOptions{Logger: logger}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		&mcp.StreamableHTTPOptions{Logger: logger, MaxRequestBodyBytes: MaxMessageBytes}))
+	srv := &http.Server{Handler: newGuard(mux, tcp, token, MaxMessageBytes), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	logger.Info("serving MCP over streamable HTTP", "url", "http://"+ln.Addr().String()+HTTPPath)
+	logger.Info("serving MCP over streamable HTTP", "url", URL(ln))
 
 	select {
 	case err := <-served:

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -193,45 +193,63 @@ func TestServeStdio(t *testing.T) {
 	})
 }
 
-// urlHandler is a slog handler that reports the URL ServeHTTP logs.
-type urlHandler struct{ urls chan string }
+// bearer adds the Authorization header to every request.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
 
-func (h urlHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h urlHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
-func (h urlHandler) WithGroup(string) slog.Handler            { return h }
-func (h urlHandler) Handle(_ context.Context, r slog.Record) error {
-	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == "url" {
-			h.urls <- a.Value.String()
-		}
-		return true
-	})
-	return nil
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+// httpServer serves tb over HTTP on a free loopback port with a fresh
+// token until the test ends.
+func httpServer(t *testing.T, tb *tools.Toolbox) (url, token string, stop func()) {
+	ln, err := ListenHTTP("127.0.0.1:0")
+	require.NoError(t, err)
+	url, token = URL(ln), NewToken()
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- ServeHTTP(ctx, ln, token, Options{Toolbox: tb}) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-served:
+				require.NoError(t, err)
+			case <-time.After(15 * time.Second):
+				t.Fatal("ServeHTTP did not return")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return url, token, stop
+}
+
+// httpClient connects an SDK client with the token.
+func httpClient(t *testing.T, url, token string) *client {
+	transport := &http.Transport{}
+	t.Cleanup(transport.CloseIdleConnections)
+	c, mc := newClient()
+	var err error
+	c.cs, err = mc.Connect(context.Background(), &mcp.StreamableClientTransport{
+		Endpoint: url, HTTPClient: &http.Client{Transport: bearer{token, transport}}, MaxRetries: -1,
+	}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.cs.Close() })
+	return c
 }
 
 func TestServeHTTP(t *testing.T) {
 	_, tb, _ := hostServer(t)
-	urls := make(chan string, 1)
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	served := make(chan error, 1)
-	go func() {
-		served <- ServeHTTP(ctx, "127.0.0.1:0", Options{Toolbox: tb, Logger: slog.New(urlHandler{urls})})
-	}()
-	var url string
-	select {
-	case url = <-urls:
-	case err := <-served:
-		t.Fatalf("ServeHTTP: %v", err)
-	}
+	url, token, stop := httpServer(t, tb)
 	require.True(t, strings.HasPrefix(url, "http://127.0.0.1:") && strings.HasSuffix(url, HTTPPath), url)
 
-	transport := &http.Transport{}
-	defer transport.CloseIdleConnections()
-	c, mc := newClient()
-	var err error
-	c.cs, err = mc.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: transport}}, nil)
-	require.NoError(t, err)
+	c := httpClient(t, url, token)
 	res, err := c.cs.ListTools(context.Background(), nil)
 	require.NoError(t, err)
 	assert.Len(t, res.Tools, len(tools.Names()))
@@ -250,23 +268,15 @@ func TestServeHTTP(t *testing.T) {
 
 	// Stopping with a client still connected (its event stream open).
 	stop()
-	select {
-	case err := <-served:
-		require.NoError(t, err)
-	case <-time.After(15 * time.Second):
-		t.Fatal("ServeHTTP did not return")
-	}
-	_ = c.cs.Close()
 }
 
-func TestServeHTTPRefusesNonLoopback(t *testing.T) {
-	_, tb, _ := hostServer(t)
+func TestListenHTTPRefusesNonLoopback(t *testing.T) {
 	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0", "192.0.2.1:8080", "example.com:80", "127.0.0.1.nip.io:80"} {
-		err := ServeHTTP(context.Background(), addr, Options{Toolbox: tb})
+		_, err := ListenHTTP(addr)
 		assert.ErrorIs(t, err, ErrNotLoopback, addr)
 		assert.ErrorContains(t, err, "loopback", addr)
 	}
-	err := ServeHTTP(context.Background(), "127.0.0.1", Options{Toolbox: tb})
+	_, err := ListenHTTP("127.0.0.1")
 	assert.ErrorContains(t, err, "missing port")
 	assert.False(t, errors.Is(err, ErrNotLoopback))
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
+	"github.com/oma-sandbox/oma-sandbox/mcpserver"
 )
 
 func TestMain(m *testing.M) {
@@ -42,10 +44,11 @@ type fakemsbKey struct{}
 //	msbcalls reset|N         forget fakemsb's log | fail unless it logged N invocations since
 //	knob NAME [VALUE]        set (or unset) a fakemsb knob such as FAKEMSB_FAULTS
 //	waitfile DIR NAME        wait up to 20s for a file NAME anywhere below DIR
-//	mcpclient [-http] TOOL JSON... -- MCPARGS...
+//	mcpclient [-http] [-exit N] TOOL JSON... -- MCPARGS...
 //	                         run `oma-sandbox mcp MCPARGS`, list its tools, call
 //	                         each TOOL with JSON, then disconnect (stdio) or send
-//	                         SIGTERM (-http); fail unless the server exits 0
+//	                         SIGTERM (-http, with a token in OMA_MCP_TOKEN); fail
+//	                         unless the server exits 0 (or N)
 func TestScripts(t *testing.T) {
 	testscript.Run(t, testscript.Params{
 		Dir: "testdata/script",
@@ -176,9 +179,20 @@ func cmdMCPClient(ts *testscript.TestScript, neg bool, args []string) {
 	if neg {
 		ts.Fatalf("unsupported: ! mcpclient")
 	}
-	useHTTP := len(args) > 0 && args[0] == "-http"
-	if useHTTP {
-		args = args[1:]
+	useHTTP, wantExit := false, 0
+	for len(args) > 0 && strings.HasPrefix(args[0], "-") && args[0] != "--" {
+		switch {
+		case args[0] == "-http":
+			useHTTP, args = true, args[1:]
+		case args[0] == "-exit" && len(args) > 1:
+			n, err := strconv.Atoi(args[1])
+			if err != nil {
+				ts.Fatalf("mcpclient -exit %q: %v", args[1], err)
+			}
+			wantExit, args = n, args[2:]
+		default:
+			ts.Fatalf("mcpclient: unknown option %s", args[0])
+		}
 	}
 	sep := -1
 	for i, a := range args {
@@ -188,7 +202,7 @@ func cmdMCPClient(ts *testscript.TestScript, neg bool, args []string) {
 		}
 	}
 	if sep < 0 || sep%2 != 0 {
-		ts.Fatalf("usage: mcpclient [-http] TOOL JSON... -- MCPARGS...")
+		ts.Fatalf("usage: mcpclient [-http] [-exit N] TOOL JSON... -- MCPARGS...")
 	}
 	calls, mcpArgs := args[:sep], append([]string{"mcp"}, args[sep+1:]...)
 	var endpoint string
@@ -201,6 +215,8 @@ func cmdMCPClient(ts *testscript.TestScript, neg bool, args []string) {
 	for _, k := range []string{"PATH", "HOME", "TMPDIR", "XDG_STATE_HOME", "OMA_MSB", "GORACE"} {
 		cmd.Env = append(cmd.Env, k+"="+ts.Getenv(k))
 	}
+	token := mcpserver.NewToken()
+	cmd.Env = append(cmd.Env, "OMA_MCP_TOKEN="+token)
 	stderr := &lockedBuffer{}
 	cmd.Stderr = stderr
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -213,7 +229,8 @@ func cmdMCPClient(ts *testscript.TestScript, neg bool, args []string) {
 			ts.Fatalf("start mcp: %v", err)
 		}
 		waitListening(ts, endpoint, stderr)
-		transport = &mcp.StreamableClientTransport{Endpoint: "http://" + endpoint + "/mcp", MaxRetries: -1}
+		transport = &mcp.StreamableClientTransport{Endpoint: "http://" + endpoint + "/mcp", MaxRetries: -1,
+			HTTPClient: &http.Client{Transport: bearer(token)}}
 	}
 	cs, err := client.Connect(ctx, transport, nil)
 	if err != nil {
@@ -251,9 +268,23 @@ func cmdMCPClient(ts *testscript.TestScript, neg bool, args []string) {
 		err = cs.Close() // closes stdin and waits for the server to exit
 	}
 	fmt.Fprint(ts.Stderr(), stderr.String())
-	if err != nil {
+	var exitErr *exec.ExitError
+	switch {
+	case wantExit != 0 && errors.As(err, &exitErr) && exitErr.ExitCode() == wantExit:
+	case wantExit != 0:
+		ts.Fatalf("mcp server: %v, want exit status %d\n%s", err, wantExit, stderr.String())
+	case err != nil:
 		ts.Fatalf("mcp server: %v\n%s", err, stderr.String())
 	}
+}
+
+// bearer sends the server's token with every request.
+type bearer string
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+string(b))
+	return http.DefaultTransport.RoundTrip(r)
 }
 
 // rawArgs passes a tool's JSON arguments through unchanged.

@@ -2,9 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"net"
+	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/oma-sandbox/oma-sandbox/mcpserver"
@@ -16,14 +21,26 @@ import (
 // which may be after a signal cancelled everything else.
 const mcpCollectTimeout = 2 * time.Minute
 
+// tokenEnv names the environment variable that may hold the HTTP bearer
+// token.
+const tokenEnv = "OMA_MCP_TOKEN"
+
 func runMCP(ctx context.Context, c *cli, args []string) error {
-	fs := c.flagSet("mcp", "[--backend auto|msb|local] [session create flags] [--attach NAME] [--outputs DIR] [--http 127.0.0.1:PORT]", `Serves one session's agent tools over the Model Context Protocol: on stdin
+	fs := c.flagSet("mcp", "[--backend auto|msb|local] [session create flags] [--attach NAME] [--outputs DIR]\n       [--http 127.0.0.1:PORT [--token-file FILE]]", `Serves one session's agent tools over the Model Context Protocol: on stdin
 and stdout by default, or over streamable HTTP at http://ADDR/mcp with
---http (loopback addresses only: the endpoint has no authentication). The
-session is created at startup (or attached with --attach) and, when the
+--http. The HTTP endpoint listens on loopback addresses only and requires
+"Authorization: Bearer TOKEN" on every request: the token is read from
+--token-file (created with a new token when the file does not exist), else
+from $OMA_MCP_TOKEN, else generated and printed once on stderr. Requests
+naming another Host or coming from another web Origin are refused. A message
+over 64 MiB is refused (as a tool error for a tool call) on either
+transport, and the server goes on.
+
+The session is created at startup (or attached with --attach) and, when the
 client disconnects or SIGINT/SIGTERM arrives, its outputs are collected into
---outputs (when given) and the session is removed (not an attached one).
-Nothing but the protocol is written to stdout.
+--outputs (when given) and the session is removed (not an attached one, and
+not one whose outputs could not all be collected: the command says how to
+collect them again). Nothing but the protocol is written to stdout.
 
 Exit status: 0 after a normal stop (disconnect or signal), 1 when the
 session or the server failed, 2 on a usage error.`)
@@ -32,6 +49,7 @@ session or the server failed, 2 on a usage error.`)
 	attach := fs.String("attach", "", "serve the existing session `NAME` instead of creating one")
 	outDir := fs.String("outputs", "", "collect the session's outputs into this host `directory` at the end")
 	httpAddr := fs.String("http", "", "serve streamable HTTP on this loopback `address` (127.0.0.1:PORT) instead of stdio")
+	tokenFile := fs.String("token-file", "", "with --http: read the bearer token from this `file`, or write a new one there (mode 0600) when it does not exist")
 	rest, err := c.parse(fs, args)
 	if err != nil {
 		return err
@@ -47,10 +65,14 @@ session or the server failed, 2 on a usage error.`)
 			}
 		}
 	}
+	var endpoint *httpEndpoint
 	if *httpAddr != "" {
-		if _, port, err := net.SplitHostPort(*httpAddr); err != nil || !validPort(port) {
-			return &usageError{msg: fmt.Sprintf("--http %q: want HOST:PORT with a port from 1 to 65535, such as 127.0.0.1:8765", *httpAddr)}
+		if endpoint, err = listenMCP(*httpAddr, *tokenFile); err != nil {
+			return err
 		}
+		defer endpoint.ln.Close()
+	} else if *tokenFile != "" {
+		return &usageError{msg: "--token-file goes with --http"}
 	}
 
 	var s session.Session
@@ -66,9 +88,10 @@ session or the server failed, 2 on a usage error.`)
 		return err
 	}
 	opts := mcpserver.Options{Toolbox: tools.New(s, tools.Options{Logger: c.logger}), Name: "oma-sandbox", Version: version(), Logger: c.logger}
-	if *httpAddr != "" {
-		fmt.Fprintf(c.stderr, "oma-sandbox: serving session %s over MCP at http://%s%s\n", s.Name(), *httpAddr, mcpserver.HTTPPath)
-		err = mcpserver.ServeHTTP(ctx, *httpAddr, opts)
+	if endpoint != nil {
+		if err = endpoint.announce(c.stderr, s.Name()); err == nil {
+			err = mcpserver.ServeHTTP(ctx, endpoint.ln, endpoint.token, opts)
+		}
 	} else {
 		c.logger.Info("serving over MCP on stdio", "session", s.Name())
 		err = mcpserver.ServeStdio(ctx, opts)
@@ -79,8 +102,109 @@ session or the server failed, 2 on a usage error.`)
 	return c.finishMCP(ctx, s, *outDir, *attach == "", err)
 }
 
+// httpEndpoint is a bound loopback listener and the token it requires.
+type httpEndpoint struct {
+	ln        net.Listener
+	token     string
+	source    string // where the token came from, for the announcement
+	writeFile string // a file to create with the token, when it did not exist
+}
+
+// listenMCP checks --http and the token source and binds the address, all
+// before any session exists, so that bad input creates nothing.
+func listenMCP(addr, tokenFile string) (*httpEndpoint, error) {
+	if _, port, err := net.SplitHostPort(addr); err != nil || !validPort(port) {
+		return nil, &usageError{msg: fmt.Sprintf("--http %q: want HOST:PORT with a port from 1 to 65535, such as 127.0.0.1:8765", addr)}
+	}
+	e, err := resolveToken(tokenFile)
+	if err != nil {
+		return nil, err
+	}
+	e.ln, err = mcpserver.ListenHTTP(addr)
+	if errors.Is(err, mcpserver.ErrNotLoopback) {
+		return nil, &usageError{msg: fmt.Sprintf("--http %q: %v", addr, mcpserver.ErrNotLoopback)}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// resolveToken finds the bearer token: --token-file's (a new one when the
+// file does not exist), else $OMA_MCP_TOKEN, else a new one.
+func resolveToken(tokenFile string) (*httpEndpoint, error) {
+	if tokenFile == "" {
+		token := os.Getenv(tokenEnv)
+		if token == "" {
+			return &httpEndpoint{token: mcpserver.NewToken(), source: "generated"}, nil
+		}
+		if err := mcpserver.CheckToken(token); err != nil {
+			return nil, &usageError{msg: fmt.Sprintf("$%s: %v", tokenEnv, err)}
+		}
+		return &httpEndpoint{token: token, source: "from $" + tokenEnv}, nil
+	}
+	data, err := os.ReadFile(tokenFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return &httpEndpoint{token: mcpserver.NewToken(), source: "written to " + tokenFile, writeFile: tokenFile}, nil
+	}
+	if err == nil {
+		err = privateFile(tokenFile)
+	}
+	if err != nil {
+		return nil, &usageError{msg: fmt.Sprintf("--token-file: %v", err)}
+	}
+	token := strings.TrimRight(string(data), "\r\n")
+	if err := mcpserver.CheckToken(token); err != nil {
+		return nil, &usageError{msg: fmt.Sprintf("--token-file %s: %v", tokenFile, err)}
+	}
+	return &httpEndpoint{token: token, source: "read from " + tokenFile}, nil
+}
+
+// privateFile refuses a token file other users could read or replace.
+func privateFile(path string) error {
+	info, err := os.Lstat(path)
+	if err != nil {
+		return err
+	}
+	if !info.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file", path)
+	}
+	if info.Mode().Perm()&0o077 != 0 {
+		return fmt.Errorf("%s is open to other users (mode %04o); chmod 600 it", path, info.Mode().Perm())
+	}
+	return nil
+}
+
+// announce writes a new token file if one is due, then says on stderr
+// where the server listens and where its token is; a generated token is
+// printed there, once.
+func (e *httpEndpoint) announce(w io.Writer, name string) error {
+	if e.writeFile != "" {
+		f, err := os.OpenFile(e.writeFile, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return fmt.Errorf("--token-file: %w", err)
+		}
+		_, err = f.WriteString(e.token + "\n")
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("--token-file: %w", err)
+		}
+	}
+	fmt.Fprintf(w, "oma-sandbox: serving session %s over MCP at %s\n", name, mcpserver.URL(e.ln))
+	if e.source == "generated" {
+		fmt.Fprintf(w, "oma-sandbox: bearer token (send \"Authorization: Bearer TOKEN\"): %s\n", e.token)
+	} else {
+		fmt.Fprintf(w, "oma-sandbox: bearer token %s\n", e.source)
+	}
+	return nil
+}
+
 // finishMCP collects outputs and removes a session the command created,
-// whatever stopped the server; the first error wins.
+// whatever stopped the server; the first error wins. A session whose
+// outputs were not all collected is kept, so that nothing the agent left is
+// lost, unless it is gone already.
 func (c *cli) finishMCP(ctx context.Context, s session.Session, outDir string, owned bool, err error) error {
 	if outDir != "" {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), mcpCollectTimeout)
@@ -89,8 +213,16 @@ func (c *cli) finishMCP(ctx context.Context, s session.Session, outDir string, o
 		for _, f := range files {
 			fmt.Fprintf(c.stderr, "oma-sandbox: output %s (%d bytes)\n", f.HostPath, f.Size)
 		}
-		if cerr != nil && err == nil {
-			err = cerr
+		if cerr != nil {
+			if err == nil {
+				err = cerr
+			}
+			if owned && !errors.Is(cerr, session.ErrGone) {
+				fmt.Fprintf(c.stderr, "oma-sandbox: session %[1]s is kept: its outputs were not all collected. "+
+					"Collect them with `oma-sandbox outputs %[1]s --dest %[2]s`, then remove it with `oma-sandbox session rm %[1]s`\n",
+					s.Name(), shellQuote(outDir))
+				return err
+			}
 		}
 	}
 	if owned {
@@ -99,6 +231,14 @@ func (c *cli) finishMCP(ctx context.Context, s session.Session, outDir string, o
 		}
 	}
 	return err
+}
+
+// shellQuote quotes s for a POSIX shell when it needs quoting.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:=+@%,") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func validPort(p string) bool {

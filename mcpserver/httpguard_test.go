@@ -1,0 +1,148 @@
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Only a request that names this server, comes from no other web origin and
+// carries the token reaches the tools; each refusal runs nothing.
+func TestHTTPRefusesStrangers(t *testing.T) {
+	h, tb, _ := hostServer(t)
+	endpoint, token, _ := httpServer(t, tb)
+	u, err := url.Parse(endpoint)
+	require.NoError(t, err)
+	port := u.Port()
+
+	// A client with the token opens a session, so that the refused
+	// requests below are tool calls on a live session.
+	c := httpClient(t, endpoint, token)
+	c.mustCall(t, "bash", obj{"command": "true"})
+	sessionID := c.cs.ID()
+	require.NotEmpty(t, sessionID)
+	before := h.Calls()
+
+	call := `{"jsonrpc":"2.0","id":99,"method":"tools/call","params":{"name":"bash","arguments":{"command":"touch pwned"}}}`
+	send := func(host, origin, auth string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, endpoint, strings.NewReader(call))
+		require.NoError(t, err)
+		req.Host = host
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", sessionID)
+		req.Header.Set("Mcp-Protocol-Version", c.cs.InitializeResult().ProtocolVersion)
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	own := "127.0.0.1:" + port
+	for _, tc := range []struct {
+		name, host, origin, auth string
+		status                   int
+		says                     string
+	}{
+		{"no token", own, "", "", http.StatusUnauthorized, "Unauthorized"},
+		{"wrong token", own, "", "Bearer " + NewToken(), http.StatusUnauthorized, "Unauthorized"},
+		{"token prefix", own, "", "Bearer " + token[:len(token)-1], http.StatusUnauthorized, "Unauthorized"},
+		{"token as basic", own, "", "Basic " + token, http.StatusUnauthorized, "Unauthorized"},
+		{"evil origin", own, "http://evil.example", "Bearer " + token, http.StatusForbidden, `Origin "http://evil.example" is not this server`},
+		{"null origin", own, "null", "Bearer " + token, http.StatusForbidden, `Origin "null" is not this server`},
+		{"origin on another port", own, "http://127.0.0.1:1", "Bearer " + token, http.StatusForbidden, "Origin"},
+		{"evil host (DNS rebinding)", "evil.example:" + port, "", "Bearer " + token, http.StatusForbidden, `Host "evil.example:`},
+		{"rebinding name", "127.0.0.1.nip.io:" + port, "", "Bearer " + token, http.StatusForbidden, "Host"},
+		{"host on another port", "localhost:1", "", "Bearer " + token, http.StatusForbidden, "Host"},
+	} {
+		status, body := send(tc.host, tc.origin, tc.auth)
+		assert.Equal(t, tc.status, status, "%s: %s", tc.name, body)
+		assert.Contains(t, body, tc.says, tc.name)
+	}
+	assert.Equal(t, before, h.Calls(), "no refused request ran anything")
+
+	// The server's own origin and names are welcome.
+	for _, tc := range []struct{ host, origin string }{
+		{own, ""}, {own, "http://127.0.0.1:" + port}, {"localhost:" + port, "http://localhost:" + port},
+	} {
+		status, body := send(tc.host, tc.origin, "Bearer "+token)
+		assert.Equal(t, http.StatusOK, status, "%+v: %s", tc, body)
+		assert.Contains(t, body, `"id":99`)
+	}
+	assert.Equal(t, before+3, h.Calls())
+
+	// An SDK client without the token cannot even connect.
+	_, mc := newClient()
+	_, err = mc.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: endpoint, MaxRetries: -1}, nil)
+	assert.ErrorContains(t, err, "Unauthorized")
+}
+
+func TestTokens(t *testing.T) {
+	a, b := NewToken(), NewToken()
+	assert.NotEqual(t, a, b)
+	assert.Len(t, a, 43, "32 random bytes")
+	assert.NoError(t, CheckToken(a))
+	for _, bad := range []string{"", "short", strings.Repeat("a", 31), strings.Repeat("a", 40) + " x", strings.Repeat("é", 40), strings.Repeat("a", 40) + "\n"} {
+		assert.ErrorIs(t, CheckToken(bad), ErrBadToken, "%q", bad)
+	}
+	ln, err := ListenHTTP("127.0.0.1:0")
+	require.NoError(t, err)
+	assert.ErrorIs(t, ServeHTTP(context.Background(), ln, "weak", Options{}), ErrBadToken)
+}
+
+// Over HTTP the message limit is MaxMessageBytes, as on stdio (the SDK's
+// default was 4 MiB), and an oversized tools/call is a tool error; the
+// server goes on.
+func TestHTTPMessageLimit(t *testing.T) {
+	_, tb, _ := hostServer(t)
+	endpoint, token, _ := httpServer(t, tb)
+	c := httpClient(t, endpoint, token)
+
+	// The big calls are sent as bytes, laid out as the TypeScript client
+	// does (id last), to spare the race-instrumented test encoding them.
+	post := func(path string, size int) (string, string) {
+		var body bytes.Buffer
+		body.WriteString(`{"method":"tools/call","params":{"name":"write","arguments":{"path":"` + path + `","content":"`)
+		body.Write(bytes.Repeat([]byte("x"), size))
+		body.WriteString(`"}},"jsonrpc":"2.0","id":"big"}`)
+		req, err := http.NewRequest(http.MethodPost, endpoint, &body)
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", c.cs.ID())
+		req.Header.Set("Mcp-Protocol-Version", c.cs.InitializeResult().ProtocolVersion)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		answer, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s", answer)
+		return resp.Header.Get("Content-Type"), string(answer)
+	}
+	_, answer := post("big.txt", 17<<20)
+	assert.Contains(t, answer, `{"jsonrpc":"2.0","id":"big","result":{"content":[{"type":"text","text":"Successfully wrote 17825792 bytes to big.txt"}]}}`)
+
+	contentType, answer := post("huge.txt", MaxMessageBytes)
+	assert.Equal(t, "application/json", contentType)
+	assert.Contains(t, answer, `{"jsonrpc":"2.0","id":"big","result":{"content":[{"type":"text",`+
+		`"text":"Message refused: it is 64.0 MiB, more than the 64 MiB an MCP message to this server may carry.`)
+	assert.Contains(t, answer, `"isError":true}}`)
+
+	assert.Equal(t, "alive\n", c.mustCall(t, "bash", obj{"command": "echo alive"}))
+}
