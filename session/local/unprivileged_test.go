@@ -42,7 +42,10 @@ func TestUnprivilegedHost(t *testing.T) {
 	defer cancel()
 	tests := "TestShellBasics|TestCopyInAndAttach|TestRootPreparesUploadsAndSkills|TestWriteOutsideWorkspaceFails|" +
 		"TestHostSecretsAreNotReadable|TestSymlinkOutOfWorkspace|TestNetworkDeny|TestProcessIsolation|" +
-		"TestCallerSecretsAreInvisible|TestTimeoutKillsDetachedGrandchildren|TestPassThroughBwrapIsRefused"
+		"TestCallerSecretsAreInvisible|TestTimeoutKillsDetachedGrandchildren|TestPassThroughBwrapIsRefused|" +
+		"TestNestedUserNamespacesAreRefused|TestVsockIsRefused|TestKernelSurfaceIsRefused|" +
+		"TestHostAbstractUnixSocketsAreUnreachable|TestBwrapWithoutSeccompIsRefused|TestEveryCallHasADeadline|" +
+		"TestRemovalNeverFollowsGuestSymlinkSwaps|TestDeepTreeIsRemovedAndNeverForgotten|TestCloseStopsCallsOfOtherProcesses"
 	cmd := exec.CommandContext(ctx, setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--",
 		bin, "-test.run", "^("+tests+")$", "-test.count=1")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "TMPDIR=" + home}
