@@ -1,6 +1,7 @@
 package tools_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"regexp"
@@ -210,5 +211,30 @@ func TestParallelEditsOfOneFileAllLand(t *testing.T) {
 		for i := range n {
 			assert.Contains(t, final, fmt.Sprintf("DONE-%d\n", i))
 		}
+	})
+}
+
+// renameFails makes the write script's final rename fail, as a full disk or
+// a vanished directory would, to test what a failed write leaves.
+type renameFails struct{ session.Session }
+
+func (r renameFails) Shell(ctx context.Context, cmd session.Command, o session.ShellOptions) (*session.Result, error) {
+	cmd.Script = strings.Replace(cmd.Script, `err=$(mv -fT -- "$tmp" "$real" 2>&1)`, `err=$({ echo 'mv: No space left on device' >&2; false; } 2>&1)`, 1)
+	return r.Session.Shell(ctx, cmd, o)
+}
+
+// A write that fails in the guest removes its temporary file and the
+// directories it created, and keeps the ones that were there.
+func TestFailedWriteLeavesNothing(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
+		sh(t, s, `mkdir -p keep/old && touch keep/old/f`)
+		tb := tools.New(renameFails{s}, tools.Options{})
+		_, err := call(t, tb, "write", obj{"path": "deep/a/b/c.txt", "content": "x"})
+		assert.EqualError(t, err, "Cannot write deep/a/b/c.txt: No space left on device")
+		_, err = call(t, tb, "write", obj{"path": "keep/new/er/c.txt", "content": "x"})
+		assert.Error(t, err)
+		_, err = call(t, tb, "write", obj{"path": "keep/old/g.txt", "content": "x"})
+		assert.Error(t, err)
+		assert.Equal(t, "./keep\n./keep/old\n./keep/old/f\n", sh(t, s, `find . -mindepth 1 | sort`))
 	})
 }

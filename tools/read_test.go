@@ -103,3 +103,15 @@ func TestReadRefusesCutOutput(t *testing.T) {
 		assert.ErrorIs(t, err, glob.ErrMalformed)
 	})
 }
+
+// Python leaves no __pycache__ in the workspace of a local session (the msb
+// image sets the same variable; the host stand-in has no environment of its
+// own to check).
+func TestGuestEnvKeepsBytecodeOut(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
+		if !strings.HasSuffix(t.Name(), "/local") {
+			t.Skip("only the local backend's environment is set by this project's code")
+		}
+		assert.Equal(t, "1\n", sh(t, s, `echo "${PYTHONDONTWRITEBYTECODE-unset}"`))
+	})
+}

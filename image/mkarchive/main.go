@@ -119,6 +119,9 @@ func writeArchive(w io.Writer, layer io.ReadSeeker, ref, arch string, created ti
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOME=/workspace",
 		"TMPDIR=/workspace",
+		// No __pycache__ in the workspace: a stale one can hide an edit made
+		// in the same second with the same size.
+		"PYTHONDONTWRITEBYTECODE=1",
 	}
 	cfg.Config.WorkingDir = "/workspace"
 	cfg.Config.Cmd = []string{"bash"}

@@ -92,6 +92,7 @@ func TestArchiveFormat(t *testing.T) {
 	assert.Equal(t, "65534:65534", cfg.Config.User)
 	assert.Equal(t, "/workspace", cfg.Config.WorkingDir)
 	assert.Contains(t, cfg.Config.Env, "HOME=/workspace")
+	assert.Contains(t, cfg.Config.Env, "PYTHONDONTWRITEBYTECODE=1")
 	assert.Contains(t, cfg.Config.Env, "TMPDIR=/workspace")
 	assert.Equal(t, time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC), cfg.Created)
 

@@ -50,6 +50,8 @@ func guestEnv(p session.Paths, extra map[string]string) []string {
 		"TMPDIR": p.Workspace,
 		"PATH":   guestPath,
 		"LANG":   "C.UTF-8",
+		// As in the image: no stale __pycache__ in the workspace.
+		"PYTHONDONTWRITEBYTECODE": "1",
 	}
 	for k, v := range extra {
 		env[k] = v
