@@ -24,6 +24,10 @@ if [ -z "$msb" ]; then
   if [ -x .tools/msb/bin/msb ]; then msb=$root/.tools/msb/bin/msb; else msb=msb; fi
 fi
 
+if [ "${OMA_IMAGE_NOLOAD:-}" != 1 ] && ! command -v "$msb" >/dev/null 2>&1; then
+  echo "build-image: msb not found ($msb): run make deps (installs .tools/msb), set OMA_MSB, or OMA_IMAGE_NOLOAD=1 to write the archive only" >&2
+  exit 1
+fi
 [ "$(id -u)" -eq 0 ] || { echo "build-image: run as root (mmdebstrap builds the root filesystem in root mode)" >&2; exit 1; }
 if ! command -v mmdebstrap >/dev/null 2>&1; then
   command -v apt-get >/dev/null 2>&1 || { echo "build-image: mmdebstrap not found, and no apt-get to install it" >&2; exit 1; }
