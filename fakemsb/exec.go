@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -81,7 +82,7 @@ func (a *app) exec(p *parsed) error {
 		}
 		timeout = time.Duration(n) * time.Second
 	}
-	env := []string{"PATH=" + guestPATH, "HOME=/root"}
+	var overrides []string
 	for _, e := range p.vals["env"] {
 		k, v, ok := strings.Cut(e, "=")
 		if !ok {
@@ -94,7 +95,7 @@ func (a *app) exec(p *parsed) error {
 		if k == "" {
 			return s.invalidFlag("env", e, "empty variable name")
 		}
-		env = setEnv(env, k, v)
+		overrides = append(overrides, k+"="+v)
 	}
 	argv := p.last
 	// Without --stream, stdin is read to EOF before the guest command
@@ -128,15 +129,27 @@ func (a *app) exec(p *parsed) error {
 		return failf("sandbox not found: %s", name)
 	}
 	defer root.close()
-	uid, gid := 0, 0
+	// As msb does, the command runs as the image's user with the image's
+	// env (PATH and HOME as a bare root shell has them where it sets none)
+	// in its workdir, unless exec or create says otherwise.
+	env := []string{"PATH=" + guestPATH, "HOME=/root"}
+	for _, e := range append(slices.Clone(sb.ImageConfig.Env), overrides...) {
+		k, v, _ := strings.Cut(e, "=")
+		env = setEnv(env, k, v)
+	}
+	user := sb.ImageConfig.User
 	if p.has("user") {
-		if uid, gid, err = root.lookupUser(p.str("user")); err != nil {
+		user = p.str("user")
+	}
+	uid, gid := 0, 0
+	if user != "" {
+		if uid, gid, err = root.lookupUser(user); err != nil {
 			return failf("exec failed: %v", err)
 		}
 	}
 	wd := p.str("workdir")
 	if wd == "" {
-		wd = sb.Workdir
+		wd = sb.workdir()
 	}
 	if wd == "" {
 		wd = "/"
@@ -157,7 +170,7 @@ func (a *app) exec(p *parsed) error {
 
 	nsArgs := []string{"-t", strconv.Itoa(sb.Holder.InitPID), "-m", "-p", "-i", "-u", "-n", "--wdns=" + wd, "--",
 		"/usr/bin/setpriv", "--bounding-set=" + droppedCaps}
-	if p.has("user") {
+	if user != "" {
 		nsArgs = append(nsArgs, "--reuid="+strconv.Itoa(uid), "--regid="+strconv.Itoa(gid), "--clear-groups")
 	}
 	nsArgs = append(nsArgs, "--")

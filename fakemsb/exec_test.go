@@ -4,6 +4,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -98,6 +99,41 @@ func TestExecEnvUserWorkdir(t *testing.T) {
 	// Guest root cannot mount: the host is shared.
 	r = f.run("exec", "box", "--", "sh", "-c", "mkdir -p /m && mount -t tmpfs t /m")
 	assert.NotEqual(t, 0, r.code)
+}
+
+// TestImageConfig: as msb does with an image's config, commands run as
+// the image's user with its env in its workdir unless exec says otherwise;
+// by default fakemsb's images have oma-sandbox's guest image config.
+func TestImageConfig(t *testing.T) {
+	f := newFx(t)
+	f.guestImage = true
+	f.ok("create", "debian", "-n", "box", "-q")
+	show := `echo "$(id -u):$(id -g) $HOME $TMPDIR $(pwd)"; touch ./w && echo writable`
+	assert.Equal(t, "65534:65534 /workspace /workspace /workspace\nwritable\n", f.ok("exec", "box", "--", "sh", "-c", show).stdout)
+	assert.Equal(t, "0:0 /x /workspace /tmp\nwritable\n",
+		f.ok("exec", "--user", "0", "-e", "HOME=/x", "-w", "/tmp", "box", "--", "sh", "-c", show).stdout)
+	var doc struct {
+		Config struct {
+			Env     []struct{ Key, Value string }
+			Runtime struct{ User, Workdir string }
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(f.ok("inspect", "box", "--format", "json").stdout), &doc))
+	assert.Equal(t, "65534:65534", doc.Config.Runtime.User)
+	assert.Equal(t, "/workspace", doc.Config.Runtime.Workdir)
+	assert.Contains(t, doc.Config.Env, struct{ Key, Value string }{"HOME", "/workspace"})
+
+	// Another config, kept by the sandbox created with it.
+	f.env = []string{`FAKEMSB_IMAGE_CONFIG={"user":"1000:1001","env":["A=b"],"workdir":"/srv/app"}`}
+	f.ok("create", "debian", "-n", "other", "-q")
+	f.env = nil
+	assert.Equal(t, "1000:1001 b /root /srv/app\n", f.ok("exec", "other", "--", "sh", "-c", `echo "$(id -u):$(id -g) $A $HOME $(pwd)"`).stdout)
+	assert.Equal(t, "65534\n", f.ok("exec", "box", "--", "id", "-u").stdout)
+
+	f.env = []string{`FAKEMSB_IMAGE_CONFIG={"workdir":"rel"}`}
+	r := f.run("list")
+	assert.Equal(t, 2, r.code)
+	assert.Contains(t, r.stderr, "error: FAKEMSB_IMAGE_CONFIG: workdir \"rel\" is not absolute")
 }
 
 func TestExecStdin(t *testing.T) {

@@ -116,6 +116,20 @@ var hostRootLinks = []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx
 
 // remount is a mount flag change that bwrap cannot express, applied from
 // the host inside the holder's mount namespace once bwrap is ready.
+// imageDir reports whether fakemsb can give the guest root an image's
+// workdir p: not the root and not beneath what it shares from the host.
+func imageDir(p string) bool {
+	if p == "" || p == "/" {
+		return false
+	}
+	for _, host := range []string{"/usr", "/etc", "/bin", "/lib", "/lib64", "/sbin", "/proc", "/dev"} {
+		if p == host || strings.HasPrefix(p, host+"/") {
+			return false
+		}
+	}
+	return true
+}
+
 type remount struct{ opts, path string }
 
 // holderArgs builds the bwrap argv for sb.
@@ -150,6 +164,11 @@ func (a *app) holderArgs(sb *sandbox, st *state) ([]string, []remount, error) {
 		"--perms", "0700", "--dir", "/root",
 		"--setenv", holderEnv, a.holderMarker(sb.Name),
 	)
+	if w := sb.ImageConfig.Workdir; imageDir(w) {
+		// The image has its workdir; its user may write there. A mount on
+		// the same path, below, covers it.
+		args = append(args, "--perms", "0777", "--dir", w)
+	}
 	var remounts []remount
 	for _, m := range sb.Mounts {
 		v, ok := st.Volumes[m.Volume]

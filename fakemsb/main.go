@@ -27,11 +27,16 @@
 //	                 on a host that cannot boot a VM; unset, it passes.
 //	FAKEMSB_VERSION  the version `--version` and `doctor` report
 //	                 (default 0.6.18).
+//	FAKEMSB_IMAGE_CONFIG  JSON {"user","env","workdir"}: the config every
+//	                 image has, applied to exec as msb applies an image's
+//	                 (default: oma-sandbox's guest image, uid 65534 with
+//	                 HOME=/workspace in /workspace; "{}": root in /).
 //	FAKEMSB_IMAGES   when set, the comma-separated cached image references:
 //	                 `image inspect` finds them and `create --pull never`
 //	                 runs only them; unset, every one is cached.
 //
-// A malformed FAKEMSB_NOW, FAKEMSB_LATENCY or FAKEMSB_FAULTS makes every
+// A malformed FAKEMSB_NOW, FAKEMSB_LATENCY, FAKEMSB_FAULTS or
+// FAKEMSB_IMAGE_CONFIG makes every
 // invocation fail with exit code 2 and "error: FAKEMSB_...: reason".
 //
 // Fault grammar (FAKEMSB_FAULTS):
@@ -111,6 +116,7 @@ func failf(format string, a ...any) error {
 type app struct {
 	home  string
 	now   time.Time
+	image imageConfig // what every image's config says (FAKEMSB_IMAGE_CONFIG)
 	args  []string
 	start time.Time
 	// log is FAKEMSB_LOG; this invocation's record starts at logOffset
@@ -207,6 +213,10 @@ func (a *app) configure() error {
 	}
 	if abs, err := filepath.Abs(a.home); err == nil {
 		a.home = abs
+	}
+	var err error
+	if a.image, err = loadImageConfig(); err != nil {
+		return &exitError{code: 2, msg: errorf("FAKEMSB_IMAGE_CONFIG: %v", err)}
 	}
 	a.now = time.Now()
 	if v := os.Getenv("FAKEMSB_NOW"); v != "" {

@@ -66,6 +66,10 @@ type fx struct {
 	home string
 	log  string
 	env  []string
+	// guestImage leaves FAKEMSB_IMAGE_CONFIG unset, so commands run as
+	// the guest image's user; otherwise fx plays an image without a
+	// config (root in /), which the mechanics tests are written for.
+	guestImage bool
 }
 
 func newFx(t *testing.T) *fx {
@@ -94,7 +98,11 @@ type result struct {
 
 func (f *fx) cmd(args ...string) *exec.Cmd {
 	cmd := exec.Command(fakemsbBin, args...)
-	cmd.Env = append([]string{"FAKEMSB_HOME=" + f.home, "FAKEMSB_LOG=" + f.log, "PATH=" + os.Getenv("PATH"), "NO_COLOR=1"}, f.env...)
+	cmd.Env = []string{"FAKEMSB_HOME=" + f.home, "FAKEMSB_LOG=" + f.log, "PATH=" + os.Getenv("PATH"), "NO_COLOR=1"}
+	if !f.guestImage {
+		cmd.Env = append(cmd.Env, "FAKEMSB_IMAGE_CONFIG={}")
+	}
+	cmd.Env = append(cmd.Env, f.env...)
 	return cmd
 }
 

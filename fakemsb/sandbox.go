@@ -24,19 +24,20 @@ const (
 func (a *app) create(p *parsed) error {
 	s := p.spec
 	sb := &sandbox{
-		Image:     p.arg("IMAGE"),
-		Labels:    map[string]string{},
-		CPUs:      defaultCPUs,
-		MemoryMiB: defaultMemoryMiB,
-		Workdir:   p.str("workdir"),
-		Network:   !p.has("no-net"),
-		Security:  "default",
-		Pull:      "if-missing",
-		Status:    statusRunning,
-		CreatedAt: a.now,
-		UpdatedAt: a.now,
-		Mounts:    []namedMount{},
-		Tmpfs:     []tmpfsMount{},
+		Image:       p.arg("IMAGE"),
+		Labels:      map[string]string{},
+		CPUs:        defaultCPUs,
+		MemoryMiB:   defaultMemoryMiB,
+		Workdir:     p.str("workdir"),
+		ImageConfig: a.image,
+		Network:     !p.has("no-net"),
+		Security:    "default",
+		Pull:        "if-missing",
+		Status:      statusRunning,
+		CreatedAt:   a.now,
+		UpdatedAt:   a.now,
+		Mounts:      []namedMount{},
+		Tmpfs:       []tmpfsMount{},
 	}
 	// msb checks values after parsing the command line: its refusals are
 	// msb-side errors, exit 1, except the integer flags clap parses.
@@ -430,7 +431,7 @@ type sandboxConfig struct {
 		User       *string        `json:"user"`
 		LogLevel   *string        `json:"log_level"`
 	} `json:"runtime"`
-	Env     []struct{}        `json:"env"`
+	Env     []envVar          `json:"env"`
 	Labels  map[string]string `json:"labels"`
 	Rlimits []struct{}        `json:"rlimits"`
 	Mounts  []any             `json:"mounts"`
@@ -444,6 +445,19 @@ type sandboxConfig struct {
 		MaxDurationSecs *int64 `json:"max_duration_secs"`
 		IdleTimeoutSecs *int64 `json:"idle_timeout_secs"`
 	} `json:"lifecycle"`
+}
+
+type envVar struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// workdir is where commands start: create's --workdir, else the image's.
+func (sb *sandbox) workdir() string {
+	if sb.Workdir != "" {
+		return sb.Workdir
+	}
+	return sb.ImageConfig.Workdir
 }
 
 type namedMountDoc struct {
@@ -463,7 +477,14 @@ type tmpfsMountDoc struct {
 var pullPolicies = map[string]string{"always": "Always", "if-missing": "IfMissing", "never": "Never"}
 
 func (sb *sandbox) config() *sandboxConfig {
-	c := &sandboxConfig{Name: sb.Name, Labels: sb.Labels, Env: []struct{}{}, Rlimits: []struct{}{}, Mounts: []any{}}
+	c := &sandboxConfig{Name: sb.Name, Labels: sb.Labels, Env: []envVar{}, Rlimits: []struct{}{}, Mounts: []any{}}
+	for _, e := range sb.ImageConfig.Env {
+		k, v, _ := strings.Cut(e, "=")
+		c.Env = append(c.Env, envVar{k, v})
+	}
+	if u := sb.ImageConfig.User; u != "" {
+		c.Runtime.User = &u
+	}
 	c.Image.Oci.Reference = sb.Image
 	c.Image.Oci.RootDisk.Kind = "managed"
 	if sb.RootDiskMiB > 0 {
@@ -472,8 +493,7 @@ func (sb *sandbox) config() *sandboxConfig {
 	}
 	c.Resources.CPUs, c.Resources.MaxCPUs = sb.CPUs, sb.CPUs
 	c.Resources.MemoryMiB, c.Resources.MaxMemoryMiB = sb.MemoryMiB, sb.MemoryMiB
-	if sb.Workdir != "" {
-		w := sb.Workdir
+	if w := sb.workdir(); w != "" {
 		c.Runtime.Workdir = &w
 	}
 	c.Runtime.Scripts = map[string]any{}

@@ -26,6 +26,7 @@ type sandbox struct {
 	MemoryMiB       int               `json:"memory_mib"`
 	RootDiskMiB     int               `json:"root_disk_mib,omitempty"`
 	Workdir         string            `json:"workdir,omitempty"`
+	ImageConfig     imageConfig       `json:"image_config"`
 	Network         bool              `json:"network"`
 	Security        string            `json:"security"`
 	Pull            string            `json:"pull"`
