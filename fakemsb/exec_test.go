@@ -122,6 +122,7 @@ func TestImageConfig(t *testing.T) {
 	assert.Equal(t, "65534:65534", doc.Config.Runtime.User)
 	assert.Equal(t, "/workspace", doc.Config.Runtime.Workdir)
 	assert.Contains(t, doc.Config.Env, struct{ Key, Value string }{"HOME", "/workspace"})
+	assert.Contains(t, doc.Config.Env, struct{ Key, Value string }{"PYTHONDONTWRITEBYTECODE", "1"})
 
 	// Another config, kept by the sandbox created with it.
 	f.env = []string{`FAKEMSB_IMAGE_CONFIG={"user":"1000:1001","env":["A=b"],"workdir":"/srv/app"}`}

@@ -17,12 +17,12 @@ type imageConfig struct {
 }
 
 // guestImageConfig is the config of oma-sandbox's guest image
-// (image/Dockerfile): fakemsb gives it to every image unless
+// (image/Dockerfile, scripts/build-image.sh): fakemsb gives it to every image unless
 // FAKEMSB_IMAGE_CONFIG says otherwise, so commands run as msb would run
 // them there.
 var guestImageConfig = imageConfig{
 	User:    "65534:65534",
-	Env:     []string{"PATH=" + guestPATH, "HOME=/workspace", "TMPDIR=/workspace"},
+	Env:     []string{"PATH=" + guestPATH, "HOME=/workspace", "TMPDIR=/workspace", "PYTHONDONTWRITEBYTECODE=1"},
 	Workdir: "/workspace",
 }
 
