@@ -7,6 +7,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"unsafe"
 )
 
 // Defaults for a Collector, from the glob tool's contract.
@@ -135,7 +136,8 @@ type CollectorOptions struct {
 	// it prints paths relative to Root with a leading "./" (as find does).
 	Rooted bool
 	// Match filters paths relative to Root; nil accepts all. Root itself,
-	// printed when it is a file, is not filtered.
+	// printed when it is a file, is not filtered. Its argument is valid only
+	// during the call: Match must not keep it.
 	Match func(rel string) bool
 	// MaxMatches caps the result: the collector stops at the first match
 	// past it and reports LimitReached (more matches exist), so the caller
@@ -208,9 +210,14 @@ func (c *Collector) Push(chunk []byte) error {
 			c.pending = append(c.pending, part...)
 			break
 		}
-		record := string(c.pending) + string(part[:len(part)-1])
+		record := part[:len(part)-1]
+		if len(c.pending) > 0 {
+			c.pending = append(c.pending, record...)
+			record = c.pending
+		}
+		err := c.accept(transient(record))
 		c.pending = c.pending[:0]
-		if err := c.accept(record); err != nil {
+		if err != nil {
 			c.fail(err)
 		}
 	}
@@ -234,6 +241,12 @@ func (c *Collector) Finish() error {
 	return c.err
 }
 
+// transient views b as a string without copying it, for the span of one
+// accept call: a workspace's worth of paths then costs no allocation per
+// path. Nothing may keep the string; accept copies what it keeps.
+func transient(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// accept takes one record, a transient string (see transient).
 func (c *Collector) accept(record string) error {
 	rel, err := c.relative(record)
 	if err != nil {

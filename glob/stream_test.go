@@ -2,6 +2,7 @@ package glob
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -249,4 +250,34 @@ func FuzzStreamChunking(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Collecting a large enumeration allocates nothing per path that does not
+// match (BenchmarkSearch: 100,000 paths in a glob call).
+func TestCollectorAllocatesPerMatchOnly(t *testing.T) {
+	p, err := Compile("42/17/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stream []byte
+	for i := range 10_000 {
+		stream = fmt.Appendf(stream, "./%02d/%02d/%d\x00", i/1000, i/10%100, i%10)
+	}
+	allocs := testing.AllocsPerRun(3, func() {
+		c, err := NewCollector(EnumerationProtocol, CollectorOptions{Root: "/w", Match: p.Match})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for chunk := range slices.Chunk(stream, 4096) {
+			if err := c.Push(chunk); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := c.Finish(); err != nil || len(c.Matches()) != 0 {
+			t.Fatalf("%v, %q", err, c.Matches())
+		}
+	})
+	if allocs > 100 {
+		t.Errorf("%.0f allocations for 10,000 paths", allocs)
+	}
 }
