@@ -28,10 +28,6 @@ const (
 	MaxPathBytes    = 4096
 )
 
-// QuotaExitCode is the listing script's exit status when the outputs exceed
-// their limits; its stderr then says which limit.
-const QuotaExitCode = 42
-
 // Limits bound one collection. A zero or negative field means its default.
 type Limits struct {
 	MaxFiles     int
@@ -60,56 +56,29 @@ func (l Limits) normalized() Limits {
 	return l
 }
 
+// Normalized returns l with every unset field at its default.
+func (l Limits) Normalized() Limits { return l.normalized() }
+
 // maxRecordBytes is the longest record a valid listing can hold: path, a
-// 19-digit size, a 64-digit checksum and three NULs.
-const maxRecordBytes = MaxPathBytes + 19 + 64 + 3
+// type letter, a link count, a size, a checksum and five NULs.
+const maxRecordBytes = MaxPathBytes + 1 + 19 + 19 + 64 + 5
 
 // MaxListingBytes is the largest listing ParseListing can accept under l, so
 // the caller can cap how much of the guest's stdout it reads.
 func (l Limits) MaxListingBytes() int64 {
-	return int64(l.normalized().MaxFiles) * maxRecordBytes
+	return int64(l.normalized().MaxFiles+MaxListedRefusals)*maxRecordBytes + 20
 }
 
 // Errors callers test with errors.Is.
 var (
-	// ErrUnsafeOutput: the guest's listing is malformed or names a path the
-	// host must not use.
+	// ErrUnsafeOutput: the guest's listing or archive is malformed, or
+	// names a path the host must not use.
 	ErrUnsafeOutput = errors.New("unsafe session output")
-	// ErrQuota: the outputs exceed their limits.
-	ErrQuota = errors.New("session outputs exceed limits")
 	// ErrSizeMismatch: a fetched file's length differs from its listing.
 	ErrSizeMismatch = errors.New("session output size mismatch")
 	// ErrChecksum: a fetched file's sha256 differs from its listing.
 	ErrChecksum = errors.New("session output checksum mismatch")
 )
-
-// QuotaError reports the guest's own account of which limit was exceeded.
-// It matches ErrQuota.
-type QuotaError struct {
-	Message string
-}
-
-// maxQuotaMessage bounds the guest text a QuotaError carries.
-const maxQuotaMessage = 1024
-
-// NewQuotaError builds a QuotaError from the stderr of a listing that exited
-// with QuotaExitCode, trimmed, bounded and made valid UTF-8.
-func NewQuotaError(stderr []byte) *QuotaError {
-	if len(stderr) > maxQuotaMessage {
-		stderr = stderr[:maxQuotaMessage]
-	}
-	return &QuotaError{Message: strings.TrimSpace(strings.ToValidUTF8(string(stderr), "\uFFFD"))}
-}
-
-func (e *QuotaError) Error() string {
-	if e.Message == "" {
-		return ErrQuota.Error()
-	}
-	return ErrQuota.Error() + ": " + e.Message
-}
-
-// Is makes errors.Is(err, ErrQuota) hold.
-func (e *QuotaError) Is(target error) bool { return target == ErrQuota }
 
 // checkPath returns why rel is not a safe relative output path, or "".
 // Beyond escapes it refuses what could be misread on some host: backslashes

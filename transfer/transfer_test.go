@@ -1,13 +1,10 @@
 package transfer_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,7 +15,6 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
 	"github.com/oma-sandbox/oma-sandbox/internal/sessiontest"
 	"github.com/oma-sandbox/oma-sandbox/msb"
-	"github.com/oma-sandbox/oma-sandbox/outputs"
 	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/transfer"
 )
@@ -30,10 +26,20 @@ type counted struct {
 	// rewrite, when set, replaces the stdout of Shell calls whose script
 	// contains the key: a guest that lies.
 	rewrite map[string]func([]byte) []byte
+	// before, when set, runs its value as a guest script before each Shell
+	// call whose script contains the key: a guest racing the host.
+	before map[string]string
 }
 
 func (c *counted) Shell(ctx context.Context, cmd session.Command, o session.ShellOptions) (*session.Result, error) {
 	c.n.Add(1)
+	for key, script := range c.before {
+		if strings.Contains(cmd.Script, key) {
+			if res, err := c.Session.Shell(ctx, session.Command{Script: script}, session.ShellOptions{}); err != nil || res.ExitCode != 0 {
+				return nil, fmt.Errorf("before %q: %v %+v", key, err, res)
+			}
+		}
+	}
 	for key, fn := range c.rewrite {
 		if strings.Contains(cmd.Script, key) {
 			res, err := c.Session.Shell(ctx, cmd, session.ShellOptions{Stdin: o.Stdin, User: o.User, MaxOutput: o.MaxOutput})
@@ -124,87 +130,5 @@ func TestMaterializeRefusesBeforeAnyGuestCall(t *testing.T) {
 		}
 		assert.EqualValues(t, 0, s.n.Load(), "nothing reaches the guest")
 		assert.Equal(t, "", sh(t, s, "ls -A "+p.Uploads), "nothing was written")
-	})
-}
-
-func TestCollect(t *testing.T) {
-	backends(t, func(t *testing.T, s *counted) {
-		out := s.Paths().Outputs
-		sh(t, s, fmt.Sprintf(`cd %q && mkdir -p r/d && printf hello > r/a.txt && head -c 300000 /dev/urandom > r/d/b.bin && printf '{}' > c.json && ln -s /etc/passwd link`, out))
-		dest := t.TempDir()
-		s.n.Store(0)
-		files, err := transfer.Collect(context.Background(), s, dest, outputs.Limits{})
-		require.NoError(t, err)
-		assert.EqualValues(t, 2, s.n.Load(), "a listing and one fetch")
-		require.Len(t, files, 3, "the symlink is not collected")
-		byPath := map[string]transfer.File{}
-		for _, f := range files {
-			byPath[f.Path] = f
-			data, err := os.ReadFile(filepath.Join(dest, f.Path))
-			require.NoError(t, err)
-			sum := sha256.Sum256(data)
-			assert.Equal(t, f.SHA256, hex.EncodeToString(sum[:]))
-			assert.EqualValues(t, f.Size, len(data))
-		}
-		assert.Equal(t, "application/json", byPath["c.json"].MIMEType)
-		assert.Equal(t, "text/plain", byPath["r/a.txt"].MIMEType)
-		assert.Equal(t, filepath.Join(dest, "r/d/b.bin"), byPath["r/d/b.bin"].HostPath)
-
-		empty, err := transfer.Collect(context.Background(), &counted{Session: s.Session}, t.TempDir(), outputs.Limits{MaxFiles: 10})
-		require.NoError(t, err)
-		assert.Len(t, empty, 3)
-	})
-}
-
-func TestCollectQuota(t *testing.T) {
-	backends(t, func(t *testing.T, s *counted) {
-		sh(t, s, fmt.Sprintf(`cd %q && for i in $(seq 1 5); do echo $i > f$i; done`, s.Paths().Outputs))
-		_, err := transfer.Collect(context.Background(), s, t.TempDir(), outputs.Limits{MaxFiles: 4})
-		assert.ErrorIs(t, err, outputs.ErrQuota)
-		assert.Contains(t, err.Error(), "4")
-	})
-}
-
-// A guest that lies about its outputs is refused and nothing lands on the host.
-func TestCollectRefusesALyingGuest(t *testing.T) {
-	const listingKey = "max_files" // a word only the listing script uses
-	records := func(fields ...string) []byte { return []byte(strings.Join(fields, "\x00") + "\x00") }
-	sum := sha256.Sum256([]byte("hello"))
-	good := hex.EncodeToString(sum[:])
-	cases := []struct {
-		name    string
-		listing []byte
-	}{
-		{"parent escape", records("../evil", "5", good)},
-		{"absolute", records("/etc/passwd", "5", good)},
-		{"huge size", records("a.txt", "99999999999999999999", good)},
-		{"bad hex", records("a.txt", "5", strings.Repeat("z", 64))},
-		{"record count", []byte("a.txt\x005\x00")},
-		{"size lies", records("a.txt", "3", good)},
-		{"digest lies", records("a.txt", "5", strings.Repeat("a", 64))},
-	}
-	backends(t, func(t *testing.T, s *counted) {
-		sh(t, s, fmt.Sprintf(`printf hello > %q/a.txt`, s.Paths().Outputs))
-		script, _ := outputs.ListingScript("/x", outputs.Limits{})
-		require.Contains(t, script, listingKey)
-		for _, c := range cases {
-			liar := &counted{Session: s.Session, rewrite: map[string]func([]byte) []byte{
-				listingKey: func([]byte) []byte { return c.listing },
-			}}
-			dest := t.TempDir()
-			_, err := transfer.Collect(context.Background(), liar, dest, outputs.Limits{})
-			require.Error(t, err, c.name)
-			entries, _ := os.ReadDir(dest)
-			assert.Empty(t, entries, "%s: nothing written", c.name)
-		}
-		// The archive must hold exactly the listed files.
-		liar := &counted{Session: s.Session, rewrite: map[string]func([]byte) []byte{
-			"tar -c": func(b []byte) []byte { return bytes.Replace(b, []byte("hello"), []byte("HELLO"), 1) },
-		}}
-		dest := t.TempDir()
-		_, err := transfer.Collect(context.Background(), liar, dest, outputs.Limits{})
-		assert.ErrorIs(t, err, outputs.ErrChecksum)
-		entries, _ := os.ReadDir(dest)
-		assert.Empty(t, entries)
 	})
 }

@@ -1,0 +1,303 @@
+//go:build unix
+
+package transfer
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/oma-sandbox/oma-sandbox/outputs"
+)
+
+// stage holds fetched files in a private directory inside dest (so moving
+// them in is a rename on one file system) until the whole fetch verified.
+// Everything below dest is reached from directory descriptors with
+// O_NOFOLLOW: a symlink already in dest, wherever it points, is never
+// followed. dest itself is the caller's path and may be a symlink.
+type stage struct {
+	dest     string
+	destDir  *os.File
+	created  []string // dest and missing parents made for this collection, outermost first
+	dir      *os.File // the staging directory, mode 0700
+	name     string   // its name inside dest
+	staged   map[string]string
+	placed   int
+	leftover []string // names made in the staging directory
+}
+
+func openStage(dest string) (*stage, error) {
+	st := &stage{dest: dest, staged: map[string]string{}}
+	if err := st.makeDest(); err != nil {
+		return nil, err
+	}
+	d, err := os.Open(dest)
+	if err == nil {
+		st.destDir = d
+		var fi os.FileInfo
+		if fi, err = d.Stat(); err == nil && !fi.IsDir() {
+			err = fmt.Errorf("%s is not a directory", dest)
+		}
+	}
+	if err == nil {
+		err = st.makeStagingDir()
+	}
+	if err != nil {
+		st.close()
+		return nil, err
+	}
+	return st, nil
+}
+
+// makeDest creates dest and its missing parents, remembering them so a
+// collection that places nothing removes them again.
+func (st *stage) makeDest() error {
+	var missing []string
+	for p := filepath.Clean(st.dest); ; p = filepath.Dir(p) {
+		if _, err := os.Lstat(p); err == nil {
+			break
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		missing = append(missing, p)
+		if p == filepath.Dir(p) {
+			break
+		}
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := os.Mkdir(missing[i], 0o755); err != nil {
+			return err
+		}
+		st.created = append(st.created, missing[i])
+	}
+	return nil
+}
+
+func (st *stage) makeStagingDir() error {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	st.name = ".oma-outputs-" + hex.EncodeToString(b[:])
+	dfd := int(st.destDir.Fd())
+	if err := unix.Mkdirat(dfd, st.name, 0o700); err != nil {
+		st.name = ""
+		return fmt.Errorf("make staging directory in %s: %w", st.dest, err)
+	}
+	fd, err := unix.Openat(dfd, st.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open staging directory in %s: %w", st.dest, err)
+	}
+	st.dir = os.NewFile(uintptr(fd), st.name)
+	return nil
+}
+
+func (st *stage) dirFD() int { return int(st.dir.Fd()) }
+
+// sink stages one record's bytes under a fresh name.
+func (st *stage) sink(r outputs.Record) (io.Writer, func(ok bool) error, error) {
+	name := strconv.Itoa(len(st.leftover))
+	fd, err := unix.Openat(st.dirFD(), name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return nil, nil, fmt.Errorf("stage %q: %w", r.Path, err)
+	}
+	f := os.NewFile(uintptr(fd), name)
+	st.leftover = append(st.leftover, name)
+	return f, func(ok bool) error {
+		err := f.Close()
+		if ok && err == nil {
+			st.staged[r.Path] = name
+		}
+		return err
+	}, nil
+}
+
+// undo reverses one step of install.
+type undo func() error
+
+// install moves the staged files into dest in order. A file is refused
+// (and the others placed) when a directory on its way is a symlink or not a
+// directory on the host, or when its place is taken by something that is
+// not a regular file, or by a regular file with other bytes and overwrite
+// is off. A file already there with the same bytes counts as collected. Any
+// other failure undoes every step taken and returns the error.
+func (st *stage) install(files []File, overwrite bool) (placed []File, refused []outputs.Refusal, err error) {
+	dirs := map[string]int{".": int(st.destDir.Fd())}
+	var undos []undo
+	defer func() {
+		// The undo steps act through the directory descriptors: close after.
+		defer func() {
+			for rel, fd := range dirs {
+				if rel != "." {
+					unix.Close(fd)
+				}
+			}
+		}()
+		if err != nil {
+			var errs []error
+			for i := len(undos) - 1; i >= 0; i-- {
+				if uerr := undos[i](); uerr != nil {
+					errs = append(errs, uerr)
+				}
+			}
+			if len(errs) > 0 {
+				err = fmt.Errorf("%w (and undoing what was placed: %w)", err, errors.Join(errs...))
+			}
+			placed, refused = nil, nil
+		}
+	}()
+	for _, f := range files {
+		if first, _, _ := strings.Cut(f.Path, "/"); first == st.name {
+			refused = append(refused, outputs.Refusal{Path: f.Path, Reason: "its name is the collection's staging directory"})
+			continue
+		}
+		parent, reason, err := st.openDir(path.Dir(f.Path), dirs, &undos)
+		if err != nil {
+			return nil, nil, err
+		}
+		if reason == "" {
+			reason, err = st.place(parent, path.Base(f.Path), f, overwrite, &undos)
+			if err != nil {
+				return nil, nil, err
+			}
+		}
+		if reason != "" {
+			refused = append(refused, outputs.Refusal{Path: f.Path, Reason: reason})
+			continue
+		}
+		placed = append(placed, f)
+	}
+	st.placed = len(placed)
+	return placed, refused, nil
+}
+
+// openDir opens dest/rel one segment at a time without following links,
+// creating what is missing. reason is set when the host has a symlink or a
+// non-directory on the way.
+func (st *stage) openDir(rel string, dirs map[string]int, undos *[]undo) (fd int, reason string, err error) {
+	if fd, ok := dirs[rel]; ok {
+		return fd, "", nil
+	}
+	parent, reason, err := st.openDir(path.Dir(rel), dirs, undos)
+	if err != nil || reason != "" {
+		return -1, reason, err
+	}
+	seg := path.Base(rel)
+	flags := unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	fd, err = unix.Openat(parent, seg, flags, 0)
+	if errors.Is(err, unix.ENOENT) {
+		if err = unix.Mkdirat(parent, seg, 0o755); err == nil {
+			*undos = append(*undos, func() error { return unix.Unlinkat(parent, seg, unix.AT_REMOVEDIR) })
+		} else if !errors.Is(err, unix.EEXIST) {
+			return -1, "", fmt.Errorf("make directory %s: %w", st.hostPath(rel), err)
+		}
+		fd, err = unix.Openat(parent, seg, flags, 0)
+	}
+	switch {
+	case err == nil:
+		dirs[rel] = fd
+		return fd, "", nil
+	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.EMLINK), errors.Is(err, unix.ENOTDIR):
+		var fi unix.Stat_t
+		if unix.Fstatat(parent, seg, &fi, unix.AT_SYMLINK_NOFOLLOW) == nil && fi.Mode&unix.S_IFMT == unix.S_IFLNK {
+			return -1, fmt.Sprintf("%s is a symbolic link on the host; not followed", st.hostPath(rel)), nil
+		}
+		return -1, fmt.Sprintf("%s is not a directory on the host", st.hostPath(rel)), nil
+	}
+	return -1, "", fmt.Errorf("open directory %s: %w", st.hostPath(rel), err)
+}
+
+// place moves f's staged file to base in parent.
+func (st *stage) place(parent int, base string, f File, overwrite bool, undos *[]undo) (reason string, err error) {
+	staged := st.staged[f.Path]
+	host := st.hostPath(f.Path)
+	var existing unix.Stat_t
+	err = unix.Fstatat(parent, base, &existing, unix.AT_SYMLINK_NOFOLLOW)
+	switch {
+	case errors.Is(err, unix.ENOENT):
+	case err != nil:
+		return "", fmt.Errorf("inspect %s: %w", host, err)
+	case existing.Mode&unix.S_IFMT != unix.S_IFREG:
+		return fmt.Sprintf("%s exists on the host and is not a regular file; not replaced", host), nil
+	case sameContent(parent, base, f):
+		return "", nil
+	case !overwrite:
+		return fmt.Sprintf("%s exists on the host with other content; not replaced without overwrite", host), nil
+	default:
+		old := staged + ".old"
+		if err := unix.Renameat(parent, base, st.dirFD(), old); err != nil {
+			return "", fmt.Errorf("set aside %s: %w", host, err)
+		}
+		st.leftover = append(st.leftover, old)
+		*undos = append(*undos, func() error { return unix.Renameat(st.dirFD(), old, parent, base) })
+	}
+	// link(2) never replaces: a file that appeared meanwhile is kept.
+	err = unix.Linkat(st.dirFD(), staged, parent, base, 0)
+	if errors.Is(err, unix.EEXIST) {
+		return fmt.Sprintf("%s appeared on the host during the collection; not replaced", host), nil
+	}
+	if err != nil && !errors.Is(err, unix.EXDEV) {
+		// A file system without hard links: rename into the place that was
+		// free a moment ago.
+		err = unix.Renameat(st.dirFD(), staged, parent, base)
+	}
+	if err != nil {
+		return "", fmt.Errorf("place %s: %w", host, err)
+	}
+	*undos = append(*undos, func() error { return unix.Unlinkat(parent, base, 0) })
+	return "", nil
+}
+
+// sameContent reports whether the regular file base in parent holds
+// exactly f's bytes.
+func sameContent(parent int, base string, f File) bool {
+	fd, err := unix.Openat(parent, base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return false
+	}
+	file := os.NewFile(uintptr(fd), base)
+	defer file.Close()
+	fi, err := file.Stat()
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() != f.Size {
+		return false
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, io.LimitReader(file, f.Size+1)); err != nil {
+		return false
+	}
+	return hex.EncodeToString(h.Sum(nil)) == f.SHA256
+}
+
+func (st *stage) hostPath(rel string) string {
+	return filepath.Join(st.dest, filepath.FromSlash(rel))
+}
+
+// close removes the staging directory and, when nothing was placed, the
+// directories made for dest.
+func (st *stage) close() {
+	if st.dir != nil {
+		for _, name := range st.leftover {
+			_ = unix.Unlinkat(st.dirFD(), name, 0)
+		}
+		st.dir.Close()
+	}
+	if st.name != "" {
+		_ = unix.Unlinkat(int(st.destDir.Fd()), st.name, unix.AT_REMOVEDIR)
+	}
+	if st.destDir != nil {
+		st.destDir.Close()
+	}
+	if st.placed == 0 {
+		for i := len(st.created) - 1; i >= 0; i-- {
+			_ = os.Remove(st.created[i])
+		}
+	}
+}
