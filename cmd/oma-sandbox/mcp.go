@@ -15,6 +15,7 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/mcpserver"
 	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/tools"
+	"github.com/oma-sandbox/oma-sandbox/transfer"
 )
 
 // mcpCollectTimeout bounds collecting outputs after the server stopped,
@@ -208,10 +209,13 @@ func (e *httpEndpoint) announce(w io.Writer, name string) error {
 func (c *cli) finishMCP(ctx context.Context, s session.Session, outDir string, owned bool, err error) error {
 	if outDir != "" {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), mcpCollectTimeout)
-		files, cerr := collect(cctx, s, outDir)
+		res, cerr := collect(cctx, s, outDir, transfer.CollectOptions{})
 		cancel()
-		for _, f := range files {
-			fmt.Fprintf(c.stderr, "oma-sandbox: output %s (%d bytes)\n", f.HostPath, f.Size)
+		if cerr == nil {
+			for _, f := range res.Files {
+				fmt.Fprintf(c.stderr, "oma-sandbox: output %s (%d bytes)\n", textField(f.HostPath), f.Size)
+			}
+			cerr = c.reportRefused(res)
 		}
 		if cerr != nil {
 			if err == nil {

@@ -21,8 +21,10 @@ func runRun(ctx context.Context, c *cli, args []string) (err error) {
 (the arguments joined with shell quoting into one bash command line), streams
 the command's output (stdout and stderr combined) to stdout as it arrives,
 collects the files it left in /mnt/session/outputs into the --outputs
-directory (each one named on stderr), then removes the session. SIGINT and
-SIGTERM remove the session before oma-sandbox exits.
+directory (each one named on stderr, as is each entry refused, with its
+reason), then removes the session. When the collection failed or refused
+anything, the session is kept and the way to collect again is printed.
+SIGINT and SIGTERM remove the session before oma-sandbox exits.
 
 Exit status: the command's own; 124 when it timed out; 1 with a message on
 stderr when oma-sandbox itself failed (creating, collecting, removing);
@@ -32,6 +34,8 @@ stderr when oma-sandbox itself failed (creating, collecting, removing);
 	keep := fs.Bool("keep", false, "keep the session afterwards and print its name on stderr")
 	outDir := fs.String("outputs", "outputs", "host `directory` for the collected output files")
 	timeout := fs.Duration("timeout", defaultRunTimeout, "the command's time limit, 1s to 1h")
+	var o collectFlags
+	o.register(fs)
 	argv, err := c.parseLeading(fs, args)
 	if err != nil {
 		return err
@@ -45,6 +49,10 @@ stderr when oma-sandbox itself failed (creating, collecting, removing);
 	if *outDir == "" {
 		return &usageError{msg: "--outputs must name a directory"}
 	}
+	collectOpts, err := o.options()
+	if err != nil {
+		return err
+	}
 	p, err := c.resolve(ctx, &f, setFlags(fs))
 	if err != nil {
 		return err
@@ -53,7 +61,14 @@ stderr when oma-sandbox itself failed (creating, collecting, removing);
 	if err != nil {
 		return err
 	}
+	unfinished := false // the outputs were not all collected: keep the session
 	defer func() {
+		if unfinished {
+			fmt.Fprintf(c.stderr, "oma-sandbox: kept session %s: its outputs were not all collected; collect again with\n"+
+				"  oma-sandbox outputs %s --dest %s [--overwrite] [--allow PATH]...\nthen remove it with\n  oma-sandbox session rm %s\n",
+				s.Name(), s.Name(), shellJoin([]string{*outDir}), s.Name())
+			return
+		}
 		if *keep {
 			fmt.Fprintf(c.stderr, "oma-sandbox: kept session %s\n", s.Name())
 			return
@@ -82,15 +97,20 @@ stderr when oma-sandbox itself failed (creating, collecting, removing);
 	default:
 		return fmt.Errorf("run: %w", runErr)
 	}
-	files, err := collect(ctx, s, *outDir)
+	res, err := collect(ctx, s, *outDir, collectOpts)
 	if err != nil {
+		unfinished = interrupted(ctx) == nil
 		return err
 	}
-	for _, f := range files {
-		fmt.Fprintf(c.stderr, "oma-sandbox: output %s (%d bytes)\n", f.HostPath, f.Size)
+	for _, f := range res.Files {
+		fmt.Fprintf(c.stderr, "oma-sandbox: output %s (%d bytes)\n", textField(f.HostPath), f.Size)
 	}
-	if len(files) == 0 {
+	if len(res.Files) == 0 && !res.Partial {
 		fmt.Fprintln(c.stderr, "oma-sandbox: no output files")
+	}
+	if err := c.reportRefused(res); err != nil {
+		unfinished = true
+		return err
 	}
 	if status != exitOK {
 		return exitCode(status)

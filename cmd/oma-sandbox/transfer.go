@@ -5,13 +5,17 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/oma-sandbox/oma-sandbox/outputs"
 	"github.com/oma-sandbox/oma-sandbox/session"
@@ -19,14 +23,17 @@ import (
 )
 
 func runUpload(ctx context.Context, c *cli, args []string) error {
-	fs := c.flagSet("upload", "NAME HOSTPATH [GUESTPATH]", `Places a host file, or every regular file of a directory tree, in session
+	fs := c.flagSet("upload", "NAME HOSTPATH [GUESTPATH] [--json]", `Places a host file, or every regular file of a directory tree, in session
 NAME at GUESTPATH (default /mnt/session/uploads/<basename of HOSTPATH>).
 Under /workspace/skills the files are a skill mount (*/scripts/* executable);
 elsewhere they must be under the uploads directory, read-only to the agent.
 Each file's size and sha256 are computed on the host and verified before
 anything reaches the session; the whole tree goes in one guest command.
 Symbolic links and other non-regular files are refused. Prints one line per
-file: GUESTPATH SIZE SHA256.`)
+file: GUESTPATH SIZE SHA256 (a path with spaces, quotes, backslashes or
+non-printing characters is double-quoted with Go escapes), or with --json an
+array of {path, size, sha256}.`)
+	asJSON := fs.Bool("json", false, "print the placed files as JSON")
 	rest, err := c.parse(fs, args)
 	if err != nil {
 		return err
@@ -73,10 +80,24 @@ file: GUESTPATH SIZE SHA256.`)
 	default:
 		return fmt.Errorf("upload %s: %w", host, err)
 	}
+	if *asJSON {
+		placed := make([]uploaded, len(mounts))
+		for i, m := range mounts {
+			placed[i] = uploaded{Path: m.Path, Size: m.Size, SHA256: m.SHA256}
+		}
+		return writeJSON(c.stdout, placed)
+	}
 	for _, m := range mounts {
-		fmt.Fprintf(c.stdout, "%s %d %s\n", m.Path, m.Size, m.SHA256)
+		fmt.Fprintf(c.stdout, "%s %d %s\n", textField(m.Path), m.Size, m.SHA256)
 	}
 	return nil
+}
+
+// uploaded is one placed file in upload's --json output.
+type uploaded struct {
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
 }
 
 // hostFile is one file to upload; it opens on first Read, so a large tree
@@ -161,13 +182,23 @@ func hashFile(p, rel string) (*hostFile, error) {
 }
 
 func runOutputs(ctx context.Context, c *cli, args []string) error {
-	fs := c.flagSet("outputs", "NAME --dest DIR [--json]", `Collects the files session NAME left in its outputs directory
+	fs := c.flagSet("outputs", "NAME --dest DIR [--json] [--overwrite] [--allow PATH]...", `Collects the files session NAME left in its outputs directory
 (/mnt/session/outputs) into DIR, verifying each file's size and sha256, in
-two guest commands. Prints one line per file: HOSTPATH SIZE SHA256, or with
---json an array of {path, size, sha256, mime_type, host_path}. Limits: 100
-files, 25 MiB per file, 100 MiB in all; over them nothing is written.`)
+two guest commands. Files are staged inside DIR and moved in only once the
+whole fetch verified; a failed collection leaves DIR as it was. An existing
+file is never replaced (unless --overwrite) and a symlink in DIR is never
+followed. Entries that cannot be collected are refused one by one, each
+named on stderr with its reason, and the rest is collected: past the limits
+(100 files, 25 MiB per file, 100 MiB in all), not regular files, hard links,
+unsafe names, and paths host programs may run (.git, .bashrc, .vscode,
+.claude, ...: collect them with --allow PATH). Prints one line per file:
+HOSTPATH SIZE SHA256 (a path with spaces, quotes, backslashes or
+non-printing characters is double-quoted with Go escapes), or with --json
+{files, refused, unlisted, partial}. Exits 1 when anything was refused.`)
 	dest := fs.String("dest", "", "host `directory` to write the files into (required)")
-	asJSON := fs.Bool("json", false, "print the files as JSON")
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	var o collectFlags
+	o.register(fs)
 	rest, err := c.parse(fs, args)
 	if err != nil {
 		return err
@@ -178,33 +209,87 @@ files, 25 MiB per file, 100 MiB in all; over them nothing is written.`)
 	if *dest == "" {
 		return &usageError{msg: "outputs needs --dest DIR", usage: usage(fs)}
 	}
+	opts, err := o.options()
+	if err != nil {
+		return err
+	}
 	s, err := c.open(ctx, rest[0])
 	if err != nil {
 		return err
 	}
-	files, err := collect(ctx, s, *dest)
+	res, err := collect(ctx, s, *dest, opts)
 	if err != nil {
 		return err
 	}
 	if *asJSON {
-		if files == nil {
-			files = []transfer.File{}
+		if err := writeJSON(c.stdout, res); err != nil {
+			return err
 		}
-		return writeJSON(c.stdout, files)
+	} else {
+		for _, f := range res.Files {
+			fmt.Fprintf(c.stdout, "%s %d %s\n", textField(f.HostPath), f.Size, f.SHA256)
+		}
 	}
-	for _, f := range files {
-		fmt.Fprintf(c.stdout, "%s %d %s\n", f.HostPath, f.Size, f.SHA256)
+	return c.reportRefused(res)
+}
+
+// collectFlags are the options of output collection that outputs and run
+// share.
+type collectFlags struct {
+	overwrite bool
+	allow     stringList
+}
+
+func (f *collectFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&f.overwrite, "overwrite", false, "replace existing files in the destination")
+	fs.Var(&f.allow, "allow", "collect this output `PATH` (and what is below it) although host programs may run it, such as .git or .bashrc; repeatable")
+}
+
+func (f *collectFlags) options() (transfer.CollectOptions, error) {
+	o := transfer.CollectOptions{Overwrite: f.overwrite, Allow: f.allow}
+	if err := (outputs.Policy{Allow: f.allow}).CheckAllow(); err != nil {
+		return o, &usageError{msg: "--allow: " + err.Error()}
+	}
+	return o, nil
+}
+
+// reportRefused names each refused entry on stderr and makes a partial
+// collection an error.
+func (c *cli) reportRefused(res *transfer.Result) error {
+	for _, r := range res.Refused {
+		fmt.Fprintf(c.stderr, "oma-sandbox: refused %s: %s\n", textField(r.Path), r.Reason)
+	}
+	if res.Unlisted > 0 {
+		fmt.Fprintf(c.stderr, "oma-sandbox: refused %d more entries without naming them\n", res.Unlisted)
+	}
+	if res.Partial {
+		return fmt.Errorf("collection was partial: %d entries refused", len(res.Refused)+res.Unlisted)
 	}
 	return nil
 }
 
-func collect(ctx context.Context, s session.Session, dest string) ([]transfer.File, error) {
-	files, err := transfer.Collect(ctx, s, dest, outputs.Limits{})
+func collect(ctx context.Context, s session.Session, dest string, o transfer.CollectOptions) (*transfer.Result, error) {
+	res, err := transfer.Collect(ctx, s, dest, o)
 	if err != nil {
 		if sig := interrupted(ctx); sig != nil {
 			return nil, sig
 		}
 		return nil, fmt.Errorf("collect outputs of %s: %w", s.Name(), err)
 	}
-	return files, nil
+	return res, nil
+}
+
+// textField writes a path as one unambiguous field of a text line: as it is
+// when it has only printable characters other than space, quote and
+// backslash, else double-quoted with Go escapes.
+func textField(s string) string {
+	for _, r := range s {
+		if r == ' ' || r == '"' || r == '\\' || !unicode.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	if s == "" || !utf8.ValidString(s) {
+		return strconv.Quote(s)
+	}
+	return s
 }
