@@ -11,11 +11,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
+	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/outputs"
+	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/transfer"
 )
 
@@ -345,4 +349,25 @@ func TestCollectRefusesABadAllowList(t *testing.T) {
 	_, err := transfer.Collect(context.Background(), s, t.TempDir(), transfer.CollectOptions{Allow: []string{"../x"}})
 	assert.ErrorIs(t, err, transfer.ErrPath)
 	assert.Zero(t, s.n.Load())
+}
+
+// The contract's largest collection, 100 MiB, fits the deadlines Collect
+// sets itself on msb (fakemsb); the time is logged for docs/cli.md.
+func TestCollect100MiBFitsItsDeadline(t *testing.T) {
+	if testing.Short() {
+		t.Skip("moves 100 MiB")
+	}
+	env := fakemsbtest.New(t)
+	s, err := session.Create(context.Background(), session.Options{
+		Client: msb.NewClient(&msb.CLI{Path: env.Bin}), WorkspaceID: "w", SessionID: "big", Image: "debian",
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close(context.Background())) })
+	sh(t, s, fmt.Sprintf(`cd %q && for i in 1 2 3; do head -c 26214400 /dev/urandom > f$i.bin; done && head -c 26000000 /dev/urandom > f4.bin`, s.Paths().Outputs))
+	start := time.Now()
+	res, err := transfer.Collect(context.Background(), s, t.TempDir(), transfer.CollectOptions{})
+	require.NoError(t, err)
+	t.Logf("collected %d files, 99.8 MiB, in %v", len(res.Files), time.Since(start))
+	assert.Len(t, res.Files, 4)
+	assert.False(t, res.Partial)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -16,6 +17,7 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/internal/sessiontest"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
+	"github.com/oma-sandbox/oma-sandbox/session/local"
 	"github.com/oma-sandbox/oma-sandbox/transfer"
 )
 
@@ -68,6 +70,14 @@ func backends(t *testing.T, fn func(t *testing.T, s *counted)) {
 		t.Cleanup(func() { require.NoError(t, s.Close(context.Background())) })
 		fn(t, &counted{Session: s})
 	})
+	t.Run("local", func(t *testing.T) {
+		s, err := local.Create(context.Background(), local.Options{StateDir: t.TempDir(), WorkspaceID: "w", SessionID: "s"})
+		if err != nil {
+			t.Skipf("no local backend here: %v", err)
+		}
+		t.Cleanup(func() { require.NoError(t, s.Close(context.Background())) })
+		fn(t, &counted{Session: s})
+	})
 }
 
 func mount(kind transfer.Kind, path, content string) transfer.Mount {
@@ -96,7 +106,7 @@ func TestMaterialize(t *testing.T) {
 			mounts = append(mounts, mount(transfer.Upload, fmt.Sprintf("%s/many/f%02d", p.Uploads, i), fmt.Sprint(i)))
 		}
 		require.NoError(t, transfer.Materialize(context.Background(), s, mounts))
-		assert.EqualValues(t, 1, s.n.Load(), "all files in one guest command")
+		assert.EqualValues(t, 2, s.n.Load(), "one guest command per kind")
 
 		out := sh(t, s, fmt.Sprintf(`cd %q && stat -c '%%a %%n' data data/a.csv top.txt many/f07 && cd %q && stat -c '%%a %%n' pdf pdf/SKILL.md pdf/scripts pdf/scripts/run.sh && cat %q/data/a.csv`, p.Uploads, p.Skills, p.Uploads))
 		assert.Equal(t, "755 data\n444 data/a.csv\n444 top.txt\n444 many/f07\n755 pdf\n444 pdf/SKILL.md\n755 pdf/scripts\n555 pdf/scripts/run.sh\na,b\n1,2\n", out)
@@ -130,5 +140,43 @@ func TestMaterializeRefusesBeforeAnyGuestCall(t *testing.T) {
 		}
 		assert.EqualValues(t, 0, s.n.Load(), "nothing reaches the guest")
 		assert.Equal(t, "", sh(t, s, "ls -A "+p.Uploads), "nothing was written")
+	})
+}
+
+// The agent owns /workspace: a skills root it turned into a symlink must
+// not make root write where the agent cannot (here the uploads root).
+func TestMaterializeSkillsNeverWriteAsRootThroughAgentLinks(t *testing.T) {
+	backends(t, func(t *testing.T, s *counted) {
+		if _, ok := s.Session.(*sessiontest.Host); ok {
+			t.Skip("the host session has no agent user")
+		}
+		p := s.Paths()
+		sh(t, s, fmt.Sprintf(`rm -rf %q && ln -s %q %q`, p.Skills, p.Uploads, p.Skills))
+		err := transfer.Materialize(context.Background(), s, []transfer.Mount{mount(transfer.Skill, p.Skills+"/demo/SKILL.md", "# demo")})
+		assert.Error(t, err, "the agent's own rights do not reach the uploads root")
+		assert.Equal(t, "", sh(t, s, "ls -A "+p.Uploads), "nothing written as root through the agent's link")
+
+		// A skills tree the agent prepared with links inside is written
+		// through them only where the agent could write anyway.
+		sh(t, s, fmt.Sprintf(`rm %q && mkdir -p %q/demo && ln -s %q %q/demo/scripts`, p.Skills, p.Skills, p.Uploads, p.Skills))
+		err = transfer.Materialize(context.Background(), s, []transfer.Mount{mount(transfer.Skill, p.Skills+"/demo/scripts/run.sh", "#!/bin/sh\n")})
+		t.Log(err)
+		assert.Equal(t, "", sh(t, s, "ls -A "+p.Uploads))
+	})
+}
+
+// Uploads are extracted as root only below a root that nobody else can
+// write: a root the agent could have prepared is refused.
+func TestMaterializeUploadsRefuseARootOthersCanWrite(t *testing.T) {
+	backends(t, func(t *testing.T, s *counted) {
+		p := s.Paths()
+		if _, ok := s.Session.(*sessiontest.Host); !ok {
+			t.Skip("the backends' uploads roots are root's own; only the host session can loosen its own")
+		}
+		require.NoError(t, os.Chmod(p.Uploads, 0o777))
+		err := transfer.Materialize(context.Background(), s, []transfer.Mount{mount(transfer.Upload, p.Uploads+"/x", "x")})
+		assert.ErrorContains(t, err, "not owned by")
+		require.NoError(t, os.Chmod(p.Uploads, 0o755))
+		require.NoError(t, transfer.Materialize(context.Background(), s, []transfer.Mount{mount(transfer.Upload, p.Uploads+"/x", "x")}))
 	})
 }

@@ -46,21 +46,50 @@ type Mount struct {
 	Content io.Reader
 }
 
-// materializeScript extracts the tar on stdin into / as root and sets the
-// modes agents rely on: uploads dirs 755 / files 444; skills the same with
-// */scripts/* 555.
-const materializeScript = `set -eu
-uploads=$1 skills=$2
-mkdir -p -- "$uploads" "$skills"
-tar -x --no-same-owner --no-same-permissions -C / -f -
-find "$uploads" "$skills" -type d -exec chmod 755 {} +
-find "$uploads" "$skills" -type f -exec chmod 444 {} +
-find "$skills" -path '*/scripts/*' -type f -exec chmod 555 {} +
+// uploadsScript extracts the tar on stdin below the uploads root as root.
+// Nothing there is the agent's: the root must be a real directory owned by
+// the extracting user and writable by no one else, so no link or directory
+// the agent planted can redirect a write (tar -x also never follows a link
+// it did not create itself, and keeps existing directories as they are).
+// Modes are set with find -P, which follows no link: directories 755,
+// files 444.
+const uploadsScript = `set -eu
+root=$1
+if [ -L "$root" ] || [ ! -d "$root" ]; then
+  echo "uploads root $root is not a directory" >&2; exit 1
+fi
+if [ "$(stat -c %u -- "$root")" != "$(id -u)" ] || [ -n "$(find -P "$root" -maxdepth 0 -perm /022)" ]; then
+  echo "uploads root $root is not owned by $(id -u) alone; refusing to extract there" >&2; exit 1
+fi
+tar -x --no-same-owner --no-same-permissions --no-overwrite-dir -C "$root" -f -
+find -P "$root" -mindepth 1 -type d -exec chmod 755 {} +
+find -P "$root" -type f -exec chmod 444 {} +
 `
 
+// skillsScript extracts the tar on stdin below the skills root as the
+// agent's own user (agentUser): the root lives in the agent's workspace,
+// where the agent may have planted links, so the files are written with no
+// more rights than the agent has. Directories 755, files 444, */scripts/*
+// 555.
+const skillsScript = `set -eu
+root=$1
+mkdir -p -- "$root"
+tar -x --no-same-owner --no-same-permissions --no-overwrite-dir -C "$root" -f -
+find -P "$root" -mindepth 1 -type d -exec chmod 755 {} +
+find -P "$root" -type f -exec chmod 444 {} +
+find -P "$root" -path '*/scripts/*' -type f -exec chmod 555 {} +
+`
+
+// agentUser owns the workspace on every backend (the msb session's prepare
+// step and the local backend make it so; the image runs agents as it). It
+// is named explicitly because a runtime whose default user is root must not
+// extract skills as root either.
+const agentUser = "65534"
+
 // Materialize verifies every mount's size and sha256 while spooling it to a
-// host temp file — before anything reaches the guest — then places them all
-// with ONE guest command (a tar stream on stdin), as root.
+// host temp file — before anything reaches the guest — then places them with
+// ONE guest command per kind (a tar stream on stdin): uploads as root below
+// a root that is root's alone, skills as the agent's user.
 func Materialize(ctx context.Context, s session.Session, mounts []Mount) error {
 	if len(mounts) == 0 {
 		return nil
@@ -86,33 +115,49 @@ func Materialize(ctx context.Context, s session.Session, mounts []Mount) error {
 		seen[guest] = true
 		guests[i] = guest
 	}
-	files := make([]spooled, 0, len(mounts))
+	byKind := map[Kind][]spooled{}
 	for i, m := range mounts {
 		host := filepath.Join(spool, fmt.Sprintf("%d", i))
 		if err := spoolVerified(host, m); err != nil {
 			return fmt.Errorf("mount %d (%s): %w", i, guests[i], err)
 		}
-		files = append(files, spooled{guest: guests[i], host: host, size: m.Size, root: rootOf(m.Kind, paths)})
+		root := rootOf(m.Kind, paths)
+		byKind[m.Kind] = append(byKind[m.Kind], spooled{rel: strings.TrimPrefix(guests[i], root+"/"), host: host, size: m.Size})
 	}
-	sort.Slice(files, func(i, j int) bool { return files[i].guest < files[j].guest })
+	for _, k := range []Kind{Upload, Skill} {
+		if files := byKind[k]; len(files) > 0 {
+			if err := place(ctx, s, k, rootOf(k, paths), files); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
 
+// place extracts one kind's files below root with one guest command.
+func place(ctx context.Context, s session.Session, k Kind, root string, files []spooled) error {
+	sort.Slice(files, func(i, j int) bool { return files[i].rel < files[j].rel })
+	script, user := uploadsScript, "0"
+	if k == Skill {
+		script, user = skillsScript, agentUser
+	}
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(writeTar(pw, files)) }()
 	defer pr.Close() // unblocks the writer if the guest stopped reading
-	res, err := s.Shell(ctx, session.Command{Script: materializeScript, Args: []string{paths.Uploads, paths.Skills}},
-		session.ShellOptions{Stdin: pr, User: "0"})
+	res, err := s.Shell(ctx, session.Command{Script: script, Args: []string{root}},
+		session.ShellOptions{Stdin: pr, User: user})
 	if err != nil {
-		return fmt.Errorf("materialize %d files: %w", len(files), err)
+		return fmt.Errorf("materialize %d %s files: %w", len(files), k, err)
 	}
 	if res.ExitCode != 0 {
-		return fmt.Errorf("materialize %d files: guest exit %d: %s", len(files), res.ExitCode, strings.TrimSpace(string(res.Stderr)))
+		return fmt.Errorf("materialize %d %s files: guest exit %d: %s", len(files), k, res.ExitCode, strings.TrimSpace(string(res.Stderr)))
 	}
 	return nil
 }
 
 type spooled struct {
-	guest, host, root string
-	size              int64
+	rel, host string // rel: below the kind's root, '/'-separated
+	size      int64
 }
 
 func rootOf(k Kind, p session.Paths) string {
@@ -178,16 +223,16 @@ func sizeSeen(n, want int64) string {
 }
 
 // writeTar streams the spooled files as a tar archive of paths relative to
-// /, with their parent directories below the mount root first (the roots
-// themselves exist and keep their owner and mode).
+// their root, each file's missing parent directories first (the root
+// itself exists and keeps its owner and mode).
 func writeTar(w io.Writer, files []spooled) error {
 	tw := tar.NewWriter(w)
 	dirs := map[string]bool{}
 	for _, f := range files {
-		if err := writeParents(tw, f.root, path.Dir(f.guest), dirs); err != nil {
+		if err := writeParents(tw, path.Dir(f.rel), dirs); err != nil {
 			return err
 		}
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(f.guest, "/"), Size: f.size, Mode: 0o444}); err != nil {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f.rel, Size: f.size, Mode: 0o444}); err != nil {
 			return err
 		}
 		src, err := os.Open(f.host)
@@ -203,13 +248,13 @@ func writeTar(w io.Writer, files []spooled) error {
 	return tw.Close()
 }
 
-func writeParents(tw *tar.Writer, root, dir string, done map[string]bool) error {
-	if dir == root || !strings.HasPrefix(dir, root+"/") || done[dir] {
+func writeParents(tw *tar.Writer, dir string, done map[string]bool) error {
+	if dir == "." || done[dir] {
 		return nil
 	}
-	if err := writeParents(tw, root, path.Dir(dir), done); err != nil {
+	if err := writeParents(tw, path.Dir(dir), done); err != nil {
 		return err
 	}
 	done[dir] = true
-	return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: strings.TrimPrefix(dir, "/") + "/", Mode: 0o755})
+	return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: dir + "/", Mode: 0o755})
 }
