@@ -5,9 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"os"
 	"strings"
 	"sync/atomic"
-	"os"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
