@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end test of `oma-sandbox mcp` against fakemsb, driven by the
-# official TypeScript MCP client (client.mjs). Afterwards the session's
-# outputs must be in --outputs, and fakemsb must list no sandbox and no
-# volume. Needs go, node (>= 20) and npm.
+# official TypeScript MCP client (client.mjs), then 72 parallel calls on one
+# session on fakemsb and on the local backend (parallel.mjs). Afterwards the
+# session's outputs must be in --outputs, and fakemsb must list no sandbox
+# and no volume, the local state no session. Needs go, node (>= 20) and npm.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -59,10 +60,20 @@ if [ "$(cat "$tmp/outputs/report.txt" 2>/dev/null)" != "from mcp" ]; then
   exit 1
 fi
 
+# 72 parallel calls on one session, on each backend.
+for backend in msb local; do
+  node "$here/parallel.mjs" "$root/bin/oma-sandbox" mcp --backend "$backend"
+done
+
 sandboxes=$("$msb" list --format json)
 volumes=$("$msb" volume list --format json)
 if [ "$sandboxes" != "[]" ] || [ "$volumes" != "[]" ]; then
   echo "e2e/mcp: left behind: sandboxes $sandboxes, volumes $volumes" >&2
   exit 1
 fi
-echo "e2e/mcp: ok, no sandbox and no volume left"
+local_sessions=$("$root/bin/oma-sandbox" session list --backend local)
+if [ -n "$local_sessions" ]; then
+  echo "e2e/mcp: left behind: local sessions $local_sessions" >&2
+  exit 1
+fi
+echo "e2e/mcp: ok, no sandbox, volume or local session left"
