@@ -103,3 +103,10 @@ func TestAnnounceWritesTokenFile(t *testing.T) {
 		t.Errorf("generated: %q, %v", out.String(), err)
 	}
 }
+
+// One message limit on every path: tool's stdin input and an MCP message.
+func TestOneMessageLimit(t *testing.T) {
+	if maxToolInput != mcpserver.MaxMessageBytes {
+		t.Errorf("tool takes %d bytes of input, an MCP message %d", maxToolInput, mcpserver.MaxMessageBytes)
+	}
+}
