@@ -180,3 +180,20 @@ func TestMaterializeUploadsRefuseARootOthersCanWrite(t *testing.T) {
 		require.NoError(t, transfer.Materialize(context.Background(), s, []transfer.Mount{mount(transfer.Upload, p.Uploads+"/x", "x")}))
 	})
 }
+
+// Even a link planted below the uploads root (only root could: the agent
+// cannot write there) is replaced by the directory the upload names, never
+// followed.
+func TestMaterializeUploadsNeverFollowPlantedLinks(t *testing.T) {
+	backends(t, func(t *testing.T, s *counted) {
+		p := s.Paths()
+		res, err := s.Shell(context.Background(), session.Command{
+			Script: `mkdir -p "$2/target" && ln -s "$2/target" "$1/x"`, Args: []string{p.Uploads, p.Workspace},
+		}, session.ShellOptions{User: "0"})
+		require.NoError(t, err)
+		require.Equal(t, 0, res.ExitCode, string(res.Stderr))
+		require.NoError(t, transfer.Materialize(context.Background(), s, []transfer.Mount{mount(transfer.Upload, p.Uploads+"/x/f.txt", "data")}))
+		assert.Equal(t, "", sh(t, s, fmt.Sprintf("ls -A %q/target", p.Workspace)), "nothing written through the link")
+		assert.Equal(t, "data", sh(t, s, fmt.Sprintf("test ! -L %q/x && cat %q/x/f.txt", p.Uploads, p.Uploads)))
+	})
+}
