@@ -177,6 +177,12 @@ func TestMaterializeUploadsRefuseARootOthersCanWrite(t *testing.T) {
 		err := transfer.Materialize(context.Background(), s, []transfer.Mount{mount(transfer.Upload, p.Uploads+"/x", "x")})
 		assert.ErrorContains(t, err, "not owned by")
 		require.NoError(t, os.Chmod(p.Uploads, 0o755))
+		if os.Geteuid() == 0 {
+			require.NoError(t, os.Chown(p.Uploads, 65534, 65534))
+			err = transfer.Materialize(context.Background(), s, []transfer.Mount{mount(transfer.Upload, p.Uploads+"/x", "x")})
+			assert.ErrorContains(t, err, "not owned by 0 alone", "a root the agent owns")
+			require.NoError(t, os.Chown(p.Uploads, 0, 0))
+		}
 		require.NoError(t, transfer.Materialize(context.Background(), s, []transfer.Mount{mount(transfer.Upload, p.Uploads+"/x", "x")}))
 	})
 }
