@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -170,7 +171,8 @@ func privateFile(path string) error {
 	if !info.Mode().IsRegular() {
 		return fmt.Errorf("%s is not a regular file", path)
 	}
-	if info.Mode().Perm()&0o077 != 0 {
+	// Windows reports no owner-only modes; its ACLs are the user's to set.
+	if runtime.GOOS != "windows" && info.Mode().Perm()&0o077 != 0 {
 		return fmt.Errorf("%s is open to other users (mode %04o); chmod 600 it", path, info.Mode().Perm())
 	}
 	return nil
