@@ -19,7 +19,7 @@
 // CAP_CHOWN, CAP_DAC_OVERRIDE and CAP_FOWNER, the session directories
 // writable, the rest read-only, no network, whatever the policy.
 //
-// Every command runs under a seccomp filter (see seccompFilter): no new
+// Every command runs under a seccomp filter (internal/confine): no new
 // user namespaces, no AF_VSOCK, no mount, keyring, bpf, io_uring or module
 // calls. Outside danger-full-access, a Landlock scope keeps the host's
 // abstract unix sockets out of reach, which matters when the sandbox

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/oma-sandbox/oma-sandbox/internal/confine"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
@@ -80,9 +81,9 @@ func (p *linuxPlatform) launch(c call) (*launched, error) {
 	// Abstract unix sockets of the host are out of reach in every mode but
 	// danger-full-access: scoped by Landlock where the kernel can, else,
 	// when the sandbox shares the host's network, no AF_UNIX sockets.
-	scoped := spec.Mode != ModeDangerFullAccess && p.landlock >= scopeABI
-	filter, err := seccompFile(filterOptions{
-		denyUnixSockets: !scoped && spec.Mode != ModeDangerFullAccess && spec.Network == NetworkUnrestricted,
+	scoped := spec.Mode != ModeDangerFullAccess && p.landlock >= confine.ScopeABI
+	filter, err := confine.FilterFile(confine.FilterOptions{
+		DenyUnixSockets: !scoped && spec.Mode != ModeDangerFullAccess && spec.Network == NetworkUnrestricted,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("local sandbox %s: seccomp filter: %v: %w", c.name, err, session.ErrCannotStart)
@@ -96,7 +97,7 @@ func (p *linuxPlatform) launch(c call) (*launched, error) {
 	cmd := &exec.Cmd{Env: []string{"PATH=" + os.Getenv("PATH")}, ExtraFiles: []*os.File{filter}}
 	l := &launched{cmd: cmd, marker: true, finish: func() []string { filter.Close(); return nil }}
 	if scoped {
-		l.start = startScoped
+		l.start = confine.StartScoped
 	}
 	if c.limits.cgroupNeeded() {
 		g, err := p.cgroups.create(c.dirs.Root, c.name, c.limits)
@@ -154,7 +155,7 @@ func probeHost(ctx context.Context, req probeRequest) (Capabilities, platform) {
 	if err != nil {
 		return fail("bubblewrap not found: " + err.Error())
 	}
-	p := &linuxPlatform{bwrap: bw, privileged: os.Geteuid() == 0, system: hostEntries(runtimeDirs), landlock: landlockABI()}
+	p := &linuxPlatform{bwrap: bw, privileged: os.Geteuid() == 0, system: hostEntries(runtimeDirs), landlock: confine.LandlockABI()}
 	if p.privileged {
 		sp, err := exec.LookPath("setpriv")
 		if err != nil || !insideUsr(sp) {

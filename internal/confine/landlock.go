@@ -1,4 +1,6 @@
-package local
+//go:build linux
+
+package confine
 
 import (
 	"fmt"
@@ -18,13 +20,13 @@ import (
 // path-based unix sockets, and abstract sockets bound inside the sandbox,
 // keep working. sandbox-runtime instead refuses socket(AF_UNIX) outright,
 // which breaks every local tool that talks over a unix socket; the seccomp
-// filter does that only on kernels without the scope (see seccompFilter).
+// filter does that only on kernels without the scope (see Filter).
 
-// scopeABI is the first Landlock ABI with LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET.
-const scopeABI = 6
+// ScopeABI is the first Landlock ABI with LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET.
+const ScopeABI = 6
 
-// landlockABI is the kernel's Landlock ABI version, 0 without Landlock.
-func landlockABI() int {
+// LandlockABI is the kernel's Landlock ABI version, 0 without Landlock.
+func LandlockABI() int {
 	v, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
 	if errno != 0 {
 		return 0
@@ -62,12 +64,12 @@ func enterAbstractScope() error {
 	return nil
 }
 
-// startScoped starts cmd from an OS thread of its own that first enters
+// StartScoped starts cmd from an OS thread of its own that first enters
 // the abstract-socket scope. The thread is never returned to the Go
 // scheduler: it stays, parked, until release, because bwrap's
 // --die-with-parent fires when the thread that started it ends, and then
 // ends with its goroutine, so no other goroutine ever runs restricted.
-func startScoped(cmd *exec.Cmd) (release func(), err error) {
+func StartScoped(cmd *exec.Cmd) (release func(), err error) {
 	started := make(chan error, 1)
 	done := make(chan struct{})
 	go func() {

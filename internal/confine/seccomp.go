@@ -1,4 +1,6 @@
-package local
+//go:build linux
+
+package confine
 
 import (
 	"bytes"
@@ -9,8 +11,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The seccomp filter every sandboxed command runs under, passed to bwrap
-// with --seccomp and loaded just before the command executes.
+// Filter builds the seccomp filter every sandboxed command runs under,
+// passed to bwrap with --seccomp and loaded just before the command
+// executes.
 //
 // Hand-written with x/sys/unix's BPF constants rather than built with
 // github.com/elastic/go-seccomp-bpf, for two of that library's choices a
@@ -33,7 +36,7 @@ import (
 //   - socket(AF_VSOCK): a network namespace does not confine vsock, so
 //     under --network deny it would still reach the hypervisor's services.
 //   - socket(AF_UNIX), only where Landlock cannot scope abstract sockets
-//     (see abstractScope) and the sandbox shares the host's network.
+//     (see StartScoped) and the sandbox shares the host's network.
 //   - mount, umount2, pivot_root and the new mount API (open_tree,
 //     move_mount, fsopen, fsconfig, fsmount, fspick, mount_setattr),
 //     setns: filesystem and namespace changes, refused even to the
@@ -63,35 +66,36 @@ const (
 
 const x32Bit = 0x40000000
 
-// filterOptions select the parts of the filter that depend on the policy.
-type filterOptions struct {
-	// denyUnixSockets refuses socket(AF_UNIX): where abstract sockets of
+// FilterOptions select the parts of the filter that depend on the policy.
+type FilterOptions struct {
+	// DenyUnixSockets refuses socket(AF_UNIX): where abstract sockets of
 	// the host are reachable and Landlock cannot scope them.
-	denyUnixSockets bool
+	DenyUnixSockets bool
 }
 
-type filterProg []unix.SockFilter
+// Program is a classic-BPF seccomp program.
+type Program []unix.SockFilter
 
-func (p *filterProg) stmt(code uint16, k uint32) { *p = append(*p, unix.SockFilter{Code: code, K: k}) }
+func (p *Program) stmt(code uint16, k uint32) { *p = append(*p, unix.SockFilter{Code: code, K: k}) }
 
-func (p *filterProg) jump(code uint16, k uint32, jt, jf uint8) {
+func (p *Program) jump(code uint16, k uint32, jt, jf uint8) {
 	*p = append(*p, unix.SockFilter{Code: code, Jt: jt, Jf: jf, K: k})
 }
 
-func (p *filterProg) loadNr()         { p.stmt(unix.BPF_LD|unix.BPF_W|unix.BPF_ABS, offNr) }
-func (p *filterProg) loadArg(i int)   { p.stmt(unix.BPF_LD|unix.BPF_W|unix.BPF_ABS, uint32(offArgs+8*i)) }
-func (p *filterProg) ret(v uint32)    { p.stmt(unix.BPF_RET|unix.BPF_K, v) }
-func errnoRet(e unix.Errno) uint32    { return unix.SECCOMP_RET_ERRNO | uint32(e) }
-func (p *filterProg) deny(nr uintptr) { p.denyWith(nr, unix.EPERM) }
+func (p *Program) loadNr()         { p.stmt(unix.BPF_LD|unix.BPF_W|unix.BPF_ABS, offNr) }
+func (p *Program) loadArg(i int)   { p.stmt(unix.BPF_LD|unix.BPF_W|unix.BPF_ABS, uint32(offArgs+8*i)) }
+func (p *Program) ret(v uint32)    { p.stmt(unix.BPF_RET|unix.BPF_K, v) }
+func errnoRet(e unix.Errno) uint32 { return unix.SECCOMP_RET_ERRNO | uint32(e) }
+func (p *Program) deny(nr uintptr) { p.denyWith(nr, unix.EPERM) }
 
 // denyWith refuses a call whatever its arguments.
-func (p *filterProg) denyWith(nr uintptr, e unix.Errno) {
+func (p *Program) denyWith(nr uintptr, e unix.Errno) {
 	p.jump(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, uint32(nr), 0, 1)
 	p.ret(errnoRet(e))
 }
 
 // denyIfBits refuses a call whose argument arg has any of bits set.
-func (p *filterProg) denyIfBits(nr uintptr, arg int, bits uint32) {
+func (p *Program) denyIfBits(nr uintptr, arg int, bits uint32) {
 	p.jump(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, uint32(nr), 0, 4)
 	p.loadArg(arg)
 	p.jump(unix.BPF_JMP|unix.BPF_JSET|unix.BPF_K, bits, 0, 1)
@@ -100,7 +104,7 @@ func (p *filterProg) denyIfBits(nr uintptr, arg int, bits uint32) {
 }
 
 // denyIfEqual refuses a call whose argument arg equals v.
-func (p *filterProg) denyIfEqual(nr uintptr, arg int, v uint32) {
+func (p *Program) denyIfEqual(nr uintptr, arg int, v uint32) {
 	p.jump(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, uint32(nr), 0, 4)
 	p.loadArg(arg)
 	p.jump(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, v, 0, 1)
@@ -109,7 +113,7 @@ func (p *filterProg) denyIfEqual(nr uintptr, arg int, v uint32) {
 }
 
 // denyUnlessOneOf refuses a call whose argument arg is none of allowed.
-func (p *filterProg) denyUnlessOneOf(nr uintptr, arg int, allowed ...uint32) {
+func (p *Program) denyUnlessOneOf(nr uintptr, arg int, allowed ...uint32) {
 	n := len(allowed)
 	p.jump(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, uint32(nr), 0, uint8(n+3))
 	p.loadArg(arg)
@@ -137,12 +141,12 @@ var deniedCalls = []uintptr{
 	unix.SYS_SYSLOG, unix.SYS_OPEN_BY_HANDLE_AT,
 }
 
-// seccompFilter builds the filter for this architecture.
-func seccompFilter(o filterOptions) (filterProg, error) {
+// Filter builds the filter for this architecture.
+func Filter(o FilterOptions) (Program, error) {
 	if auditArch == 0 {
 		return nil, fmt.Errorf("no seccomp filter for this architecture")
 	}
-	var p filterProg
+	var p Program
 	p.stmt(unix.BPF_LD|unix.BPF_W|unix.BPF_ABS, offArch)
 	p.jump(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, auditArch, 1, 0)
 	p.ret(errnoRet(unix.ENOSYS))
@@ -155,7 +159,7 @@ func seccompFilter(o filterOptions) (filterProg, error) {
 	p.denyIfBits(unix.SYS_CLONE, 0, unix.CLONE_NEWUSER)
 	p.denyWith(unix.SYS_CLONE3, unix.ENOSYS)
 	p.denyIfEqual(unix.SYS_SOCKET, 0, unix.AF_VSOCK)
-	if o.denyUnixSockets {
+	if o.DenyUnixSockets {
 		p.denyIfEqual(unix.SYS_SOCKET, 0, unix.AF_UNIX)
 	}
 	p.denyUnlessOneOf(unix.SYS_PERSONALITY, 0, allowedPersonas...)
@@ -166,21 +170,21 @@ func seccompFilter(o filterOptions) (filterProg, error) {
 	return p, nil
 }
 
-// bytes is the program as bwrap's --seccomp reads it: struct sock_filter
+// Bytes is the program as bwrap's --seccomp reads it: struct sock_filter
 // entries in native byte order.
-func (p filterProg) bytes() []byte {
+func (p Program) Bytes() []byte {
 	var b bytes.Buffer
 	_ = binary.Write(&b, binary.NativeEndian, []unix.SockFilter(p))
 	return b.Bytes()
 }
 
-// seccompFile returns a pipe's read end holding the filter, for bwrap.
-func seccompFile(o filterOptions) (*os.File, error) {
-	prog, err := seccompFilter(o)
+// FilterFile returns a pipe's read end holding the filter, for bwrap.
+func FilterFile(o FilterOptions) (*os.File, error) {
+	prog, err := Filter(o)
 	if err != nil {
 		return nil, err
 	}
-	data := prog.bytes()
+	data := prog.Bytes()
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err

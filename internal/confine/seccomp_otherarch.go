@@ -1,6 +1,6 @@
 //go:build linux && !amd64 && !arm64
 
-package local
+package confine
 
 // No filter is written for other architectures: sandboxes refuse to start
 // there rather than run without it.

@@ -1,6 +1,6 @@
 //go:build linux && (amd64 || arm64)
 
-package local
+package confine
 
 import (
 	"encoding/binary"
@@ -11,7 +11,7 @@ import (
 
 // evalFilter runs a classic-BPF seccomp program over one call, for the
 // instructions the filter uses.
-func evalFilter(t *testing.T, p filterProg, arch uint32, nr uint32, args ...uint64) uint32 {
+func evalFilter(t *testing.T, p Program, arch uint32, nr uint32, args ...uint64) uint32 {
 	t.Helper()
 	var data [64]byte
 	binary.NativeEndian.PutUint32(data[offNr:], nr)
@@ -53,7 +53,7 @@ func evalFilter(t *testing.T, p filterProg, arch uint32, nr uint32, args ...uint
 // TestSeccompFilterDecisions checks the filter's decisions call by call,
 // including the two bypasses a generic deny-list builder leaves open.
 func TestSeccompFilterDecisions(t *testing.T) {
-	p, err := seccompFilter(filterOptions{})
+	p, err := Filter(FilterOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestSeccompFilterDecisions(t *testing.T) {
 			t.Errorf("x32 unshare: %#x", got)
 		}
 	}
-	noUnix, err := seccompFilter(filterOptions{denyUnixSockets: true})
+	noUnix, err := Filter(FilterOptions{DenyUnixSockets: true})
 	if err != nil {
 		t.Fatal(err)
 	}

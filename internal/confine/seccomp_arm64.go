@@ -1,6 +1,6 @@
 //go:build linux
 
-package local
+package confine
 
 import "golang.org/x/sys/unix"
 
