@@ -92,7 +92,12 @@ denied() {
 }
 paths=() types=() links=() sizes=() sums=() batch=() slots=()
 files=0 bytes=0 named=0 unnamed=0
-for e in "${entries[@]}"; do
+for idx in "${!entries[@]}"; do
+  if (( files >= max_files && named >= max_refused )); then
+    unnamed=$((unnamed + ${#entries[@]} - idx))
+    break
+  fi
+  e=${entries[idx]}
   y=${e%% *} e=${e#* }
   n=${e%% *} e=${e#* }
   s=${e%% *} p=${e#* }

@@ -444,3 +444,19 @@ func FuzzParseListing(f *testing.F) {
 		}
 	})
 }
+
+func TestListingScriptStopsClassifyingWhenNothingMoreCanBeNamed(t *testing.T) {
+	root := t.TempDir()
+	for i := range 30 {
+		writeFile(t, filepath.Join(root, "f"+strconv.Itoa(100+i)), "x")
+	}
+	script, args := ListingScript(root, Policy{Limits: Limits{MaxFiles: 5}})
+	args[4] = "3" // name three refusals
+	stdout, stderr, code := runBash(t, script, args)
+	require.Equal(t, 0, code, "stderr: %s", stderr)
+	l, err := ParseListing(stdout, Policy{Limits: Limits{MaxFiles: 5}})
+	require.NoError(t, err)
+	assert.Len(t, l.Records, 5)
+	assert.Len(t, l.Refused, 3)
+	assert.Equal(t, 22, l.Unlisted)
+}

@@ -371,3 +371,19 @@ func TestCollect100MiBFitsItsDeadline(t *testing.T) {
 	assert.Len(t, res.Files, 4)
 	assert.False(t, res.Partial)
 }
+
+// A directory the agent made unreadable is refused by name; the rest of
+// the outputs are still collected. (On the host session and fakemsb the
+// collector runs as root, which reads anything.)
+func TestCollectSurvivesAnUnreadableDirectory(t *testing.T) {
+	backends(t, func(t *testing.T, s *counted) {
+		if sh(t, s, "id -u") == "0\n" {
+			t.Skip("the collector runs as root here")
+		}
+		sh(t, s, fmt.Sprintf(`cd %q && mkdir -p locked && echo secret > locked/s.txt && chmod 000 locked && echo ok > ok.txt`, s.Paths().Outputs))
+		t.Cleanup(func() { sh(t, s, fmt.Sprintf(`chmod 755 %q/locked`, s.Paths().Outputs)) })
+		res := collect(t, s, t.TempDir(), transfer.CollectOptions{})
+		assert.Equal(t, []string{"ok.txt"}, filePaths(res))
+		assert.Equal(t, map[string]string{"locked": "a directory that cannot be read; its contents were not listed"}, refusedPaths(res))
+	})
+}
