@@ -1,0 +1,92 @@
+package egress
+
+import (
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// Secret is a host environment variable whose value the session may send
+// to Hosts only; the guest sees a placeholder in its place.
+type Secret struct {
+	Env   string
+	Hosts []string // domains, *.suffix patterns or IP addresses
+}
+
+// ParseSecret parses ENV@HOST[,HOST...]. ENV is a shell variable name;
+// each HOST is a domain, *.domain or an IP address (IPv6 without
+// brackets; no port). ENV=VALUE@HOST is refused: a value on a command
+// line is visible to every process on the host.
+func ParseSecret(s string) (Secret, error) {
+	bad := func(reason string) (Secret, error) {
+		return Secret{}, &Error{Field: "secret", Value: s, Reason: reason}
+	}
+	env, hosts, ok := strings.Cut(s, "@")
+	if !ok {
+		return bad("want ENV@HOST[,HOST...]")
+	}
+	if strings.Contains(env, "=") {
+		return bad("give the variable's name, not its value: export it and write ENV@HOST")
+	}
+	if !isEnvName(env) {
+		return bad("variable name " + strconv.Quote(env) + " is not a shell variable name")
+	}
+	sec := Secret{Env: env}
+	for h := range strings.SplitSeq(hosts, ",") {
+		if _, err := netip.ParseAddr(h); err == nil {
+			sec.Hosts = append(sec.Hosts, h)
+			continue
+		}
+		name, suffix := strings.CutPrefix(h, "*.")
+		name = canonicalName(name)
+		if err := checkName(name); err != nil {
+			return bad("host " + strconv.Quote(h) + ": " + err.Error())
+		}
+		if !strings.Contains(name, ".") || isNumeric(name) {
+			return bad("host " + strconv.Quote(h) + ": want a domain with a dot, *.domain or an IP address")
+		}
+		if suffix {
+			name = "*." + name
+		}
+		sec.Hosts = append(sec.Hosts, name)
+	}
+	return sec, nil
+}
+
+// String formats s as ParseSecret reads it.
+func (s Secret) String() string { return s.Env + "@" + strings.Join(s.Hosts, ",") }
+
+// MarshalText and UnmarshalText keep a Secret in its written form.
+func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+func (s *Secret) UnmarshalText(b []byte) error {
+	v, err := ParseSecret(string(b))
+	if err != nil {
+		return err
+	}
+	*s = v
+	return nil
+}
+
+// CheckSet reports the first secret whose variable lookup does not find
+// (os.LookupEnv in practice): a secret read at create time must be there.
+func (p Policy) CheckSet(lookup func(string) (string, bool)) error {
+	for _, s := range p.Secrets {
+		if _, ok := lookup(s.Env); !ok {
+			return &Error{Field: "secret", Value: s.String(), Reason: "environment variable " + s.Env + " is not set"}
+		}
+	}
+	return nil
+}
+
+func isEnvName(s string) bool {
+	if s == "" || s[0] >= '0' && s[0] <= '9' {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
