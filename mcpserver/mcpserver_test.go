@@ -188,7 +188,7 @@ func TestToolErrors(t *testing.T) {
 		{"read", `{"path": 3}`, "read: path must be a string"},
 		{"read", `{"path": "a", "extra": 1}`, `read: unknown field "extra"`},
 		{"read", `{}`, "read: path is required"},
-		{"read", `{"path": "../etc/passwd"}`, `read: path "../etc/passwd" escapes ` + ws},
+		{"read", `{"path": "../etc/passwd"}`, `read: path "../etc/passwd" escapes ` + ws + ", " + h.Paths().Uploads},
 		{"write", `{"path": "a"}`, "write: content is required"},
 		{"bash", `{"command": "true", "timeout": 0}`, "bash timeout must be an integer from 1 through 3600 seconds"},
 		{"grep", `{"pattern": "x", "path": "rel"}`, "grep path must be absolute"},
