@@ -57,11 +57,20 @@ type seedExec struct {
 }
 
 func (s *seed) exec(ctx context.Context, x seedExec) (*msb.Result, error) {
+	// The seed runs every step but the mount preparation as the image's
+	// default user and never hands the fresh (root-owned) volume to anyone,
+	// so it works only with an image whose user is root. Ours runs as 65534,
+	// under which its preflight cannot create its scratch directory; root
+	// keeps the replay doing the seed's work, call for call.
+	user := x.user
+	if user == "" {
+		user = "0"
+	}
 	o := msb.ExecOptions{
 		Name:    s.sandbox,
 		Argv:    append([]string{"/bin/bash", "-lc", x.script, "bash"}, x.args...),
 		Workdir: seedWorkspace,
-		User:    x.user,
+		User:    user,
 		Stream:  x.stdin != nil || x.stdout != nil,
 	}
 	if !x.noGuest {
