@@ -30,7 +30,6 @@ func (a *app) create(p *parsed) error {
 		MemoryMiB:   defaultMemoryMiB,
 		Workdir:     p.str("workdir"),
 		ImageConfig: a.image,
-		Network:     !p.has("no-net"),
 		Security:    "default",
 		Pull:        "if-missing",
 		Status:      statusRunning,
@@ -46,6 +45,9 @@ func (a *app) create(p *parsed) error {
 		if err := checkSandboxName(name); err != nil {
 			return err
 		}
+	}
+	if err := sb.setNetwork(p); err != nil {
+		return err
 	}
 	for _, v := range p.vals["mount-named"] {
 		m, err := parseNamedMount(v)
@@ -431,15 +433,13 @@ type sandboxConfig struct {
 		User       *string        `json:"user"`
 		LogLevel   *string        `json:"log_level"`
 	} `json:"runtime"`
-	Env     []envVar          `json:"env"`
-	Labels  map[string]string `json:"labels"`
-	Rlimits []struct{}        `json:"rlimits"`
-	Mounts  []any             `json:"mounts"`
-	Network struct {
-		Enabled bool `json:"enabled"`
-	} `json:"network"`
-	PullPolicy      string `json:"pull_policy"`
-	SecurityProfile string `json:"security_profile"`
+	Env             []envVar          `json:"env"`
+	Labels          map[string]string `json:"labels"`
+	Rlimits         []struct{}        `json:"rlimits"`
+	Mounts          []any             `json:"mounts"`
+	Network         networkDoc        `json:"network"`
+	PullPolicy      string            `json:"pull_policy"`
+	SecurityProfile string            `json:"security_profile"`
 	Lifecycle       struct {
 		Ephemeral       bool   `json:"ephemeral"`
 		MaxDurationSecs *int64 `json:"max_duration_secs"`
@@ -511,7 +511,7 @@ func (sb *sandbox) config() *sandboxConfig {
 		}
 		c.Mounts = append(c.Mounts, d)
 	}
-	c.Network.Enabled = sb.Network
+	c.Network = sb.networkDoc()
 	c.PullPolicy = pullPolicies[sb.Pull]
 	c.SecurityProfile = sb.Security
 	c.Lifecycle.MaxDurationSecs = sb.MaxDurationSecs

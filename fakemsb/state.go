@@ -17,25 +17,28 @@ import (
 
 // sandbox is one sandbox as kept in the state file.
 type sandbox struct {
-	Name            string            `json:"name"`
-	Image           string            `json:"image"`
-	Labels          map[string]string `json:"labels"`
-	Mounts          []namedMount      `json:"mounts"`
-	Tmpfs           []tmpfsMount      `json:"tmpfs"`
-	CPUs            int               `json:"cpus"`
-	MemoryMiB       int               `json:"memory_mib"`
-	RootDiskMiB     int               `json:"root_disk_mib,omitempty"`
-	Workdir         string            `json:"workdir,omitempty"`
-	ImageConfig     imageConfig       `json:"image_config"`
-	Network         bool              `json:"network"`
-	Security        string            `json:"security"`
-	Pull            string            `json:"pull"`
-	MaxDurationSecs *int64            `json:"max_duration_secs"`
-	IdleTimeoutSecs *int64            `json:"idle_timeout_secs"`
-	CreatedAt       time.Time         `json:"created_at"`
-	UpdatedAt       time.Time         `json:"updated_at"`
-	Status          string            `json:"status"`
-	Holder          *holder           `json:"holder,omitempty"`
+	Name              string            `json:"name"`
+	Image             string            `json:"image"`
+	Labels            map[string]string `json:"labels"`
+	Mounts            []namedMount      `json:"mounts"`
+	Tmpfs             []tmpfsMount      `json:"tmpfs"`
+	CPUs              int               `json:"cpus"`
+	MemoryMiB         int               `json:"memory_mib"`
+	RootDiskMiB       int               `json:"root_disk_mib,omitempty"`
+	Workdir           string            `json:"workdir,omitempty"`
+	ImageConfig       imageConfig       `json:"image_config"`
+	Network           bool              `json:"network"`
+	NetPolicy         *policyDoc        `json:"net_policy,omitempty"`
+	Secrets           []secretSpec      `json:"secrets,omitempty"`
+	OnSecretViolation string            `json:"on_secret_violation,omitempty"`
+	Security          string            `json:"security"`
+	Pull              string            `json:"pull"`
+	MaxDurationSecs   *int64            `json:"max_duration_secs"`
+	IdleTimeoutSecs   *int64            `json:"idle_timeout_secs"`
+	CreatedAt         time.Time         `json:"created_at"`
+	UpdatedAt         time.Time         `json:"updated_at"`
+	Status            string            `json:"status"`
+	Holder            *holder           `json:"holder,omitempty"`
 	// TransientExecs counts exec/copy calls that started this sandbox from
 	// Stopped; the last one to finish stops it again.
 	TransientExecs int `json:"transient_execs,omitempty"`

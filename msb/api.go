@@ -67,6 +67,9 @@ type Call struct {
 	Stderr func([]byte)
 	// MaxOutput caps stdout+stderr bytes; 0 means the runner's default.
 	MaxOutput int64
+	// Env is added to msb's environment for this call only (after CLI.Env);
+	// it carries secret values, so it is never logged.
+	Env []string
 }
 
 // Result is what one msb invocation produced.
@@ -121,22 +124,46 @@ type Tmpfs struct {
 
 // CreateOptions are the flags of `msb create IMAGE`.
 type CreateOptions struct {
-	Image       string
-	Name        string
-	Mounts      []NamedMount
-	Tmpfs       []Tmpfs
-	Workdir     string
-	NoNet       bool
-	CPUs        int    // 0: msb default
-	Memory      string // msb size
-	RootDisk    string // msb size (--root-disk)
-	MaxDuration string // msb duration
-	IdleTimeout string // msb duration
-	Security    string // "", "default" or "restricted"
-	Pull        string // "", "always", "if-missing" or "never"
-	Quiet       bool
-	Labels      []Label
-	Replace     bool
+	Image   string
+	Name    string
+	Mounts  []NamedMount
+	Tmpfs   []Tmpfs
+	Workdir string
+	// NoNet denies all traffic that no NetRules entry allows (both
+	// directions); without rules the guest has no network.
+	NoNet bool
+	// NetDefaultEgress is "", "allow" or "deny": the egress default alone.
+	NetDefaultEgress string
+	NetRules         []NetRule
+	// Secrets are host variables msb reads when the sandbox starts and
+	// sends only to their hosts; Client.Create passes their values to msb.
+	Secrets           []SecretRef
+	OnSecretViolation string // "", "block", "block-and-log", "block-and-terminate" or "passthrough"
+	CPUs              int    // 0: msb default
+	Memory            string // msb size
+	RootDisk          string // msb size (--root-disk)
+	MaxDuration       string // msb duration
+	IdleTimeout       string // msb duration
+	Security          string // "", "default" or "restricted"
+	Pull              string // "", "always", "if-missing" or "never"
+	Quiet             bool
+	Labels            []Label
+	Replace           bool
+}
+
+// NetRule is one --net-rule token ACTION@TARGET[:PROTOCOL[:PORTS]]
+// (direction egress, msb's default).
+type NetRule struct {
+	Action   string // "allow" or "deny"
+	Target   string // IPv4, [IPv6], CIDR, [IPv6 CIDR], domain, *.suffix
+	Protocol string // "", "any", "tcp", "udp", "icmpv4" or "icmpv6"
+	Ports    string // "", "any", PORT or LO-HI; needs Protocol
+}
+
+// SecretRef is one --secret ENV@HOST[,HOST...].
+type SecretRef struct {
+	Env   string
+	Hosts []string
 }
 
 // ExecOptions are the flags of `msb exec NAME -- ARGV...`.

@@ -8,7 +8,8 @@ import (
 // Args validates o and returns
 //
 //	create IMAGE --name N [--mount-named V:G[:OPTS]]... [--workdir W] [--no-net]
-//	  [--tmpfs P[:SIZE][:OPTS]]... [--cpus N] [--memory S] [--root-disk S]
+//	  [--net-default-egress A] [--net-rule RULE]... [--secret ENV@HOSTS]...
+//	  [--on-secret-violation X] [--tmpfs P[:SIZE][:OPTS]]... [--cpus N] [--memory S] [--root-disk S]
 //	  [--max-duration D] [--idle-timeout D] [--security X] [--pull X] [--quiet]
 //	  [--label K=V]... [--replace]
 //
@@ -37,6 +38,38 @@ func (o CreateOptions) Args() ([]string, error) {
 	}
 	if o.NoNet {
 		args = append(args, "--no-net")
+	}
+	if o.NetDefaultEgress != "" {
+		if o.NoNet {
+			return nil, invalid("net default egress", o.NetDefaultEgress, "conflicts with no-net, which sets both directions (msb refuses the pair)")
+		}
+		if err := checkEnum("net default egress", o.NetDefaultEgress, "allow", "deny"); err != nil {
+			return nil, err
+		}
+		args = append(args, "--net-default-egress", o.NetDefaultEgress)
+	}
+	for _, r := range o.NetRules {
+		token, err := r.token()
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, "--net-rule", token)
+	}
+	for _, s := range o.Secrets {
+		spec, err := s.spec()
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, "--secret", spec)
+	}
+	if o.OnSecretViolation != "" {
+		if len(o.Secrets) == 0 {
+			return nil, invalid("on secret violation", o.OnSecretViolation, "applies only with secrets")
+		}
+		if err := checkEnum("on secret violation", o.OnSecretViolation, "block", "block-and-log", "block-and-terminate", "passthrough"); err != nil {
+			return nil, err
+		}
+		args = append(args, "--on-secret-violation", o.OnSecretViolation)
 	}
 	for _, t := range o.Tmpfs {
 		spec, err := t.spec()

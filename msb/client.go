@@ -3,6 +3,7 @@ package msb
 import (
 	"context"
 	"fmt"
+	"os"
 )
 
 // NewClient returns a Client that runs msb through r; nil means &CLI{}.
@@ -23,10 +24,18 @@ func (c *Client) run(ctx context.Context, args []string, err error) (*Result, er
 	return c.runner().Run(ctx, Call{Args: args})
 }
 
-// Create runs `msb create`.
+// Create runs `msb create`, with the variables of o.Secrets taken from
+// this process's environment added to msb's for this call only.
 func (c *Client) Create(ctx context.Context, o CreateOptions) error {
 	args, err := o.Args()
-	_, err = c.run(ctx, args, err)
+	if err != nil {
+		return err
+	}
+	env, err := o.secretEnv(os.LookupEnv)
+	if err != nil {
+		return err
+	}
+	_, err = c.runner().Run(ctx, Call{Args: args, Env: env})
 	return err
 }
 

@@ -115,3 +115,50 @@ func TestClientAgainstFakemsb(t *testing.T) {
 		t.Fatalf("removing a removed volume: %v", err)
 	}
 }
+
+// TestNetPolicyAgainstFakemsb: fakemsb takes the allowlist and secret
+// flags and shows them in inspect as msb 0.6.18 does: the rules, the
+// secret by reference and placeholder, never its value.
+func TestNetPolicyAgainstFakemsb(t *testing.T) {
+	env := fakemsbtest.New(t)
+	t.Setenv("OMA_FAKE_TOKEN", "value-never-shown")
+	c := msb.NewClient(&msb.CLI{Path: env.Bin})
+	ctx := context.Background()
+	err := c.Create(ctx, msb.CreateOptions{
+		Image: "debian", Name: "netbox", NoNet: true, Quiet: true,
+		NetRules: []msb.NetRule{
+			{Action: "allow", Target: "example.com", Protocol: "tcp", Ports: "443"},
+			{Action: "allow", Target: "*.pkg.dev"},
+			{Action: "allow", Target: "[fd00::/8]", Protocol: "udp", Ports: "53"},
+		},
+		Secrets:           []msb.SecretRef{{Env: "OMA_FAKE_TOKEN", Hosts: []string{"example.com"}}},
+		OnSecretViolation: "block-and-log",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// fakemsb cannot filter, so it gives an allowlist no network at all
+	// and its inspect says so (real msb: enabled, with the rules).
+	info, err := c.Inspect(ctx, "netbox")
+	if err != nil || info.Network {
+		t.Fatalf("inspect = %+v, %v; want fakemsb's allowlist to have no network", info, err)
+	}
+	res, err := (&msb.CLI{Path: env.Bin}).Run(ctx, msb.Call{Args: []string{"inspect", "netbox", "--format", "json"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := string(res.Stdout)
+	for _, want := range []string{`"default_egress": "deny"`, `"domain": "example.com"`, `"domain_suffix": "pkg.dev"`,
+		`"cidr": "fd00::/8"`, `"start": 443`, `"placeholder": "$MSB_OMA_FAKE_TOKEN"`, `"on_violation": "block-and-log"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inspect lacks %s:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "value-never-shown") {
+		t.Errorf("inspect shows the secret's value:\n%s", out)
+	}
+	_, err = (&msb.CLI{Path: env.Bin}).Run(ctx, msb.Call{Args: []string{"create", "debian", "--name", "b2", "--no-net", "--net-rule", "allow@localhost"}})
+	if err == nil || !strings.Contains(err.Error(), "ambiguous") {
+		t.Errorf("fakemsb took a single-label target: %v", err)
+	}
+}

@@ -73,7 +73,7 @@ func (c *CLI) Run(ctx context.Context, call Call) (res *Result, err error) {
 	defer stop(nil)
 
 	cmd := exec.CommandContext(runCtx, c.path(), args...)
-	cmd.Env = c.environ()
+	cmd.Env = append(c.environ(), call.Env...)
 	if call.Stdin != nil {
 		// Hiding a possible *os.File makes exec copy through its own pipe
 		// and close it at EOF, so msb never holds the caller's descriptor
