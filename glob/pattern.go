@@ -507,17 +507,33 @@ func normalize(seq []token) []token {
 	return out
 }
 
-// Narrowing says which files the guest may skip for this pattern: the insides
-// of .git directories unless the pattern names .git, and, when the pattern's
-// last segment is literal text and single stars only (no braces, escapes,
-// classes or ?), every file whose base name does not fit that segment as a
-// find -name pattern (which then means exactly what the segment means).
+// Narrowing says which files the guest may skip for this pattern, so that
+// only files that can match are streamed: the insides of .git directories
+// unless the pattern names .git; when the pattern begins with plain
+// directory names (no wildcards, classes, braces or escapes), every file not
+// under a directory path ending in them (`calc/**/*.py` can only match under
+// some `calc/`: the implicit `**/` still lets that be at any depth); and when
+// its last segment is plain text and single stars only, every file whose
+// base name does not fit that segment as a find -name pattern (where it means
+// exactly what the segment means).
 func (p *Pattern) Narrowing() Narrowing {
 	n := Narrowing{SkipGit: !strings.Contains(p.source, ".git")}
-	last := p.source[strings.LastIndexByte(p.source, '/')+1:]
-	if last != "" && !strings.Contains(last, "**") && !strings.ContainsAny(p.source, "{}\\") && !strings.ContainsAny(last, "?[]") {
+	if strings.ContainsAny(p.source, "{}\\") {
+		return n
+	}
+	segments := strings.Split(p.source, "/")
+	last := segments[len(segments)-1]
+	if last != "" && !strings.Contains(last, "**") && !strings.ContainsAny(last, "?[]") {
 		n.Name = last
 	}
+	var dirs []string
+	for _, seg := range segments[:len(segments)-1] {
+		if seg == "" || strings.ContainsAny(seg, "*?[]") {
+			break
+		}
+		dirs = append(dirs, seg)
+	}
+	n.Under = strings.Join(dirs, "/")
 	return n
 }
 

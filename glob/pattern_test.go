@@ -191,17 +191,19 @@ func TestMatchDoesNotAllocate(t *testing.T) {
 func TestNarrowing(t *testing.T) {
 	for pattern, want := range map[string]Narrowing{
 		"*.py":          {SkipGit: true, Name: "*.py"},
-		"calc/**/*.py":  {SkipGit: true, Name: "*.py"},
+		"calc/**/*.py":  {SkipGit: true, Name: "*.py", Under: "calc"},
 		"README.md":     {SkipGit: true, Name: "README.md"},
-		"src/**":        {SkipGit: true},
+		"src/**":        {SkipGit: true, Under: "src"},
+		"a/b/c*/d/*.go": {SkipGit: true, Name: "*.go", Under: "a/b"},
+		"a//b/x":        {SkipGit: true, Name: "x", Under: "a"},
 		"*.{go,md}":     {SkipGit: true},
-		"a/?.txt":       {SkipGit: true},
-		"a/[ab].txt":    {SkipGit: true},
+		"a/?.txt":       {SkipGit: true, Under: "a"},
+		"a/[ab].txt":    {SkipGit: true, Under: "a"},
 		`a/\*.txt`:      {SkipGit: true},
-		".git/**":       {},
+		".git/**":       {Under: ".git"},
 		"**/.gitignore": {Name: ".gitignore"},
-		"docs/":         {SkipGit: true},
-		"x/**/y*":       {SkipGit: true, Name: "y*"},
+		"docs/":         {SkipGit: true, Under: "docs"},
+		"x/**/y*":       {SkipGit: true, Name: "y*", Under: "x"},
 	} {
 		p, err := Compile(pattern)
 		if err != nil {

@@ -28,6 +28,9 @@ type Narrowing struct {
 	SkipGit bool
 	// Name, when set, is a find -name pattern every match's base name fits.
 	Name string
+	// Under, when set, is a plain relative directory path ("calc" or
+	// "src/pkg") that every match lies below, at any depth.
+	Under string
 }
 
 // NarrowedEnumerationScript is EnumerationScript listing only the files n
@@ -38,19 +41,20 @@ func NarrowedEnumerationScript(root, token string, n Narrowing) (script string, 
 	const s = `setsid env "$3=$2" bash -c '
 printf "%s\0" "$1" || exit
 cd -- "$2" 2>/dev/null || { printf "Path not found: %s\n" "$2" >&2; exit 3; }
-prune=() name=()
+prune=() name=() under=()
 [ "$3" != 1 ] || prune=(-type d -name .git -prune -o)
 [ -z "$4" ] || name=(-name "$4")
-LC_ALL=C find . "${prune[@]}" -type f "${name[@]}" -print0
+[ -z "$5" ] || under=(-path "*/$5/*")
+LC_ALL=C find . "${prune[@]}" -type f "${name[@]}" "${under[@]}" -print0
 code=$?
 [ "$code" -le 1 ] || exit "$code"
-' bash "$4" "$1" "$5" "$6" &
+' bash "$4" "$1" "$5" "$6" "$7" &
 wait "$!"`
 	skipGit := "0"
 	if n.SkipGit {
 		skipGit = "1"
 	}
-	return s, []string{root, token, OwnerEnv, ReadyMarker, skipGit, n.Name}
+	return s, []string{root, token, OwnerEnv, ReadyMarker, skipGit, n.Name, n.Under}
 }
 
 // CleanupScript kills exactly the processes whose environment holds

@@ -82,7 +82,7 @@ func TestGlobByteLimits(t *testing.T) {
 		tb := tools.New(s, tools.Options{})
 		// 5000 names of 220 bytes: over 1 MiB of enumeration, no match.
 		sh(t, s, `mkdir raw && cd raw && long=$(printf 'n%.0s' $(seq 1 210)); for i in $(seq 1000 5999); do : > "$long$i"; done`)
-		_, err := call(t, tb, "glob", obj{"pattern": "raw/*", "path": "raw"})
+		_, err := call(t, tb, "glob", obj{"pattern": "[z]*", "path": "raw"})
 		assert.EqualError(t, err, `Glob enumeration exceeds 1048576 raw bytes. Narrow the search: set path to the directory to search (e.g. {"path": "src"}), or end the pattern with a file name pattern such as *.py.`)
 		assert.ErrorIs(t, err, glob.ErrLimit)
 		assert.Equal(t, "No files found", mustCall(t, tb, "glob", obj{"pattern": "*.none", "path": "raw"}),
