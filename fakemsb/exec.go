@@ -23,7 +23,10 @@ const guestPATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // droppedCaps keeps guest root from changing the host it shares a kernel
 // with (mounts, modules, clock, host network when --no-net is not given).
-const droppedCaps = "-sys_admin,-sys_module,-sys_rawio,-sys_boot,-sys_time,-net_admin,-mknod,-mac_admin,-mac_override,-syslog,-audit_control,-sys_pacct"
+// Without sys_ptrace, guests cannot trace or read the descriptors of the
+// processes that hold every capability (the holder's init, a launcher
+// that has not yet loaded its filter); they still trace their own.
+const droppedCaps = "-sys_admin,-sys_ptrace,-sys_module,-sys_rawio,-sys_boot,-sys_time,-net_admin,-mknod,-mac_admin,-mac_override,-syslog,-audit_control,-sys_pacct"
 
 // acquire returns a snapshot of the running sandbox name, starting a
 // Stopped sandbox for the duration of the call; release undoes that start.
@@ -168,14 +171,21 @@ func (a *app) exec(p *parsed) error {
 			fmt.Sprintf("  → %s: permission denied\n  → check that it is executable and not on a noexec mount\n", argv[0])}
 	}
 
-	nsArgs := []string{"-t", strconv.Itoa(sb.Holder.InitPID), "-m", "-p", "-i", "-u", "-n", "--wdns=" + wd, "--",
-		"/usr/bin/setpriv", "--bounding-set=" + droppedCaps}
+	launcher, launcherFile, err := guestLauncher(sb)
+	if err != nil {
+		return failf("exec failed: %v", err)
+	}
+	defer launcherFile.Close()
+	nsArgs := []string{"-t", strconv.Itoa(sb.Holder.InitPID), "-m", "-p", "-i", "-u", "-n", "--wdns=" + wd, "--"}
+	nsArgs = append(nsArgs, launcher...)
+	nsArgs = append(nsArgs, "/usr/bin/setpriv", "--bounding-set="+droppedCaps)
 	if user != "" {
 		nsArgs = append(nsArgs, "--reuid="+strconv.Itoa(uid), "--regid="+strconv.Itoa(gid), "--clear-groups")
 	}
 	nsArgs = append(nsArgs, "--")
 	cmd := exec.Command("nsenter", append(nsArgs, argv...)...)
 	cmd.Env = env
+	cmd.ExtraFiles = []*os.File{launcherFile} // guestLauncherFD
 	return a.runGuest(cmd, input, p.has("stream"), timeout)
 }
 

@@ -75,7 +75,8 @@
 // of a running one succeed without change; exec and copy on a Stopped
 // sandbox start it for the call and stop it again afterwards (so a copy
 // into a stopped sandbox persists only on its named volumes); guests run
-// without CAP_SYS_ADMIN and a few other host-affecting capabilities; an
+// without CAP_SYS_ADMIN and a few other host-affecting capabilities and
+// under internal/confine's seccomp filter (confine.go); an
 // unknown exec --user fails with "error: exec failed: user not found: U";
 // exec --tty, --rlimit and -q are accepted and ignored; the guest root
 // outside named volumes is a tmpfs, lost on stop. README.md has the details.
@@ -134,6 +135,9 @@ type app struct {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == guestLauncherArg {
+		runGuestLauncher(os.Args[2:])
+	}
 	a := &app{args: os.Args[1:], start: time.Now()}
 	os.Exit(a.run())
 }

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"sort"
 	"syscall"
+
+	"github.com/oma-sandbox/oma-sandbox/internal/safefs"
 )
 
 // makeVolume creates volume name in st and its directory.
@@ -111,7 +113,9 @@ func (a *app) removeVolume(st *state, name string) error {
 			}
 		}
 	}
-	if err := os.RemoveAll(a.volumeDir(name)); err != nil {
+	// The guest wrote everything below the volume's directory: removal
+	// never follows its links and copes with any depth.
+	if err := safefs.RemoveAll(a.volumeDir(name)); err != nil {
 		return failf("io error: %v", err)
 	}
 	delete(st.Volumes, name)

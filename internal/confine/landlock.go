@@ -41,10 +41,12 @@ type rulesetAttr struct {
 	scoped           uint64
 }
 
-// enterAbstractScope puts the calling thread, and so every process it
-// starts, into a Landlock domain that restricts nothing but connections
-// to abstract unix sockets bound outside it.
-func enterAbstractScope() error {
+// EnterScope puts the calling OS thread, and so every process it starts
+// or execs, into a Landlock domain that restricts nothing but connections
+// to abstract unix sockets bound outside it. The caller must have locked
+// the thread (runtime.LockOSThread) and keep it out of the scheduler:
+// StartScoped does that; a launcher about to exec can call it directly.
+func EnterScope() error {
 	attr := rulesetAttr{scoped: unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET}
 	fd, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr), 0)
 	if errno != 0 {
@@ -74,7 +76,7 @@ func StartScoped(cmd *exec.Cmd) (release func(), err error) {
 	done := make(chan struct{})
 	go func() {
 		runtime.LockOSThread()
-		if err := enterAbstractScope(); err != nil {
+		if err := EnterScope(); err != nil {
 			started <- err
 			return
 		}
