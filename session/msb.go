@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
+	"github.com/oma-sandbox/oma-sandbox/egress"
 	"github.com/oma-sandbox/oma-sandbox/grep"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 )
@@ -54,6 +56,8 @@ type Options struct {
 	Security    string
 	Pull        string
 	Prefix      string
+	// Network is what the sandbox may reach; the zero value denies all.
+	Network egress.Policy
 	// OperationTimeout bounds every guest command that names no timeout of
 	// its own; StartupTimeout bounds `msb create` (an image pull can be slow).
 	OperationTimeout time.Duration
@@ -133,9 +137,9 @@ type MsbSession struct {
 var _ Session = (*MsbSession)(nil)
 
 // createOptions are the `msb create` flags of a session.
-func createOptions(o Options, names Names) msb.CreateOptions {
+func createOptions(o Options, names Names) (msb.CreateOptions, error) {
 	now := o.Now().UTC()
-	return msb.CreateOptions{
+	c := msb.CreateOptions{
 		Image:  o.Image,
 		Name:   names.Sandbox,
 		Mounts: []msb.NamedMount{{Volume: names.Volume, Guest: msbPaths.Workspace}},
@@ -144,7 +148,6 @@ func createOptions(o Options, names Names) msb.CreateOptions {
 			{Path: msbPaths.Outputs, Size: outputsTmpfsSize, Options: []string{"nosuid", "nodev", "noexec"}},
 		},
 		Workdir:     msbPaths.Workspace,
-		NoNet:       true,
 		CPUs:        o.CPUs,
 		Memory:      o.Memory,
 		RootDisk:    o.RootDisk,
@@ -158,6 +161,7 @@ func createOptions(o Options, names Names) msb.CreateOptions {
 			msb.Label{Key: LabelCreatedAt, Value: now.Format("2006-01-02T15:04:05.000Z")},
 		),
 	}
+	return c, applyNetwork(o.Network, &c)
 }
 
 // prepareScript sets the mount owners and modes (the image's agent user is
@@ -184,14 +188,20 @@ func Create(ctx context.Context, o Options) (*MsbSession, error) {
 		return nil, fmt.Errorf("%w: workspace id and session id are required", ErrInvalid)
 	}
 	names := NewNames(o.Prefix, o.WorkspaceID, o.SessionID, o.Now(), o.Random())
-	createOpts := createOptions(o, names)
-	if _, err := createOpts.Args(); err != nil {
+	createOpts, err := createOptions(o, names)
+	if err == nil {
+		_, err = createOpts.Args()
+	}
+	if err == nil {
+		err = o.Network.CheckSet(os.LookupEnv) // msb reads them when the sandbox starts
+	}
+	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	s := &MsbSession{client: o.Client, names: names, opTimeout: o.OperationTimeout, logger: o.Logger}
 
 	startCtx, cancel := context.WithTimeout(ctx, o.StartupTimeout)
-	err := o.Client.Create(startCtx, createOpts)
+	err = o.Client.Create(startCtx, createOpts)
 	cancel()
 	if err == nil {
 		err = s.prepare(ctx)

@@ -1,0 +1,60 @@
+package session
+
+import (
+	"strconv"
+
+	"github.com/oma-sandbox/oma-sandbox/egress"
+	"github.com/oma-sandbox/oma-sandbox/msb"
+)
+
+// applyNetwork maps a session's network policy onto `msb create`: deny is
+// --no-net; unrestricted is msb's default (public addresses only: msb
+// keeps private, loopback, host and metadata addresses out unless a rule
+// allows them); an allowlist is --no-net plus one allow rule per target,
+// which msb documents as its allowlist (ingress denied too). Secrets go to
+// msb's own injection, which sends the value only to their hosts and logs
+// a violation.
+func applyNetwork(p egress.Policy, o *msb.CreateOptions) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	switch p.Effective() {
+	case egress.Deny:
+		o.NoNet = true
+	case egress.Allowlist:
+		o.NoNet = true
+		for _, t := range p.Allow {
+			o.NetRules = append(o.NetRules, netRule(t))
+		}
+	}
+	for _, s := range p.Secrets {
+		o.Secrets = append(o.Secrets, msb.SecretRef{Env: s.Env, Hosts: s.Hosts})
+	}
+	if len(p.Secrets) > 0 {
+		o.OnSecretViolation = "block-and-log"
+	}
+	return nil
+}
+
+// netRule is the msb rule of one allowed target: a port means TCP to it.
+func netRule(t egress.Target) msb.NetRule {
+	r := msb.NetRule{Action: "allow"}
+	switch {
+	case t.Prefix.IsValid():
+		r.Target = t.Prefix.String()
+		if t.Prefix.IsSingleIP() {
+			r.Target = t.Prefix.Addr().String()
+		}
+		if t.Prefix.Addr().Is6() {
+			r.Target = "[" + r.Target + "]"
+		}
+	case t.Suffix:
+		r.Target = "*." + t.Host
+	default:
+		r.Target = t.Host
+	}
+	if t.Port != 0 {
+		r.Protocol, r.Ports = "tcp", strconv.Itoa(int(t.Port))
+	}
+	return r
+}
