@@ -5,11 +5,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/oma-sandbox/oma-sandbox/egress"
 	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/session/local"
 )
@@ -59,6 +61,8 @@ type createFlags struct {
 	memory      string
 	mode        string
 	network     string
+	allowNet    stringList
+	secrets     stringList
 	limits      stringList
 	dangerous   bool
 }
@@ -71,7 +75,7 @@ func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 var (
 	msbOnlyFlags   = []string{"image", "cpus", "memory"}
-	localOnlyFlags = []string{"mode", "network", "limit", "allow-dangerous"}
+	localOnlyFlags = []string{"mode", "limit", "allow-dangerous"}
 )
 
 func (f *createFlags) register(fs *flag.FlagSet) {
@@ -82,7 +86,9 @@ func (f *createFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.cpus, "cpus", 0, fmt.Sprintf("msb: virtual CPUs (default %d)", session.DefaultCPUs))
 	fs.StringVar(&f.memory, "memory", "", "msb: guest memory `size` such as 512M or 2G (default "+session.DefaultMemory+")")
 	fs.StringVar(&f.mode, "mode", "", "local: filesystem `mode`: workspace-write (default), read-only or danger-full-access")
-	fs.StringVar(&f.network, "network", "", "local: `network`: deny (default), unrestricted or allowlist (refused: not enforceable)")
+	fs.StringVar(&f.network, "network", "", "`network`: deny (default), unrestricted, or allowlist (implied by --allow-net)")
+	fs.Var(&f.allowNet, "allow-net", "let the session reach `TARGET`: example.com, *.example.com, an IP, a CIDR, [IPv6], each with an optional :PORT; repeatable")
+	fs.Var(&f.secrets, "secret", "msb: `ENV@HOST[,HOST...]`: the host variable ENV's value, which the session sees as a placeholder and can send to HOSTs only; repeatable")
 	fs.Var(&f.limits, "limit", "local: per-command limit `KEY=VALUE`, repeatable: wall-time, output, memory, processes, cpu, file-size")
 	fs.BoolVar(&f.dangerous, "allow-dangerous", false, "local: required with --mode danger-full-access")
 }
@@ -118,7 +124,7 @@ func (c *cli) resolve(ctx context.Context, f *createFlags, set map[string]bool) 
 			if f.backend == backendAuto {
 				how = "was picked by --backend auto"
 			}
-			return nil, &usageError{msg: fmt.Sprintf("--%s does not apply to the %s backend, which %s (msb takes --image, --cpus, --memory; local takes --mode, --network, --limit)", name, p.backend, how)}
+			return nil, &usageError{msg: fmt.Sprintf("--%s does not apply to the %s backend, which %s (msb takes --image, --cpus, --memory, --secret; local takes --mode, --limit)", name, p.backend, how)}
 		}
 	}
 	if f.sessionID == "" {
@@ -130,12 +136,19 @@ func (c *cli) resolve(ctx context.Context, f *createFlags, set map[string]bool) 
 	if f.cpus < 0 {
 		return nil, &usageError{msg: fmt.Sprintf("--cpus %d: want a positive number", f.cpus)}
 	}
+	network, err := f.networkPolicy()
+	if err != nil {
+		return nil, err
+	}
 	if p.backend == backendMsb {
 		p.msb = session.Options{
 			Client: c.client(), WorkspaceID: f.workspaceID, SessionID: f.sessionID,
-			Image: f.image, CPUs: f.cpus, Memory: f.memory, Logger: c.logger,
+			Image: f.image, CPUs: f.cpus, Memory: f.memory, Network: network, Logger: c.logger,
 		}
 		return p, nil
+	}
+	if len(network.Secrets) > 0 {
+		return nil, &usageError{msg: "--secret is not supported on the local backend: it has no secret injection, and the value must never enter the sandbox (use the msb backend)"}
 	}
 	pol := local.Policy{AllowDangerous: f.dangerous}
 	if f.mode != "" {
@@ -151,13 +164,7 @@ func (c *cli) resolve(ctx context.Context, f *createFlags, set map[string]bool) 
 	if pol.Mode == local.ModeDangerFullAccess && !f.dangerous {
 		return nil, &usageError{msg: "--mode danger-full-access shares the host's filesystem and network; confirm it with --allow-dangerous"}
 	}
-	if f.network != "" {
-		n, err := local.ParseNetwork(f.network)
-		if err != nil {
-			return nil, &usageError{msg: "--network: " + err.Error()}
-		}
-		pol.Network = n
-	}
+	pol.Network = local.Network(network.Effective())
 	lim, err := local.ParseLimits(f.limits...)
 	if err != nil {
 		return nil, &usageError{msg: "--limit: " + err.Error()}
@@ -165,6 +172,45 @@ func (c *cli) resolve(ctx context.Context, f *createFlags, set map[string]bool) 
 	p.local = local.Options{
 		StateDir: c.stateDir, NamePrefix: localPrefix, WorkspaceID: f.workspaceID, SessionID: f.sessionID,
 		Policy: pol, Limits: lim, Logger: c.logger,
+	}
+	return p, nil
+}
+
+// networkPolicy parses --network, --allow-net and --secret into one
+// policy, refusing a bad token or an unset secret variable by name.
+func (f *createFlags) networkPolicy() (egress.Policy, error) {
+	var p egress.Policy
+	if f.network != "" {
+		m, err := egress.ParseMode(f.network)
+		if err != nil {
+			return p, &usageError{msg: "--network: " + err.Error()}
+		}
+		p.Mode = m
+	}
+	for _, a := range f.allowNet {
+		t, err := egress.ParseTarget(a)
+		if err != nil {
+			return p, &usageError{msg: "--allow-net: " + err.Error()}
+		}
+		p.Allow = append(p.Allow, t)
+	}
+	for _, s := range f.secrets {
+		sec, err := egress.ParseSecret(s)
+		if err != nil {
+			return p, &usageError{msg: "--secret: " + err.Error()}
+		}
+		p.Secrets = append(p.Secrets, sec)
+	}
+	if err := p.Validate(); err != nil {
+		flag := "--network"
+		var pe *egress.Error
+		if errors.As(err, &pe) && pe.Field == "secret" {
+			flag = "--secret"
+		}
+		return p, &usageError{msg: flag + ": " + err.Error()}
+	}
+	if err := p.CheckSet(os.LookupEnv); err != nil {
+		return p, &usageError{msg: "--secret: " + err.Error()}
 	}
 	return p, nil
 }
