@@ -10,15 +10,11 @@
 package realmsb_test
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -150,7 +146,8 @@ func TestRealMSBLoadsMissingImage(t *testing.T) {
 	if !errors.Is(err, errNoArchive) || !strings.Contains(err.Error(), "run `make image`") {
 		t.Fatalf("without an archive: %v, want errNoArchive saying to run make image", err)
 	}
-	archive := tinyArchive(t)
+	// Tagged with another reference: msb load --tag names it.
+	archive := realmsb.TinyArchive(t, "e2e/other:1")
 	if err := ensureImage(ctx, cli, ref, archive); err != nil {
 		t.Fatal(err)
 	}
@@ -159,52 +156,5 @@ func TestRealMSBLoadsMissingImage(t *testing.T) {
 	}
 	if err := ensureImage(ctx, cli, ref, filepath.Join(t.TempDir(), "missing.tar")); err != nil {
 		t.Fatalf("a cached image needs no archive: %v", err)
-	}
-}
-
-// tinyArchive writes a docker-style image archive (what `msb load` reads)
-// of one layer holding one file, tagged with another reference than the
-// one ensureImage loads it as.
-func tinyArchive(t *testing.T) string {
-	t.Helper()
-	var layer bytes.Buffer
-	lw := tar.NewWriter(&layer)
-	motd := []byte("oma-sandbox e2e image\n")
-	must(t, lw.WriteHeader(&tar.Header{Name: "etc/", Mode: 0o755, Typeflag: tar.TypeDir}))
-	must(t, lw.WriteHeader(&tar.Header{Name: "etc/motd", Mode: 0o644, Size: int64(len(motd))}))
-	_, err := lw.Write(motd)
-	must(t, err)
-	must(t, lw.Close())
-	layerSum := sha256.Sum256(layer.Bytes())
-	config := fmt.Sprintf(`{"architecture":%q,"os":"linux","config":{"User":"65534:65534"},"rootfs":{"type":"layers","diff_ids":["sha256:%x"]}}`, runtime.GOARCH, layerSum)
-	configSum := sha256.Sum256([]byte(config))
-	manifest := fmt.Sprintf(`[{"Config":"%x.json","RepoTags":["e2e/other:1"],"Layers":["%x.tar"]}]`, configSum, layerSum)
-
-	path := filepath.Join(t.TempDir(), "image.tar")
-	f, err := os.Create(path)
-	must(t, err)
-	defer f.Close()
-	aw := tar.NewWriter(f)
-	for _, entry := range []struct {
-		name string
-		data []byte
-	}{
-		{fmt.Sprintf("%x.tar", layerSum), layer.Bytes()},
-		{fmt.Sprintf("%x.json", configSum), []byte(config)},
-		{"manifest.json", []byte(manifest)},
-	} {
-		must(t, aw.WriteHeader(&tar.Header{Name: entry.name, Mode: 0o644, Size: int64(len(entry.data))}))
-		_, err := aw.Write(entry.data)
-		must(t, err)
-	}
-	must(t, aw.Close())
-	must(t, f.Close())
-	return path
-}
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
 	}
 }
