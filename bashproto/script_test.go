@@ -35,21 +35,25 @@ func TestTimeoutSeconds(t *testing.T) {
 }
 
 func TestScriptArgs(t *testing.T) {
-	script, args := Script(`echo "$HOME"; rm -rf /`, 2500*time.Millisecond, "/workspace/.oma-bash-x.pid", "tok")
-	assert.Equal(t, []string{"/workspace/.oma-bash-x.pid", "3", `echo "$HOME"; rm -rf /`, "tok"}, args)
-	assert.NotContains(t, script, "rm -rf", "the command travels as an argument")
+	c := Call{ID: "0123456789abcdef0123456789abcdef", Secret: "fedcba9876543210fedcba9876543210"}
+	script, args, stdin := Script(c, `echo "$HOME"; rm -rf /`, 2500*time.Millisecond, LogsIn("/workspace"), Limits{MaxLines: 20, MaxBytes: 300})
+	assert.Equal(t, []string{c.ID, "3", "/tmp/oma-bash", "/workspace/.bash-output", "20", "300", "keep"}, args, "neither the command nor the secret travels in argv")
+	assert.Equal(t, c.Secret+"\n"+`echo "$HOME"; rm -rf /`, string(stdin))
+	assert.NotContains(t, script, "rm -rf")
 	assert.NotContains(t, script, "bash -l")
-	script, args = KillScript("/w/p.pid")
-	assert.Equal(t, []string{"/w/p.pid"}, args)
+	script, args = KillScript(c.ID)
+	assert.Equal(t, []string{c.ID}, args)
 	assert.NotEmpty(t, script)
 }
 
-func TestPidFileAndToken(t *testing.T) {
-	assert.Equal(t, "/workspace/.oma-bash-abc.pid", PidFile("/workspace", "abc"))
-	assert.Equal(t, "/workspace/.oma-bash-abc.pid", PidFile("/workspace/", "abc"))
-	a, b := NewToken(), NewToken()
-	assert.Regexp(t, regexp.MustCompile(`^[0-9a-f]{32}$`), a)
-	assert.NotEqual(t, a, b)
+func TestNewCall(t *testing.T) {
+	a, b := NewCall(), NewCall()
+	for _, s := range []string{a.ID, a.Secret, b.ID} {
+		assert.Regexp(t, regexp.MustCompile(`^[0-9a-f]{32}$`), s)
+	}
+	assert.NotEqual(t, a.ID, b.ID)
+	assert.NotEqual(t, a.ID, a.Secret)
+	assert.Equal(t, "/w/.bash-output/"+a.ID+".log", a.LogPath("/w/.bash-output"))
 }
 
 func TestFormatResult(t *testing.T) {
@@ -67,15 +71,18 @@ func TestFormatResult(t *testing.T) {
 		{"", 137, true, "Command timed out after 5 seconds"},
 	}
 	for _, c := range cases {
-		assert.Equal(t, c.want, FormatResult([]byte(c.out), c.code, c.timedOut, 5), "%+v", c)
+		assert.Equal(t, c.want, FormatResult([]byte(c.out), nil, c.code, c.timedOut, 5), "%+v", c)
 	}
+	assert.Equal(t, "x\n\n[cut]\n\nCommand exited with code 1", FormatResult([]byte("x"), []string{"[cut]"}, 1, false, 5))
+	assert.Equal(t, "[cut]\n\nCommand timed out after 5 seconds", FormatResult(nil, []string{"[cut]"}, 0, true, 5))
 }
 
 // start runs a guest script locally the way the backends do, in its own
 // process group so that a broken script cannot signal the test.
-func start(t *testing.T, script string, args []string, stdout, stderr *bytes.Buffer) *exec.Cmd {
+func start(t *testing.T, script string, args []string, stdin []byte, stdout, stderr *bytes.Buffer) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command("/bin/bash", append([]string{"-c", script, "bash"}, args...)...)
+	cmd.Stdin = bytes.NewReader(stdin)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.WaitDelay = 10 * time.Second
@@ -94,10 +101,10 @@ func exitCode(t *testing.T, err error) int {
 	return 0
 }
 
-func run(t *testing.T, script string, args []string) (stdout, stderr []byte, code int) {
+func run(t *testing.T, script string, args []string, stdin []byte) (stdout, stderr []byte, code int) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	cmd := start(t, script, args, &out, &errb)
+	cmd := start(t, script, args, stdin, &out, &errb)
 	code = exitCode(t, cmd.Wait())
 	return out.Bytes(), errb.Bytes(), code
 }
@@ -156,17 +163,10 @@ func readPids(t *testing.T, path string) []int {
 	return pids
 }
 
-func requireEmptyDir(t *testing.T, dir string) {
-	t.Helper()
-	entries, err := os.ReadDir(dir)
-	require.NoError(t, err)
-	assert.Empty(t, entries, "files left behind")
-}
-
-func filtered(t *testing.T, token string, stdout []byte) (*Filter, string) {
+func filtered(t *testing.T, secret string, stdout []byte) (*Filter, string) {
 	t.Helper()
 	var out bytes.Buffer
-	f := NewFilter(token, func(p []byte) { out.Write(p) })
+	f := NewFilter(secret, func(p []byte) { out.Write(p) })
 	for _, b := range stdout { // the worst chunking
 		_, err := f.Write([]byte{b})
 		require.NoError(t, err)
@@ -179,148 +179,234 @@ func requireSupported(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("needs /proc")
 	}
-	if _, err := exec.LookPath("setsid"); err != nil {
-		t.Skip("needs setsid")
+	for _, tool := range []string{"setsid", "tail", "grep"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skip("needs " + tool)
+		}
 	}
+}
+
+var testLimits = Limits{MaxLines: 2000, MaxBytes: 50 << 10}
+
+// runCommand runs command through Script with its log in a fresh directory.
+func runCommand(t *testing.T, command string, timeout time.Duration) (c Call, logs Logs, stdout, stderr []byte, code int) {
+	t.Helper()
+	c = NewCall()
+	logs = testLogs(t)
+	script, args, stdin := Script(c, command, timeout, logs, testLimits)
+	stdout, stderr, code = run(t, script, args, stdin)
+	return c, logs, stdout, stderr, code
+}
+
+func testLogs(t *testing.T) Logs {
+	dir := t.TempDir()
+	return Logs{Live: filepath.Join(dir, "live"), Kept: filepath.Join(dir, "workspace", KeptLogDirName)}
 }
 
 func TestScriptExitCode(t *testing.T) {
 	requireSupported(t)
-	pidDir := t.TempDir()
-	token := NewToken()
-	script, args := Script(`echo out; echo err >&2; printf 'no newline'; exit 7`, 10*time.Second, PidFile(pidDir, token), token)
-	stdout, stderr, code := run(t, script, args)
+	c, logs, stdout, stderr, code := runCommand(t, `echo out; echo err >&2; printf 'no newline'; exit 7`, 10*time.Second)
 	assert.Equal(t, 7, code)
-	assert.Empty(t, stderr, "the command's stderr is merged into stdout")
-	assert.Equal(t, dispatchLine(token)+"out\nerr\nno newline"+terminalLine(token, "exit:7"), string(stdout))
+	assert.Empty(t, stderr)
+	assert.Equal(t, dispatchLine(c.Secret)+"out\nerr\nno newline"+terminalLine(c.Secret, "exit:7"), string(stdout))
 
-	f, out := filtered(t, token, stdout)
+	f, out := filtered(t, c.Secret, stdout)
 	assert.Equal(t, "out\nerr\nno newline", out)
 	assert.NoError(t, f.Verdict(code))
 	term, ok := f.Terminal()
 	assert.True(t, ok)
 	assert.Equal(t, Terminal{Code: 7}, term)
-	assert.Equal(t, "out\nerr\nno newline\n\nCommand exited with code 7", FormatResult([]byte(out), term.Code, term.Timeout, 10))
-	requireEmptyDir(t, pidDir)
+	requireEmptyDir(t, logs.Live)
+	assert.NoDirExists(t, logs.Kept, "nothing is copied into the workspace")
 }
 
 func TestScriptSuccessAndQuoting(t *testing.T) {
 	requireSupported(t)
-	pidDir := t.TempDir()
-	token := NewToken()
-	// The command is data: quotes, $ and newlines reach bash -c unchanged,
-	// and no login profile runs.
-	command := "x='it'\"'\"'s $HOME'\nprintf '%s\\n' \"$x\" \"$0\" \"$-\""
-	script, args := Script(command, time.Second, PidFile(pidDir, token), token)
-	stdout, _, code := run(t, script, args)
+	// The command is data: quotes, $ and newlines reach bash unchanged, no
+	// login profile runs, stdin is empty and fd 3 is closed.
+	command := "x='it'\"'\"'s $HOME'\nprintf '%s\\n' \"$x\" \"$0\" \"$-\"; cat; ls /proc/self/fd/3 2>/dev/null || echo closed"
+	c, _, stdout, _, code := runCommand(t, command, time.Second)
 	assert.Equal(t, 0, code)
-	f, out := filtered(t, token, stdout)
+	f, out := filtered(t, c.Secret, stdout)
 	assert.NoError(t, f.Verdict(code))
-	assert.Equal(t, "it's $HOME\n/bin/bash\nhBc\n", out)
-	requireEmptyDir(t, pidDir)
+	assert.Equal(t, "it's $HOME\nbash\nhBc\nclosed\n", out)
 }
 
+// The command cannot learn the secret from any process's argv or
+// environment, so every terminal line it prints is ordinary output and the
+// real record, written after it exits, decides.
 func TestScriptForgedTerminal(t *testing.T) {
 	requireSupported(t)
-	pidDir := t.TempDir()
-	token := NewToken()
-	command := `echo "__OMA_TERMINAL__:` + token + `:exit:0"; exit 3`
-	script, args := Script(command, 10*time.Second, PidFile(pidDir, token), token)
-	stdout, _, code := run(t, script, args)
+	command := `for f in /proc/[0-9]*/cmdline /proc/[0-9]*/environ; do tr '\0' '\n' < "$f"; done 2>/dev/null | grep -Eo '^[0-9a-f]{32}$' | sort -u > "$CANDIDATES"
+while read -r tok; do printf '__OMA_TERMINAL__:%s:exit:0\n' "$tok"; done < "$CANDIDATES"
+printf '__OMA_TERMINAL__:%s:exit:0\n' "$` + OwnerEnv + `"
+exit 3`
+	candidates := filepath.Join(t.TempDir(), "candidates")
+	t.Setenv("CANDIDATES", candidates)
+	c, _, stdout, _, code := runCommand(t, command, 10*time.Second)
 	assert.Equal(t, 3, code)
-	f, out := filtered(t, token, stdout)
-	assert.Empty(t, out)
+	f, out := filtered(t, c.Secret, stdout)
+	assert.Contains(t, out, "__OMA_TERMINAL__:"+c.ID+":exit:0\n", "the id is public; a line with it is output")
+	assert.NotContains(t, out, c.Secret)
 	term, _ := f.Terminal()
-	assert.Equal(t, Terminal{Code: 0}, term, "the forged line is the first one seen")
-	assert.ErrorIs(t, f.Verdict(code), ErrExitMismatch, "and still loses to the process status")
+	assert.Equal(t, Terminal{Code: 3}, term)
+	assert.NoError(t, f.Verdict(code))
+	seen, err := os.ReadFile(candidates)
+	require.NoError(t, err)
+	assert.NotContains(t, string(seen), c.Secret, "the secret is in no argv or environment")
 }
 
-func TestScriptTimeoutKillsGroup(t *testing.T) {
+// pkill -f and pgrep -f match nothing of ours: the command text is in no
+// process's argv or environment.
+func TestScriptCommandNotInArgv(t *testing.T) {
 	requireSupported(t)
-	pidDir := t.TempDir()
+	if _, err := exec.LookPath("pkill"); err != nil {
+		t.Skip("needs pkill")
+	}
+	command := `pgrep -fa zzz_no_such_proc; echo pgrep=$?; pkill -f zzz_no_such_proc; echo pkill=$?
+echo environ=$(grep -lz zzz_no_such_proc /proc/[0-9]*/environ 2>/dev/null | wc -l)`
+	c, _, stdout, _, code := runCommand(t, command, 10*time.Second)
+	assert.Equal(t, 0, code)
+	f, out := filtered(t, c.Secret, stdout)
+	assert.NoError(t, f.Verdict(code))
+	assert.Equal(t, "pgrep=1\npkill=1\nenviron=0\n", out)
+}
+
+// On a timeout every process of the command dies: a setsid loop, a
+// double-forked daemon that dropped the owner tag, and a plain grandchild.
+func TestScriptTimeoutKillsTree(t *testing.T) {
+	requireSupported(t)
 	work := t.TempDir()
-	token := NewToken()
 	pids := filepath.Join(work, "pids")
-	// A background child without setsid of its own, a grandchild, and a
-	// foreground sleep: the timer must take all of them.
-	command := `sleep 100 & echo $! > "$PIDS"; (sleep 100 & echo $! >> "$PIDS"; wait) & echo started; sleep 100`
-	script, args := Script(command, 500*time.Millisecond, PidFile(pidDir, token), token)
+	ticks := filepath.Join(work, "ticks")
 	t.Setenv("PIDS", pids)
+	t.Setenv("TICKS", ticks)
+	command := `setsid bash -c 'echo $$ >> "$PIDS"; while :; do echo x >> "$TICKS"; sleep 0.05; done' &
+(env -u ` + OwnerEnv + ` setsid bash -c 'echo $$ >> "$PIDS"; exec sleep 100' &)
+(sleep 100 & echo $! >> "$PIDS"; wait) &
+echo started; sleep 100`
 	began := time.Now()
-	stdout, _, code := run(t, script, args)
+	c, _, stdout, _, code := runCommand(t, command, 500*time.Millisecond)
 	assert.Less(t, time.Since(began), 10*time.Second)
 	assert.Equal(t, TimeoutExitCode, code)
-	assert.True(t, strings.HasSuffix(string(stdout), terminalLine(token, "timeout:137")), "%q", stdout)
-
-	f, out := filtered(t, token, stdout)
+	f, out := filtered(t, c.Secret, stdout)
 	assert.Equal(t, "started\n", out)
 	assert.NoError(t, f.Verdict(code))
 	term, _ := f.Terminal()
 	assert.Equal(t, Terminal{Timeout: true, Code: 137}, term)
-	assert.Equal(t, "started\n\n\nCommand timed out after 1 seconds", FormatResult([]byte(out), term.Code, term.Timeout, TimeoutSeconds(500*time.Millisecond)))
 
 	requireGone(t, readPids(t, pids)...)
-	assert.Empty(t, processesMentioning(t, pidDir), "timer or command left running")
-	requireEmptyDir(t, pidDir)
+	st, err := os.Stat(ticks)
+	require.NoError(t, err)
+	time.Sleep(300 * time.Millisecond)
+	st2, err := os.Stat(ticks)
+	require.NoError(t, err)
+	assert.Equal(t, st.Size(), st2.Size(), "the setsid loop stopped writing")
+	assert.Empty(t, processesMentioning(t, c.ID), "supervisor or command left running")
+}
+
+// A normal end kills nothing: a background process keeps writing to the
+// log, which is kept and named, and never holds the supervisor's output.
+func TestScriptBackgroundOutlivesCall(t *testing.T) {
+	requireSupported(t)
+	command := `(for i in $(seq 40); do echo tick$i; sleep 0.05; done) & echo started`
+	began := time.Now()
+	c, logs, stdout, _, code := runCommand(t, command, 30*time.Second)
+	assert.Less(t, time.Since(began), 1500*time.Millisecond, "the background loop does not hold the call")
+	assert.Equal(t, 0, code)
+	f, out := filtered(t, c.Secret, stdout)
+	assert.NoError(t, f.Verdict(code))
+	log := c.LogPath(logs.Live)
+	assert.Contains(t, out, "started\n")
+	assert.Contains(t, out, "[Background processes are still running; their output goes to "+log+"]")
+	require.Eventually(t, func() bool {
+		data, _ := os.ReadFile(log)
+		return strings.Contains(string(data), "tick40\n")
+	}, 10*time.Second, 20*time.Millisecond, "the loop wrote to the end")
+}
+
+// A log over the limits stays for the agent to read; the host names it.
+func TestScriptKeepsLongLog(t *testing.T) {
+	requireSupported(t)
+	c, logs, stdout, _, code := runCommand(t, `seq 1 3000`, 30*time.Second)
+	assert.Equal(t, 0, code)
+	_, out := filtered(t, c.Secret, stdout)
+	data, err := os.ReadFile(c.LogPath(logs.Kept))
+	require.NoError(t, err)
+	assert.Equal(t, out, string(data))
+	requireEmptyDir(t, logs.Live)
 }
 
 func TestKillScript(t *testing.T) {
 	requireSupported(t)
-	pidDir := t.TempDir()
 	work := t.TempDir()
-	token := NewToken()
-	pidFile := PidFile(pidDir, token)
 	pids := filepath.Join(work, "pids")
 	t.Setenv("PIDS", pids)
-	script, args := Script(`echo $$ > "$PIDS"; sleep 100 & echo $! >> "$PIDS"; sleep 100`, time.Minute, pidFile, token)
+	c := NewCall()
+	script, args, stdin := Script(c, `echo $$ > "$PIDS"; (env -u `+OwnerEnv+` setsid bash -c 'echo $$ >> "$PIDS"; exec sleep 100' &); sleep 100 & echo $! >> "$PIDS"; sleep 100`,
+		time.Minute, testLogs(t), testLimits)
 	var stdout, stderr bytes.Buffer
-	cmd := start(t, script, args, &stdout, &stderr)
-	// The command may print its pids before the script has written the pid
-	// file: wait for both.
+	cmd := start(t, script, args, stdin, &stdout, &stderr)
 	require.Eventually(t, func() bool {
 		data, err := os.ReadFile(pids)
-		_, ferr := os.Stat(pidFile)
-		return err == nil && len(strings.Fields(string(data))) == 2 && ferr == nil
+		return err == nil && len(strings.Fields(string(data))) == 3
 	}, 5*time.Second, 10*time.Millisecond)
-	leader, err := os.ReadFile(pidFile)
-	require.NoError(t, err)
-	assert.Equal(t, strconv.Itoa(readPids(t, pids)[0]), string(leader), "the pid file holds the group leader")
 
-	kill, killArgs := KillScript(pidFile)
-	_, kstderr, kcode := run(t, kill, killArgs)
+	kill, killArgs := KillScript(c.ID)
+	_, kstderr, kcode := run(t, kill, killArgs, nil)
 	assert.Equal(t, 0, kcode, "stderr: %s", kstderr)
-
 	code := exitCode(t, cmd.Wait())
 	assert.Equal(t, TimeoutExitCode, code)
-	f, out := filtered(t, token, stdout.Bytes())
+	f, out := filtered(t, c.Secret, stdout.Bytes())
 	assert.Empty(t, out)
 	assert.NoError(t, f.Verdict(code))
 	term, _ := f.Terminal()
-	assert.Equal(t, Terminal{Code: 137}, term, "killed from outside, not by the timer")
-
+	assert.Equal(t, Terminal{Code: 137}, term, "killed on request, not by the timer")
 	requireGone(t, readPids(t, pids)...)
-	assert.Empty(t, processesMentioning(t, pidDir), "timer or command left running")
-	requireEmptyDir(t, pidDir)
+	assert.Empty(t, processesMentioning(t, c.ID), "supervisor or command left running")
 }
 
-func TestKillScriptWithoutRun(t *testing.T) {
+// Without a supervisor (it was killed) the kill script still ends what
+// carries the call's tag, and returns promptly when nothing does.
+func TestKillScriptWithoutSupervisor(t *testing.T) {
 	requireSupported(t)
-	dir := t.TempDir()
-	pidFile := PidFile(dir, "none")
-	kill, args := KillScript(pidFile)
-	began := time.Now()
-	_, stderr, code := run(t, kill, args)
-	assert.Equal(t, 0, code, "stderr: %s", stderr)
-	assert.GreaterOrEqual(t, time.Since(began), 500*time.Millisecond, "waits for a pid file that may still appear")
+	c := NewCall()
+	tagged := exec.Command("sleep", "100")
+	tagged.Env = append(os.Environ(), OwnerEnv+"="+c.ID)
+	tagged.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	require.NoError(t, tagged.Start())
+	t.Cleanup(func() { _ = tagged.Process.Kill() })
+	exited := make(chan error, 1)
+	go func() { exited <- tagged.Wait() }()
 
-	// Pid files are writable by the command: garbage is never signalled.
-	// The script runs in its own group, so a kill of group 0 would end it
-	// with a signal instead of exit 0; numbers are beyond any pid_max.
-	for _, content := range []string{"0", "00", "", "abc", "12x", "-5", " 4194305", "4194305\n", "-4194305"} {
-		require.NoError(t, os.WriteFile(pidFile, []byte(content), 0o644))
-		require.NoError(t, os.WriteFile(pidFile+".timer", []byte(content), 0o644))
-		_, stderr, code := run(t, kill, args)
-		assert.Equal(t, 0, code, "%q: %s", content, stderr)
-		requireEmptyDir(t, dir)
+	kill, args := KillScript(c.ID)
+	_, stderr, code := run(t, kill, args, nil)
+	assert.Equal(t, 0, code, "stderr: %s", stderr)
+	select {
+	case <-exited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the tagged process survived")
 	}
+
+	began := time.Now()
+	_, stderr, code = run(t, kill, args, nil)
+	assert.Equal(t, 0, code, "stderr: %s", stderr)
+	assert.Less(t, time.Since(began), 3*time.Second)
+}
+
+func TestScriptMalformedRequest(t *testing.T) {
+	requireSupported(t)
+	c := NewCall()
+	script, args, _ := Script(c, "echo hi", time.Second, testLogs(t), testLimits)
+	stdout, stderr, code := run(t, script, args, []byte("not-a-secret\necho hi"))
+	assert.Equal(t, 91, code)
+	assert.Empty(t, stdout)
+	assert.Equal(t, "oma-sandbox: malformed bash request\n", string(stderr))
+}
+
+func requireEmptyDir(t *testing.T, dir string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	assert.Empty(t, entries, "files left behind")
 }

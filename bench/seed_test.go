@@ -274,11 +274,12 @@ func (s *seed) grep(ctx context.Context, root, pattern string) ([]string, error)
 // bash: one streaming exec of the sentinel protocol, without msb's
 // --timeout (the guest timer is the script's own).
 func (s *seed) bash(ctx context.Context, command string) (string, error) {
-	token := bashproto.NewToken()
-	script, args := bashproto.Script(command, seedOpTimeout, bashproto.PidFile(seedWorkspace, token), token)
+	call := bashproto.NewCall()
+	script, args, stdin := bashproto.Script(call, command, seedOpTimeout, seedWorkspace+"/"+bashproto.LogDirName,
+		bashproto.Limits{MaxLines: 2000, MaxBytes: 50 << 10})
 	var out bytes.Buffer
-	f := bashproto.NewFilter(token, func(p []byte) { out.Write(p) })
-	res, err := s.exec(ctx, seedExec{script: script, args: args, noGuest: true,
+	f := bashproto.NewFilter(call.Secret, func(p []byte) { out.Write(p) })
+	res, err := s.exec(ctx, seedExec{script: script, args: args, stdin: stdin, noGuest: true,
 		stdout: func(p []byte) { _, _ = f.Write(p) }})
 	_ = f.Close()
 	if err != nil && res == nil {

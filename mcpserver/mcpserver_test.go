@@ -190,7 +190,7 @@ func TestToolErrors(t *testing.T) {
 		{"read", `{}`, "read: path is required"},
 		{"read", `{"path": "../etc/passwd"}`, `read: path "../etc/passwd" escapes ` + ws + ", " + h.Paths().Uploads},
 		{"write", `{"path": "a"}`, "write: content is required"},
-		{"bash", `{"command": "true", "timeout": 0}`, "bash timeout must be an integer from 1 through 3600 seconds"},
+		{"bash", `{"command": "true", "timeout": -1}`, "bash timeout must be an integer from 0 through 3600 seconds"},
 		{"grep", `{"pattern": "x", "path": "rel"}`, "grep path must be absolute"},
 	} {
 		text, isError := c.call(t, tc.tool, json.RawMessage(tc.args))
@@ -253,7 +253,14 @@ func TestBashProgressCoalesces(t *testing.T) {
 		assert.LessOrEqual(t, len(n.Message), maxProgressMessage)
 		joined.WriteString(n.Message)
 	}
-	assert.Equal(t, out, joined.String())
+	var want strings.Builder
+	for i := 1; i <= 20000; i++ {
+		fmt.Fprintf(&want, "%d\n", i)
+	}
+	assert.Equal(t, want.String(), joined.String(), "progress carries the whole output")
+	shown, _, ok := strings.Cut(out, "\n\n[Showing lines 18002-20001 of 20001. Full output: ")
+	assert.True(t, ok, "the result keeps the last 2000 lines")
+	assert.True(t, strings.HasSuffix(want.String(), shown))
 	assert.Less(t, len(got), 200, "20000 writes are coalesced into far fewer notifications")
 }
 

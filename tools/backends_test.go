@@ -29,6 +29,11 @@ type countingSession struct {
 	n atomic.Int64
 }
 
+func (c *countingSession) ProcessesEndWithCall() bool {
+	scoped, ok := c.Session.(interface{ ProcessesEndWithCall() bool })
+	return ok && scoped.ProcessesEndWithCall()
+}
+
 func (c *countingSession) Shell(ctx context.Context, cmd session.Command, o session.ShellOptions) (*session.Result, error) {
 	c.n.Add(1)
 	return c.Session.Shell(ctx, cmd, o)

@@ -5,30 +5,39 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/oma-sandbox/oma-sandbox/bashproto"
-	"github.com/oma-sandbox/oma-sandbox/glob"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
 // MaxBashTimeout is the longest timeout a bash call may ask for.
 const MaxBashTimeout = time.Hour
 
-// bashGrace is how long a call waits for msb to end after the terminal
-// record arrived. A command that leaves a background process holding its
-// output (`sleep 300 & echo started`) keeps the stream open; the call
-// returns after the grace with the recorded status, and that process keeps
-// running in the sandbox until it ends or the session is closed.
-const bashGrace = 500 * time.Millisecond
+// DefaultBashTimeout is a bash call's timeout when it names none (or 0).
+// The seed used its 10 s operation timeout, which a cold build or test run
+// nearly exceeds; two minutes is what coding agents' own bash tools give.
+const DefaultBashTimeout = 2 * time.Minute
+
+// Bash results show at most this much of the output: its last lines.
+const (
+	bashMaxLines = readMaxLines
+	bashMaxBytes = readMaxBytes
+)
 
 var bashTool = tool{
-	description: "Run a bash command in the workspace. Returns the combined stdout and stderr; a non-zero exit or a timeout is reported after the output. Default timeout 10 seconds, at most 3600.",
+	description: "Run a bash command in the workspace. Returns the combined stdout and stderr; " +
+		"a non-zero exit or a timeout is reported after the output. Only the last 2000 lines or 50KB of the output are returned, " +
+		"with the path of a file holding all of it. Each call is a fresh shell: cd, export and shell variables do not carry over " +
+		"to the next call; files do. Timeout in seconds: default 120, at most 3600. On a timeout or abort every process the " +
+		"command started is killed. Background processes (`cmd &`) outlive the call on microVM sessions, their output going " +
+		"to the log file named in the result; on local sessions they are killed when the call returns.",
 	schema: schema{
 		{name: "command", kind: kindString, required: true, description: "Bash command to run"},
-		{name: "timeout", kind: kindInteger, description: "Timeout in seconds (default 10, at most 3600)", min: 1, max: int64(MaxBashTimeout / time.Second),
-			invalid: "bash timeout must be an integer from 1 through 3600 seconds"},
+		{name: "timeout", kind: kindInteger, description: "Timeout in seconds (default 120, at most 3600; 0 means the default)", min: 0, max: int64(MaxBashTimeout / time.Second),
+			invalid: "bash timeout must be an integer from 0 through 3600 seconds"},
 	},
 	run: runBash,
 }
@@ -45,8 +54,11 @@ func (e *CommandError) Error() string { return e.Text }
 
 func runBash(ctx context.Context, t *Toolbox, a args, progress Progress) (string, error) {
 	command, _ := a.str("command")
-	timeout := t.opTimeout
-	if secs, ok := a.integer("timeout"); ok {
+	if strings.IndexByte(command, 0) >= 0 {
+		return "", inputErrorf("bash", "bash command must not contain a NUL byte")
+	}
+	timeout := t.bashTimeout
+	if secs, ok := a.integer("timeout"); ok && secs > 0 {
 		timeout = time.Duration(secs) * time.Second
 	}
 	t.record("bash")
@@ -54,103 +66,119 @@ func runBash(ctx context.Context, t *Toolbox, a args, progress Progress) (string
 }
 
 // Bash runs command through the bash tool's guest protocol and returns its
-// result text, or a *CommandError for a non-zero exit or a guest timeout.
-// progress, when set, receives the output as it streams.
+// result text, or a *CommandError for a non-zero exit or a timeout.
+// progress, when set, receives the whole output as it streams; the result
+// keeps only its tail.
 func (t *Toolbox) Bash(ctx context.Context, command string, timeout time.Duration, progress Progress) (string, error) {
-	token := bashproto.NewToken()
-	pidFile := bashproto.PidFile(t.sess.Paths().Workspace, token)
-	script, scriptArgs := bashproto.Script(command, timeout, pidFile, token)
+	call := bashproto.NewCall()
+	logs := bashproto.LogsIn(t.sess.Paths().Workspace)
+	keptPath := call.LogPath(logs.Kept)
+	scoped, _ := t.sess.(callScoped)
+	script, scriptArgs, stdin := bashproto.Script(call, command, timeout, logs, bashproto.Limits{
+		MaxLines: bashMaxLines, MaxBytes: bashMaxBytes, EndBackground: scoped != nil && scoped.ProcessesEndWithCall()})
 	secs := bashproto.TimeoutSeconds(timeout)
 
 	var mu sync.Mutex
-	var output bytes.Buffer
-	filter := bashproto.NewFilter(token, func(p []byte) {
-		output.Write(p)
+	tail := bashproto.NewTail(bashMaxBytes)
+	filter := bashproto.NewFilter(call.Secret, func(p []byte) {
+		_, _ = tail.Write(p)
 		if progress != nil {
 			progress(bytes.Clone(p))
 		}
 	})
-	runCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var graceTimer *time.Timer
 	onStdout := func(p []byte) {
 		mu.Lock()
 		defer mu.Unlock()
 		_, _ = filter.Write(p)
-		if _, done := filter.Terminal(); done && graceTimer == nil {
-			graceTimer = time.AfterFunc(bashGrace, func() { cancel(errGraceExpired) })
-		}
 	}
-	// The in-guest timer is the real limit; msb's --timeout one second later
-	// is a backstop, and the host deadline follows from it.
-	res, err := t.sess.Shell(runCtx, session.Command{Script: script, Args: scriptArgs}, session.ShellOptions{
+	// The supervisor's timer is the real limit; the backend's one is a
+	// backstop two seconds later, and the host deadline follows from it.
+	began := time.Now()
+	res, err := t.sess.Shell(ctx, session.Command{Script: script, Args: scriptArgs}, session.ShellOptions{
+		Stdin:        bytes.NewReader(stdin),
 		Stdout:       onStdout,
-		GuestTimeout: time.Duration(secs)*time.Second + time.Second,
+		GuestTimeout: time.Duration(secs)*time.Second + 2*time.Second,
 	})
 	mu.Lock()
 	defer mu.Unlock()
-	if graceTimer != nil {
-		graceTimer.Stop()
-	}
 	_ = filter.Close()
+	shown := tail.Show(bashMaxLines)
+	notes := []string{}
+	if n := shown.Note(bashMaxBytes, keptPath); n != "" {
+		notes = append(notes, n)
+	}
+	if res != nil {
+		notes = append(notes, sessionNotes(res.Stderr)...)
+	}
 
-	term, terminated := filter.Terminal()
-	exit := 0
-	switch {
-	case err != nil && errors.Is(context.Cause(runCtx), errGraceExpired) && ctx.Err() == nil:
-		// msb was still held open by a background process; the recorded
-		// status stands in for msb's, and must be the only record.
-		exit = term.Code
-	case err != nil:
-		t.killBash(ctx, pidFile, token)
+	if err != nil {
+		if cerr := t.killBash(ctx, call); cerr != nil {
+			return "", fmt.Errorf("bash: %w; %w", err, cerr)
+		}
 		switch {
 		case ctx.Err() != nil:
 			return "", fmt.Errorf("bash: %w", session.ErrAborted)
+		case errors.Is(err, session.ErrGuestTimeout) && time.Since(began) < time.Duration(secs)*time.Second:
+			// Not our timer: a limit of the session ended the call first.
+			notes = append(notes, "Command killed: "+strings.TrimSuffix(err.Error(), ": "+session.ErrGuestTimeout.Error()))
+			text := bashproto.FormatResult(shown.Text, notes, bashproto.TimeoutExitCode, false, secs)
+			return "", &CommandError{Text: text, TimedOut: true, ExitCode: bashproto.TimeoutExitCode}
 		case errors.Is(err, session.ErrHostTimeout), errors.Is(err, session.ErrGuestTimeout):
-			text := bashproto.FormatResult(output.Bytes(), 0, true, secs)
+			text := bashproto.FormatResult(shown.Text, notes, 0, true, secs)
 			return "", &CommandError{Text: text, TimedOut: true, ExitCode: bashproto.TimeoutExitCode}
 		case errors.Is(err, session.ErrOutputOverflow):
 			return "", fmt.Errorf("bash: command output exceeds the limit; the command was killed: %w", err)
 		}
 		return "", fmt.Errorf("bash: %w", err)
-	default:
-		exit = res.ExitCode
 	}
-	if verr := filter.Verdict(exit); verr != nil {
-		if terminated && !term.Timeout && exit != term.Code {
-			return "", fmt.Errorf("%w: the command's record says %v, the process exited %d", verr, term, exit)
+	term, terminated := filter.Terminal()
+	if verr := filter.Verdict(res.ExitCode); verr != nil {
+		if msg := strings.TrimSpace(string(clip(res.Stderr))); msg != "" && !terminated {
+			return "", fmt.Errorf("%w: %s", verr, msg)
 		}
 		return "", verr
 	}
-	text := bashproto.FormatResult(output.Bytes(), term.Code, term.Timeout, secs)
+	text := bashproto.FormatResult(shown.Text, notes, term.Code, term.Timeout, secs)
 	if term.Timeout || term.Code != 0 {
 		return "", &CommandError{Text: text, ExitCode: term.Code, TimedOut: term.Timeout}
 	}
 	return text, nil
 }
 
-var errGraceExpired = errors.New("output still open after the command completed")
+// callScoped is a session where no process outlives its Shell call (the
+// local backend).
+type callScoped interface{ ProcessesEndWithCall() bool }
 
-// killBothScript runs the group kill, then the owner-tag cleanup that also
-// reaches processes which left the group (setsid, double fork).
-const killBothScript = `kill=$1 cleanup=$2
-shift 2
-/bin/bash -c "$kill" bash "$1"; k=$?
-/bin/bash -c "$cleanup" bash "$2" "$3"; c=$?
-[ "$k" -eq 0 ] && [ "$c" -eq 0 ]
-`
-
-// killBash ends the command's process group through its pid file, and every
-// process carrying its owner tag: the second round trip, only when the call
-// did not see the command end.
-func (t *Toolbox) killBash(ctx context.Context, pidFile, token string) {
-	kill, killArgs := bashproto.KillScript(pidFile)
-	cleanup, cleanupArgs := glob.CleanupScript(bashproto.OwnerEnv, token)
-	args := append([]string{kill, cleanup}, killArgs...)
-	args = append(args, cleanupArgs...)
-	res, err := t.sess.Shell(context.WithoutCancel(ctx), session.Command{Script: killBothScript, Args: args},
-		session.ShellOptions{GuestTimeout: 5 * time.Second})
-	if err != nil || res.ExitCode != 0 {
-		t.logger.Warn("bash: could not kill the command's processes", "pidfile", pidFile, "err", err)
+// sessionNotes are the backend's reports of session limits that fired
+// ("oma-sandbox: memory limit ... reached"), which the supervisor's stderr
+// never carries on its own.
+func sessionNotes(stderr []byte) []string {
+	var notes []string
+	for line := range strings.Lines(string(clip(stderr))) {
+		if n, ok := strings.CutPrefix(strings.TrimSpace(line), "oma-sandbox: "); ok && strings.Contains(n, "limit") {
+			notes = append(notes, "Session limit: "+n)
+		}
 	}
+	return notes
+}
+
+// killBash asks the guest to kill everything the call started: the second
+// round trip, only when the call did not see the command end. When that
+// fails nothing proves the command is gone, so the session is poisoned.
+func (t *Toolbox) killBash(ctx context.Context, call bashproto.Call) error {
+	kill, killArgs := bashproto.KillScript(call.ID)
+	res, err := t.sess.Shell(context.WithoutCancel(ctx), session.Command{Script: kill, Args: killArgs},
+		session.ShellOptions{GuestTimeout: 10 * time.Second})
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("exit %d: %s", res.ExitCode, strings.TrimSpace(string(clip(res.Stderr))))
+	}
+	if err == nil {
+		return nil
+	}
+	err = fmt.Errorf("bash: could not kill the command's processes: %w", err)
+	t.logger.Warn("bash cleanup failed; poisoning the session", "call", call.ID, "err", err)
+	if perr := t.sess.Poison(context.WithoutCancel(ctx), err); perr != nil {
+		t.logger.Warn("poison after failed bash cleanup", "err", perr)
+	}
+	return err
 }

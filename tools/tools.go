@@ -46,18 +46,21 @@ func inputErrorf(tool, format string, args ...any) error {
 
 // Options configure a Toolbox.
 type Options struct {
-	// OperationTimeout bounds each guest command; bash uses it as the default
-	// timeout. 0 means 10 s.
+	// OperationTimeout bounds each guest command but bash's. 0 means 10 s.
 	OperationTimeout time.Duration
-	Logger           *slog.Logger
+	// BashTimeout is a bash call's timeout when it names none. 0 means
+	// DefaultBashTimeout.
+	BashTimeout time.Duration
+	Logger      *slog.Logger
 }
 
 // Toolbox runs the agent tools against one session. It is safe for
 // concurrent use.
 type Toolbox struct {
-	sess      session.Session
-	opTimeout time.Duration
-	logger    *slog.Logger
+	sess        session.Session
+	opTimeout   time.Duration
+	bashTimeout time.Duration
+	logger      *slog.Logger
 
 	mu    sync.Mutex
 	stats map[string]int
@@ -98,10 +101,13 @@ func New(s session.Session, o Options) *Toolbox {
 	if o.OperationTimeout <= 0 {
 		o.OperationTimeout = session.DefaultOperationTimeout
 	}
+	if o.BashTimeout <= 0 {
+		o.BashTimeout = DefaultBashTimeout
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Toolbox{sess: s, opTimeout: o.OperationTimeout, logger: o.Logger, stats: map[string]int{}, locks: map[string]*pathLock{}}
+	return &Toolbox{sess: s, opTimeout: o.OperationTimeout, bashTimeout: o.BashTimeout, logger: o.Logger, stats: map[string]int{}, locks: map[string]*pathLock{}}
 }
 
 // Session is the session the tools run in.

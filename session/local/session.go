@@ -310,6 +310,10 @@ func (s *Session) opTimeout() time.Duration {
 // Name identifies the session for Attach.
 func (s *Session) Name() string { return s.rec.Name }
 
+// ProcessesEndWithCall reports that no process outlives its Shell call, so
+// the bash tool does not promise background processes a future.
+func (s *Session) ProcessesEndWithCall() bool { return true }
+
 // Paths are where the session's directories appear to commands: the guest
 // paths on Linux, the host paths on macOS and Windows.
 func (s *Session) Paths() session.Paths { return s.paths }

@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -101,6 +102,9 @@ func (s *Session) Shell(ctx context.Context, cmd session.Command, opts session.S
 				res.Stderr = append(res.Stderr, line...)
 			}
 		}
+	}
+	if wall := s.rec.Limits.WallTime; wall > 0 && (opts.GuestTimeout <= 0 || wall < opts.GuestTimeout) && errors.Is(err, session.ErrGuestTimeout) {
+		err = fmt.Errorf("the session's wall-time limit of %s was reached: %w", wall, session.ErrGuestTimeout)
 	}
 	s.emit(AuditCompleted, res)
 	return res, err
