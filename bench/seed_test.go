@@ -275,7 +275,7 @@ func (s *seed) grep(ctx context.Context, root, pattern string) ([]string, error)
 // --timeout (the guest timer is the script's own).
 func (s *seed) bash(ctx context.Context, command string) (string, error) {
 	call := bashproto.NewCall()
-	script, args, stdin := bashproto.Script(call, command, seedOpTimeout, seedWorkspace+"/"+bashproto.LogDirName,
+	script, args, stdin := bashproto.Script(call, command, seedOpTimeout, bashproto.LogsIn(seedWorkspace),
 		bashproto.Limits{MaxLines: 2000, MaxBytes: 50 << 10})
 	var out bytes.Buffer
 	f := bashproto.NewFilter(call.Secret, func(p []byte) { out.Write(p) })

@@ -111,17 +111,19 @@ func (t *Toolbox) Bash(ctx context.Context, command string, timeout time.Duratio
 		notes = append(notes, sessionNotes(res.Stderr)...)
 	}
 
-	if err != nil {
+	if err != nil && !sessionOver(err) {
 		if cerr := t.killBash(ctx, call); cerr != nil {
 			return "", fmt.Errorf("bash: %w; %w", err, cerr)
 		}
+	}
+	if err != nil {
 		switch {
 		case ctx.Err() != nil:
 			return "", fmt.Errorf("bash: %w", session.ErrAborted)
 		case errors.Is(err, session.ErrGuestTimeout) && time.Since(began) < time.Duration(secs)*time.Second:
 			// Not our timer: a limit of the session ended the call first.
 			notes = append(notes, "Command killed: "+strings.TrimSuffix(err.Error(), ": "+session.ErrGuestTimeout.Error()))
-			text := bashproto.FormatResult(shown.Text, notes, bashproto.TimeoutExitCode, false, secs)
+			text := bashproto.FormatResult(shown.Text, notes, 0, false, secs)
 			return "", &CommandError{Text: text, TimedOut: true, ExitCode: bashproto.TimeoutExitCode}
 		case errors.Is(err, session.ErrHostTimeout), errors.Is(err, session.ErrGuestTimeout):
 			text := bashproto.FormatResult(shown.Text, notes, 0, true, secs)
@@ -143,6 +145,12 @@ func (t *Toolbox) Bash(ctx context.Context, command string, timeout time.Duratio
 		return "", &CommandError{Text: text, ExitCode: term.Code, TimedOut: term.Timeout}
 	}
 	return text, nil
+}
+
+// sessionOver reports an error after which nothing of the session can
+// still run: there is nothing to kill and nothing to poison.
+func sessionOver(err error) bool {
+	return errors.Is(err, session.ErrGone) || errors.Is(err, session.ErrClosed) || errors.Is(err, session.ErrPoisoned)
 }
 
 // callScoped is a session where no process outlives its Shell call (the
@@ -172,7 +180,7 @@ func (t *Toolbox) killBash(ctx context.Context, call bashproto.Call) error {
 	if err == nil && res.ExitCode != 0 {
 		err = fmt.Errorf("exit %d: %s", res.ExitCode, strings.TrimSpace(string(clip(res.Stderr))))
 	}
-	if err == nil {
+	if err == nil || sessionOver(err) {
 		return nil
 	}
 	err = fmt.Errorf("bash: could not kill the command's processes: %w", err)

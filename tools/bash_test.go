@@ -5,13 +5,17 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oma-sandbox/oma-sandbox/bashproto"
+	"github.com/oma-sandbox/oma-sandbox/internal/sessiontest"
 	"github.com/oma-sandbox/oma-sandbox/session"
+	"github.com/oma-sandbox/oma-sandbox/session/local"
 	"github.com/oma-sandbox/oma-sandbox/tools"
 )
 
@@ -217,4 +221,59 @@ func TestBashLeavesNoState(t *testing.T) {
 			assert.Equal(t, "", sh(t, s, `ls -A /tmp/oma-bash`))
 		}
 	})
+}
+
+// failingKill is a session whose kill exec cannot run (msb unreachable
+// after an abort): nothing proves the command is gone.
+type failingKill struct {
+	session.Session
+	poisoned atomic.Bool
+}
+
+func (f *failingKill) Shell(ctx context.Context, cmd session.Command, o session.ShellOptions) (*session.Result, error) {
+	if kill, _ := bashproto.KillScript("x"); cmd.Script == kill {
+		return nil, errors.New("msb: connection refused")
+	}
+	return f.Session.Shell(ctx, cmd, o)
+}
+
+func (f *failingKill) Poison(context.Context, error) error {
+	f.poisoned.Store(true)
+	return nil
+}
+
+// A cleanup that fails leaves the guest's state unknown: the session is
+// poisoned and the error says why. Before, it was only logged.
+func TestBashFailedCleanupPoisons(t *testing.T) {
+	host := sessiontest.NewHost(t)
+	t.Cleanup(func() { sh(t, host, `pkill -f '^sleep 30.91' || true`) })
+	s := &failingKill{Session: host}
+	tb := tools.New(s, tools.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(500*time.Millisecond, cancel)
+	_, err := tb.Call(ctx, "bash", []byte(`{"command": "sleep 30.91"}`), nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "could not kill the command's processes: msb: connection refused")
+	assert.True(t, s.poisoned.Load(), "the session is poisoned")
+}
+
+// A session wall-time limit that ends the call first is named, not the
+// call's own timeout. A memory-limit kill is named the same way, from the
+// backend's report.
+func TestBashNamesTheSessionLimit(t *testing.T) {
+	s, err := local.Create(context.Background(), local.Options{
+		StateDir: t.TempDir(), WorkspaceID: "ws", SessionID: "walltime",
+		Limits: local.Limits{WallTime: 2 * time.Second},
+	})
+	if err != nil {
+		t.Skipf("no local sandbox with a wall-time limit here: %v", err)
+	}
+	t.Cleanup(func() { require.NoError(t, s.Close(context.Background())) })
+	tb := tools.New(s, tools.Options{})
+	_, err = call(t, tb, "bash", obj{"command": "echo started; sleep 8", "timeout": 20})
+	var cmdErr *tools.CommandError
+	require.ErrorAs(t, err, &cmdErr)
+	assert.True(t, cmdErr.TimedOut)
+	assert.Equal(t, "started\n\n\nCommand killed: the session's wall-time limit of 2s was reached", cmdErr.Text)
+	assert.NotContains(t, cmdErr.Text, "20 seconds")
 }
