@@ -1,0 +1,414 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Proxy is a host-side egress filter: an HTTP proxy (CONNECT tunnels and
+// plain absolute-form requests) and a SOCKS5 proxy (CONNECT, no
+// authentication) on one listener, told apart by the first byte. Each
+// destination is checked against Policy before anything is dialled: a DNS
+// name by name before it is resolved, then every address it resolves to
+// must be public or itself allowed by an IP or CIDR target (so an allowed
+// name cannot be rebound to a private or loopback address); an IP by
+// address. Only the checked addresses are dialled.
+type Proxy struct {
+	Policy Policy
+	// Resolve looks a name up; nil means net.DefaultResolver.
+	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
+	// Dial connects to a checked address; nil means a net.Dialer.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Refused, when set, is told of each refused destination (audit).
+	Refused func(dest, reason string)
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// dialTimeout bounds resolving and connecting one destination.
+const dialTimeout = 30 * time.Second
+
+// Serve accepts connections on l until l is closed or Close is called.
+func (p *Proxy) Serve(l net.Listener) error {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if p.isClosed() || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		if !p.track(c, true) {
+			c.Close()
+			return nil
+		}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			defer p.track(c, false)
+			p.handle(c)
+		}()
+	}
+}
+
+// Close ends every connection being served (both sides) and waits for
+// their handlers.
+// The caller closes the listener.
+func (p *Proxy) Close() {
+	p.mu.Lock()
+	p.closed = true
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+func (p *Proxy) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
+}
+
+func (p *Proxy) track(c net.Conn, add bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !add {
+		delete(p.conns, c)
+		c.Close()
+		return true
+	}
+	if p.closed {
+		return false
+	}
+	if p.conns == nil {
+		p.conns = map[net.Conn]struct{}{}
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *Proxy) handle(c net.Conn) {
+	br := bufio.NewReader(c)
+	first, err := br.Peek(1)
+	if err != nil {
+		return
+	}
+	if first[0] == 5 {
+		p.socks(c, br)
+		return
+	}
+	p.http(c, br)
+}
+
+// RefusedError is a destination the policy does not allow.
+type RefusedError struct {
+	Dest   string
+	Reason string
+}
+
+func (e *RefusedError) Error() string {
+	return "oma-sandbox egress: refused " + e.Dest + ": " + e.Reason
+}
+
+// connect checks host:port and dials it.
+func (p *Proxy) connect(ctx context.Context, host string, port uint16) (net.Conn, error) {
+	dest := net.JoinHostPort(host, strconv.Itoa(int(port)))
+	refuse := func(reason string) error {
+		if p.Refused != nil {
+			p.Refused(dest, reason)
+		}
+		return &RefusedError{Dest: dest, Reason: reason}
+	}
+	if port == 0 {
+		return nil, refuse("port 0")
+	}
+	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	var addrs []netip.Addr
+	if a, err := netip.ParseAddr(host); err == nil {
+		if a.Zone() != "" || !p.Policy.AllowsAddr(a, port) {
+			return nil, refuse("not in the allowlist")
+		}
+		addrs = []netip.Addr{a.Unmap()}
+	} else {
+		if checkName(canonicalName(host)) != nil {
+			return nil, refuse("not a valid host name")
+		}
+		if !p.Policy.AllowsName(host, port) {
+			return nil, refuse("not in the allowlist")
+		}
+		resolved, err := p.resolve(ctx, host)
+		if err != nil {
+			return nil, fmt.Errorf("resolve %s: %w", host, err)
+		}
+		for _, a := range resolved {
+			a = a.Unmap()
+			if !isPublic(a) && !p.Policy.AllowsAddr(a, port) {
+				return nil, refuse("it resolves to " + a.String() + ", a non-public address the allowlist does not name")
+			}
+			addrs = append(addrs, a)
+		}
+		if len(addrs) == 0 {
+			return nil, fmt.Errorf("resolve %s: no addresses", host)
+		}
+	}
+	var errs []error
+	for _, a := range addrs {
+		c, err := p.dial(ctx, "tcp", netip.AddrPortFrom(a, port).String())
+		if err == nil {
+			return c, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}
+
+func (p *Proxy) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
+	if p.Resolve != nil {
+		return p.Resolve(ctx, host)
+	}
+	return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+}
+
+func (p *Proxy) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if p.Dial != nil {
+		return p.Dial(ctx, network, addr)
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, network, addr)
+}
+
+// isPublic: not loopback, private, link-local, unspecified, multicast,
+// carrier-grade NAT or otherwise special-purpose.
+func isPublic(a netip.Addr) bool {
+	if a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() ||
+		a.IsInterfaceLocalMulticast() || a.IsMulticast() || a.IsUnspecified() {
+		return false
+	}
+	for _, p := range specialPrefixes {
+		if p.Contains(a) {
+			return false
+		}
+	}
+	return true
+}
+
+var specialPrefixes = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("100.64.0.0/10"),
+	netip.MustParsePrefix("192.0.0.0/24"),
+	netip.MustParsePrefix("198.18.0.0/15"),
+	netip.MustParsePrefix("240.0.0.0/4"),
+	netip.MustParsePrefix("64:ff9b::/96"), // NAT64 can reach any IPv4 address
+	netip.MustParsePrefix("2002::/16"),    // 6to4 likewise
+}
+
+// http serves one request: CONNECT opens a tunnel, an absolute-form
+// request is forwarded with Connection: close.
+func (p *Proxy) http(c net.Conn, br *bufio.Reader) {
+	_ = c.SetReadDeadline(time.Now().Add(dialTimeout))
+	req, err := http.ReadRequest(br)
+	if err != nil {
+		writeStatus(c, http.StatusBadRequest, "oma-sandbox egress: not an HTTP proxy request\n")
+		return
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	host, port, err := requestTarget(req)
+	if err != nil {
+		writeStatus(c, http.StatusBadRequest, "oma-sandbox egress: "+err.Error()+"\n")
+		return
+	}
+	up, err := p.connect(req.Context(), host, port)
+	if err != nil {
+		status := http.StatusBadGateway
+		var re *RefusedError
+		if errors.As(err, &re) {
+			status = http.StatusForbidden
+		}
+		writeStatus(c, status, err.Error()+"\n")
+		return
+	}
+	if !p.track(up, true) {
+		up.Close()
+		return
+	}
+	defer p.track(up, false)
+	if req.Method == http.MethodConnect {
+		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection Established\r\n\r\n"); err != nil {
+			return
+		}
+		pipe(c, br, up)
+		return
+	}
+	for _, h := range []string{"Proxy-Connection", "Proxy-Authorization", "Connection", "Keep-Alive"} {
+		req.Header.Del(h)
+	}
+	req.Close = true
+	if err := req.Write(up); err != nil {
+		return
+	}
+	_, _ = io.Copy(c, up)
+}
+
+// requestTarget is the host and port a proxy request names.
+func requestTarget(req *http.Request) (string, uint16, error) {
+	if req.Method == http.MethodConnect {
+		return splitHostPort(req.RequestURI, 0)
+	}
+	if req.URL == nil || req.URL.Scheme != "http" || req.URL.Host == "" {
+		return "", 0, errors.New("want CONNECT HOST:PORT or an absolute http:// URL")
+	}
+	return splitHostPort(req.URL.Host, 80)
+}
+
+func splitHostPort(hp string, defaultPort uint16) (string, uint16, error) {
+	host, ps, err := net.SplitHostPort(hp)
+	if err != nil {
+		if defaultPort == 0 {
+			return "", 0, fmt.Errorf("want HOST:PORT, got %q", hp)
+		}
+		return hp, defaultPort, nil
+	}
+	n, err := strconv.ParseUint(ps, 10, 16)
+	if err != nil || n == 0 {
+		return "", 0, fmt.Errorf("bad port in %q", hp)
+	}
+	return host, uint16(n), nil
+}
+
+func writeStatus(c net.Conn, code int, body string) {
+	fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nX-Oma-Egress: refused\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+		code, http.StatusText(code), len(body), body)
+}
+
+// pipe copies both ways until both directions end; br holds what the
+// client sent past the request.
+func pipe(c net.Conn, br *bufio.Reader, up net.Conn) {
+	done := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(up, br)
+		closeWrite(up)
+		close(done)
+	}()
+	_, _ = io.Copy(c, up)
+	closeWrite(c)
+	<-done
+}
+
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+		return
+	}
+	_ = c.Close()
+}
+
+// SOCKS5 reply codes (RFC 1928).
+const (
+	socksOK          = 0
+	socksFailure     = 1
+	socksNotAllowed  = 2
+	socksUnreachable = 4
+	socksBadCommand  = 7
+	socksBadAddress  = 8
+)
+
+func (p *Proxy) socks(c net.Conn, br *bufio.Reader) {
+	_ = c.SetReadDeadline(time.Now().Add(dialTimeout))
+	var hdr [2]byte
+	if _, err := io.ReadFull(br, hdr[:]); err != nil {
+		return
+	}
+	methods := make([]byte, hdr[1])
+	if _, err := io.ReadFull(br, methods); err != nil {
+		return
+	}
+	noAuth := false
+	for _, m := range methods {
+		noAuth = noAuth || m == 0
+	}
+	if !noAuth {
+		_, _ = c.Write([]byte{5, 0xff})
+		return
+	}
+	if _, err := c.Write([]byte{5, 0}); err != nil {
+		return
+	}
+	var req [4]byte
+	if _, err := io.ReadFull(br, req[:]); err != nil || req[0] != 5 {
+		return
+	}
+	var host string
+	switch req[3] {
+	case 1, 4:
+		b := make([]byte, 4)
+		if req[3] == 4 {
+			b = make([]byte, 16)
+		}
+		if _, err := io.ReadFull(br, b); err != nil {
+			return
+		}
+		a, _ := netip.AddrFromSlice(b)
+		host = a.String()
+	case 3:
+		n, err := br.ReadByte()
+		if err != nil {
+			return
+		}
+		b := make([]byte, n)
+		if _, err := io.ReadFull(br, b); err != nil {
+			return
+		}
+		host = string(b)
+	default:
+		socksReply(c, socksBadAddress)
+		return
+	}
+	var pb [2]byte
+	if _, err := io.ReadFull(br, pb[:]); err != nil {
+		return
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	if req[1] != 1 {
+		socksReply(c, socksBadCommand)
+		return
+	}
+	up, err := p.connect(context.Background(), host, binary.BigEndian.Uint16(pb[:]))
+	if err != nil {
+		var re *RefusedError
+		switch {
+		case errors.As(err, &re):
+			socksReply(c, socksNotAllowed)
+		case errors.Is(err, context.DeadlineExceeded):
+			socksReply(c, socksUnreachable)
+		default:
+			socksReply(c, socksFailure)
+		}
+		return
+	}
+	if !p.track(up, true) {
+		up.Close()
+		return
+	}
+	defer p.track(up, false)
+	socksReply(c, socksOK)
+	pipe(c, br, up)
+}
+
+func socksReply(c net.Conn, code byte) {
+	_, _ = c.Write([]byte{5, code, 0, 1, 0, 0, 0, 0, 0, 0})
+}

@@ -1,0 +1,279 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// servers on loopback only: this host has no other network, and the
+// tests must never try to leave it.
+func loopbackServer(t *testing.T, addr, name string) (*httptest.Server, uint16) {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("cannot listen on %s: %v", addr, err)
+	}
+	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello from %s, auth=%q", name, r.Header.Get("Authorization"))
+	}))
+	s.Listener.Close()
+	s.Listener = l
+	s.Start()
+	t.Cleanup(s.Close)
+	return s, uint16(l.Addr().(*net.TCPAddr).Port)
+}
+
+type proxyFixture struct {
+	addr     string
+	portA    uint16 // allowed on 127.0.0.1
+	portB    uint16 // refused on 127.0.0.1
+	portC    uint16 // on 127.0.0.2, allowed by a CIDR
+	mu       sync.Mutex
+	resolved []string
+	refused  []string
+}
+
+func newProxy(t *testing.T) *proxyFixture {
+	t.Helper()
+	f := &proxyFixture{}
+	_, f.portA = loopbackServer(t, "127.0.0.1:0", "A")
+	_, f.portB = loopbackServer(t, "127.0.0.1:0", "B")
+	_, f.portC = loopbackServer(t, "127.0.0.2:0", "C")
+	pol := Policy{}
+	for _, s := range []string{
+		fmt.Sprintf("127.0.0.1:%d", f.portA),
+		"127.0.0.2/31",
+		fmt.Sprintf("allowed.test:%d", f.portA),
+		"*.suffix.test",
+		fmt.Sprintf("rebind.test:%d", f.portB),
+	} {
+		tg, err := ParseTarget(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pol.Allow = append(pol.Allow, tg)
+	}
+	p := &Proxy{
+		Policy: pol,
+		Resolve: func(_ context.Context, host string) ([]netip.Addr, error) {
+			f.mu.Lock()
+			f.resolved = append(f.resolved, host)
+			f.mu.Unlock()
+			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+		},
+		Refused: func(dest, reason string) {
+			f.mu.Lock()
+			f.refused = append(f.refused, dest+": "+reason)
+			f.mu.Unlock()
+		},
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.addr = l.Addr().String()
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(l) }()
+	t.Cleanup(func() {
+		l.Close()
+		p.Close()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return f
+}
+
+// viaHTTP fetches rawURL through the proxy as a plain HTTP proxy request.
+func (f *proxyFixture) viaHTTP(t *testing.T, rawURL string) (int, string) {
+	t.Helper()
+	pu, _ := url.Parse("http://" + f.addr)
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu), DisableKeepAlives: true}, Timeout: 10 * time.Second}
+	defer c.CloseIdleConnections()
+	res, err := c.Get(rawURL)
+	if err != nil {
+		t.Fatalf("GET %s: %v", rawURL, err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+// viaConnect opens a CONNECT tunnel to dest and sends a GET through it.
+func (f *proxyFixture) viaConnect(t *testing.T, dest string) (string, string) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", f.addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", dest, dest)
+	br := bufio.NewReader(c)
+	res, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(res.Body)
+		return res.Status, string(b)
+	}
+	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", dest)
+	inner, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(inner.Body)
+	return res.Status, string(b)
+}
+
+// viaSOCKS connects to host:port over SOCKS5 and returns the reply code
+// and, on success, the body of a GET.
+func (f *proxyFixture) viaSOCKS(t *testing.T, host string, port uint16) (byte, string) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", f.addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	req := []byte{5, 1, 0}
+	if _, err := c.Write(req); err != nil {
+		t.Fatal(err)
+	}
+	var sel [2]byte
+	if _, err := io.ReadFull(c, sel[:]); err != nil || sel != [2]byte{5, 0} {
+		t.Fatalf("method selection %v, %v", sel, err)
+	}
+	msg := []byte{5, 1, 0}
+	if a, err := netip.ParseAddr(host); err == nil && a.Is4() {
+		msg = append(append(msg, 1), a.AsSlice()...)
+	} else if err == nil {
+		msg = append(append(msg, 4), a.AsSlice()...)
+	} else {
+		msg = append(append(msg, 3, byte(len(host))), host...)
+	}
+	msg = binary.BigEndian.AppendUint16(msg, port)
+	if _, err := c.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	var rep [10]byte
+	if _, err := io.ReadFull(c, rep[:]); err != nil {
+		t.Fatal(err)
+	}
+	if rep[1] != 0 {
+		return rep[1], ""
+	}
+	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	return 0, string(b)
+}
+
+func TestProxyEnforcesThePolicy(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) }) // after the proxy's and servers' cleanups
+	f := newProxy(t)
+	a := fmt.Sprintf("127.0.0.1:%d", f.portA)
+	b := fmt.Sprintf("127.0.0.1:%d", f.portB)
+	c := fmt.Sprintf("127.0.0.2:%d", f.portC)
+
+	t.Run("http", func(t *testing.T) {
+		for _, tc := range []struct {
+			url, want string
+			code      int
+		}{
+			{"http://" + a + "/", "hello from A", 200},
+			{fmt.Sprintf("http://allowed.test:%d/", f.portA), "hello from A", 200},
+			{fmt.Sprintf("http://x.suffix.test:%d/", f.portA), "hello from A", 200},
+			{"http://" + c + "/", "hello from C", 200},
+			{"http://" + b + "/", "oma-sandbox egress: refused " + b + ": not in the allowlist", 403},
+			{"http://example.invalid/", "oma-sandbox egress: refused example.invalid:80: not in the allowlist", 403},
+			{fmt.Sprintf("http://allowed.test:%d/", f.portB), "not in the allowlist", 403},
+			{fmt.Sprintf("http://rebind.test:%d/", f.portB), "resolves to 127.0.0.1, a non-public address", 403},
+		} {
+			code, body := f.viaHTTP(t, tc.url)
+			if code != tc.code || !strings.Contains(body, tc.want) {
+				t.Errorf("GET %s = %d %q, want %d %q", tc.url, code, body, tc.code, tc.want)
+			}
+		}
+	})
+	t.Run("connect", func(t *testing.T) {
+		for _, tc := range []struct{ dest, status, body string }{
+			{a, "200 Connection Established", "hello from A"},
+			{c, "200 Connection Established", "hello from C"},
+			{fmt.Sprintf("allowed.test:%d", f.portA), "200 Connection Established", "hello from A"},
+			{b, "403 Forbidden", "refused " + b},
+			{"example.invalid:443", "403 Forbidden", "refused example.invalid:443: not in the allowlist"},
+			{fmt.Sprintf("rebind.test:%d", f.portB), "403 Forbidden", "non-public address"},
+			{fmt.Sprintf("[::1]:%d", f.portA), "403 Forbidden", "not in the allowlist"},
+		} {
+			status, body := f.viaConnect(t, tc.dest)
+			if status != tc.status || !strings.Contains(body, tc.body) {
+				t.Errorf("CONNECT %s = %q %q, want %q %q", tc.dest, status, body, tc.status, tc.body)
+			}
+		}
+	})
+	t.Run("socks5", func(t *testing.T) {
+		for _, tc := range []struct {
+			host string
+			port uint16
+			code byte
+			body string
+		}{
+			{"127.0.0.1", f.portA, 0, "hello from A"},
+			{"127.0.0.2", f.portC, 0, "hello from C"},
+			{"allowed.test", f.portA, 0, "hello from A"},
+			{"y.suffix.test", f.portA, 0, "hello from A"},
+			{"127.0.0.1", f.portB, socksNotAllowed, ""},
+			{"example.invalid", 443, socksNotAllowed, ""},
+			{"rebind.test", f.portB, socksNotAllowed, ""},
+			{"::1", f.portA, socksNotAllowed, ""},
+		} {
+			code, body := f.viaSOCKS(t, tc.host, tc.port)
+			if code != tc.code || !strings.Contains(body, tc.body) {
+				t.Errorf("SOCKS %s:%d = %d %q, want %d %q", tc.host, tc.port, code, body, tc.code, tc.body)
+			}
+		}
+	})
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, h := range f.resolved {
+		if h == "example.invalid" {
+			t.Errorf("a name outside the allowlist was resolved: %v", f.resolved)
+		}
+	}
+	if len(f.refused) == 0 || !strings.Contains(strings.Join(f.refused, "\n"), "example.invalid:443: not in the allowlist") {
+		t.Errorf("refusals reported: %q", f.refused)
+	}
+}
+
+func TestIsPublic(t *testing.T) {
+	for s, want := range map[string]bool{
+		"8.8.8.8": true, "2001:4860::8888": true,
+		"127.0.0.1": false, "10.1.2.3": false, "192.168.1.1": false, "172.16.0.1": false, "169.254.169.254": false,
+		"100.64.0.1": false, "0.0.0.0": false, "::1": false, "fd00::1": false, "fe80::1": false, "::": false,
+		"64:ff9b::a00:1": false, "2002:a00:1::": false, "224.0.0.1": false,
+	} {
+		if got := isPublic(netip.MustParseAddr(s)); got != want {
+			t.Errorf("isPublic(%s) = %v", s, got)
+		}
+	}
+}
