@@ -10,9 +10,10 @@ import (
 )
 
 // setProcessGroup puts msb in a new process group so everything it starts
-// can be killed with it.
+// can be killed with it, and ties msb's life to the host's where the OS can.
 func setProcessGroup(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	dieWithParent(cmd.SysProcAttr)
 }
 
 // killProcessGroup SIGKILLs msb's whole process group.

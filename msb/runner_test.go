@@ -8,6 +8,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -459,5 +460,48 @@ func TestRunLogsAtDebug(t *testing.T) {
 	}
 	if strings.Contains(log, "s3cret") {
 		t.Errorf("log leaks an env value: %q", log)
+	}
+}
+
+// TestRunDiesWithItsHost kills, with SIGKILL, a process in the middle of a
+// Run (this test binary started again) and requires its msb to die too: a
+// host that cannot cancel its calls must not leave msb running them.
+func TestRunDiesWithItsHost(t *testing.T) {
+	if pidFile := os.Getenv("OMA_MSB_TEST_HOST_PIDFILE"); pidFile != "" {
+		cli := &CLI{Path: fakeMSB(t, `echo $$ > "$1"; exec sleep 300`)}
+		_, err := cli.Run(context.Background(), Call{Args: []string{pidFile}})
+		t.Fatalf("Run returned while its host should have been killed: %v", err)
+	}
+	pidFile := filepath.Join(t.TempDir(), "msb.pid")
+	host := exec.Command(os.Args[0], "-test.run=^TestRunDiesWithItsHost$", "-test.count=1")
+	host.Env = append(os.Environ(), "OMA_MSB_TEST_HOST_PIDFILE="+pidFile)
+	if err := host.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var msbPID int
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		b, _ := os.ReadFile(pidFile)
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
+			msbPID = pid
+			break
+		}
+		if time.Now().After(deadline) {
+			_ = host.Process.Kill()
+			_ = host.Wait()
+			t.Fatal("the host process never started msb")
+		}
+	}
+	killAtEnd(t, msbPID)
+	if err := host.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = host.Wait()
+	// msb is orphaned now, so init reaps it: a zombie counts as dead.
+	deadline := time.Now().Add(5 * time.Second)
+	for !dead(msbPID, true) {
+		if time.Now().After(deadline) {
+			t.Fatalf("msb %d still runs after its host was killed", msbPID)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
