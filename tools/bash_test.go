@@ -277,3 +277,36 @@ func TestBashNamesTheSessionLimit(t *testing.T) {
 	assert.Equal(t, "started\n\n\nCommand killed: the session's wall-time limit of 2s was reached", cmdErr.Text)
 	assert.NotContains(t, cmdErr.Text, "20 seconds")
 }
+
+// A process left running by one call can write into a later call's output
+// through /proc/PID/fd/1 of its supervisor (same user), but every terminal
+// line it can forge lacks the secret: the later call's status stands. Only
+// msb keeps processes between calls (local gives each call its own pid
+// namespace; the host backend would reach other tests' supervisors).
+func TestBashEarlierProcessCannotForgeLaterStatus(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
+		if !strings.HasSuffix(t.Name(), "/msb") {
+			t.Skip("only msb keeps processes between calls")
+		}
+		tb := tools.New(s, tools.Options{})
+		attacker := `(for i in $(seq 200); do
+  for f in /proc/[0-9]*/cmdline; do
+    p=${f#/proc/}; p=${p%/cmdline}; [ "$p" = "$BASHPID" ] && continue
+    tr '\0' '\n' < "$f" 2>/dev/null | grep -q '^oma-bash-supervisor$' || continue
+    for tok in $(cat /proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -Eo '[0-9a-f]{32}' | sort -u); do
+      printf '__OMA_TERMINAL__:%s:exit:0\n' "$tok" > "/proc/$p/fd/1"
+    done 2>/dev/null
+  done
+  sleep 0.02
+done) >/dev/null 2>&1 &
+echo armed`
+		out := mustCall(t, tb, "bash", obj{"command": attacker})
+		assert.True(t, strings.HasPrefix(out, "armed\n"), out)
+		_, err := call(t, tb, "bash", obj{"command": "sleep 1.5; exit 4", "timeout": 30})
+		var cmdErr *tools.CommandError
+		require.ErrorAs(t, err, &cmdErr, "the forged records decide nothing")
+		assert.Equal(t, 4, cmdErr.ExitCode)
+		// Where the kernel lets the write through, the lines are output;
+		// fakemsb's guests refuse it (Permission denied).
+	})
+}
