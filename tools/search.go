@@ -91,7 +91,7 @@ func (t *Toolbox) runSearch(ctx context.Context, s search) (*searchResult, error
 	case streamErr != nil:
 		return nil, streamErr
 	case capped:
-		return &searchResult{matches: s.collector.Matches(), truncated: true}, nil
+		return keepFound(ctx, &searchResult{matches: s.collector.Matches(), truncated: true}), nil
 	case ctx.Err() != nil:
 		return nil, fmt.Errorf("%s: %w", s.tool, session.ErrAborted)
 	case errors.Is(err, session.ErrHostTimeout), errors.Is(err, session.ErrGuestTimeout):
@@ -104,7 +104,7 @@ func (t *Toolbox) runSearch(ctx context.Context, s search) (*searchResult, error
 	if err := s.collector.Finish(); err != nil {
 		return nil, err
 	}
-	return &searchResult{matches: s.collector.Matches(), skipped: skippedPaths(res.Stderr)}, nil
+	return keepFound(ctx, &searchResult{matches: s.collector.Matches(), skipped: skippedPaths(res.Stderr)}), nil
 }
 
 // searchResult is what a search found.

@@ -9,8 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
-
+	omasandbox "github.com/oma-sandbox/oma-sandbox"
 	"github.com/oma-sandbox/oma-sandbox/egress"
 	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/session/local"
@@ -18,38 +17,14 @@ import (
 
 // Backends.
 const (
-	backendMsb   = "msb"
-	backendLocal = "local"
-	backendAuto  = "auto"
+	backendMsb   = omasandbox.BackendMsb
+	backendLocal = omasandbox.BackendLocal
+	backendAuto  = omasandbox.BackendAuto
 	backendAll   = "all"
 )
 
-// localPrefix starts every local session name; msb names end in -sandbox
-// and match session.SandboxStem, so a name tells its backend.
-const localPrefix = "oma-local"
-
 // closeTimeout bounds removing a session when the command ends.
 const closeTimeout = 30 * time.Second
-
-// check is one fact doctor reports about a backend.
-type check struct {
-	Name   string `json:"name"`
-	Status string `json:"status"` // ok, fail (the backend is unusable), or warn (some options are)
-	Detail string `json:"detail"`
-}
-
-func okCheck(name, detail string) check   { return check{name, "ok", detail} }
-func failCheck(name, detail string) check { return check{name, "fail", detail} }
-func warnCheck(name, detail string) check { return check{name, "warn", detail} }
-
-func usable(checks []check) bool {
-	for _, ch := range checks {
-		if ch.Status == "fail" {
-			return false
-		}
-	}
-	return true
-}
 
 // createFlags are the flags that shape a new session (session create, run, mcp).
 type createFlags struct {
@@ -96,24 +71,20 @@ func (f *createFlags) register(fs *flag.FlagSet) {
 // pendingSession is a validated create request.
 type pendingSession struct {
 	backend string
-	msb     session.Options
-	local   local.Options
+	opts    omasandbox.Options
 }
 
 // resolve validates the flags and picks the backend; nothing is created.
 // set holds the names of the flags given on the command line.
 func (c *cli) resolve(ctx context.Context, f *createFlags, set map[string]bool) (*pendingSession, error) {
-	p := &pendingSession{backend: f.backend}
-	switch f.backend {
-	case backendAuto:
-		p.backend = backendLocal
-		if usable(c.msbChecks(ctx, f.image)) {
-			p.backend = backendMsb
-		}
-	case backendMsb, backendLocal:
-	default:
+	if f.backend == "" {
 		return nil, &usageError{msg: fmt.Sprintf("--backend %q: want auto, msb or local", f.backend)}
 	}
+	backend, err := omasandbox.PickBackend(ctx, f.backend, omasandbox.DoctorOptions{Msb: c.msbPath, Image: f.image, Logger: c.logger})
+	if err != nil {
+		return nil, &usageError{msg: "--" + err.Error()}
+	}
+	p := &pendingSession{backend: backend}
 	foreign := localOnlyFlags
 	if p.backend == backendLocal {
 		foreign = msbOnlyFlags
@@ -127,9 +98,6 @@ func (c *cli) resolve(ctx context.Context, f *createFlags, set map[string]bool) 
 			return nil, &usageError{msg: fmt.Sprintf("--%s does not apply to the %s backend, which %s (msb takes --image, --cpus, --memory, --secret; local takes --mode, --limit)", name, p.backend, how)}
 		}
 	}
-	if f.sessionID == "" {
-		f.sessionID = strings.SplitN(uuid.NewString(), "-", 2)[0]
-	}
 	if f.workspaceID == "" {
 		return nil, &usageError{msg: "--workspace-id must not be empty"}
 	}
@@ -140,11 +108,12 @@ func (c *cli) resolve(ctx context.Context, f *createFlags, set map[string]bool) 
 	if err != nil {
 		return nil, err
 	}
+	p.opts = omasandbox.Options{
+		Backend: p.backend, WorkspaceID: f.workspaceID, SessionID: f.sessionID, Network: network,
+		Msb: c.msbPath, StateDir: c.stateDir, Logger: c.logger,
+	}
 	if p.backend == backendMsb {
-		p.msb = session.Options{
-			Client: c.client(), WorkspaceID: f.workspaceID, SessionID: f.sessionID,
-			Image: f.image, CPUs: f.cpus, Memory: f.memory, Network: network, Logger: c.logger,
-		}
+		p.opts.Image, p.opts.CPUs, p.opts.Memory = f.image, f.cpus, f.memory
 		return p, nil
 	}
 	if len(network.Secrets) > 0 {
@@ -169,10 +138,7 @@ func (c *cli) resolve(ctx context.Context, f *createFlags, set map[string]bool) 
 	if err != nil {
 		return nil, &usageError{msg: "--limit: " + err.Error()}
 	}
-	p.local = local.Options{
-		StateDir: c.stateDir, NamePrefix: localPrefix, WorkspaceID: f.workspaceID, SessionID: f.sessionID,
-		Policy: pol, Limits: lim, Logger: c.logger,
-	}
+	p.opts.Policy, p.opts.Limits = pol, lim
 	return p, nil
 }
 
@@ -219,61 +185,31 @@ func (f *createFlags) networkPolicy() (egress.Policy, error) {
 // is a usage error; nothing was created then.
 func (c *cli) create(ctx context.Context, p *pendingSession) (session.Session, error) {
 	stop := c.spinner("creating " + p.backend + " session")
-	var s session.Session
-	var err error
-	if p.backend == backendMsb {
-		var ms *session.MsbSession
-		if ms, err = session.Create(ctx, p.msb); err == nil {
-			s = ms
-		}
-	} else {
-		var ls *local.Session
-		if ls, err = local.Create(ctx, p.local); err == nil {
-			s = ls
-		}
-	}
+	s, err := omasandbox.Open(ctx, p.opts)
 	stop()
 	switch {
 	case err == nil:
 		c.logger.Debug("session created", "backend", p.backend, "name", s.Name())
-		return s, nil
+		return s.Sandbox(), nil
 	case interrupted(ctx) != nil:
 		return nil, interrupted(ctx)
 	case errors.Is(err, session.ErrInvalid):
 		return nil, &usageError{msg: err.Error()}
 	}
-	return nil, fmt.Errorf("create %s session: %w", p.backend, err)
+	return nil, err
 }
 
 // backendOf tells a session name's backend, or "" when it is neither's.
-func backendOf(name string) string {
-	if _, ok := session.SandboxStem(session.DefaultPrefix, name); ok {
-		return backendMsb
-	}
-	if strings.HasPrefix(name, localPrefix+"-") {
-		return backendLocal
-	}
-	return ""
-}
+func backendOf(name string) string { return omasandbox.BackendOf(name) }
 
 // open attaches to a session by name. On msb this runs nothing; on the
 // local backend it probes the host again, as every local Attach does.
 func (c *cli) open(ctx context.Context, name string) (session.Session, error) {
-	switch backendOf(name) {
-	case backendMsb:
-		return session.Attach(c.client(), session.DefaultPrefix, name)
-	case backendLocal:
-		s, err := local.Attach(ctx, c.stateDir, name)
-		if err != nil {
-			return nil, fmt.Errorf("session %s: %w", name, err)
-		}
-		return s, nil
+	s, err := omasandbox.Attach(ctx, name, omasandbox.Options{Msb: c.msbPath, StateDir: c.stateDir, Logger: c.logger})
+	if err != nil {
+		return nil, err
 	}
-	return nil, unknownName(name)
-}
-
-func unknownName(name string) error {
-	return fmt.Errorf("%q is not a session name: msb sessions are named %s-…-sandbox, local ones %s-…", name, session.DefaultPrefix, localPrefix)
+	return s.Sandbox(), nil
 }
 
 // closeSession removes a session after its command is done, even when ctx

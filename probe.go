@@ -1,4 +1,4 @@
-package main
+package omasandbox
 
 import (
 	"context"
@@ -26,23 +26,24 @@ const probeTimeout = 15 * time.Second
 
 // msbChecks are the msb backend's prerequisites: the binary, its version,
 // msb's own `doctor` verdict (it checks the CPU's virtualization, /dev/kvm
-// and libkrunfw), and the session image in msb's cache. image "" means
+// and libkrunfw), and the session image in msb's cache. Image "" means
 // session.DefaultImage, which must be cached; a named one may be pulled.
-func (c *cli) msbChecks(ctx context.Context, image string) []check {
-	p, err := exec.LookPath(c.msbBinary())
+func msbChecks(ctx context.Context, o DoctorOptions) []Check {
+	p, err := exec.LookPath(o.msbBinary())
 	if err != nil {
-		return []check{failCheck("msb binary", fmt.Sprintf("%s not found: set --msb or OMA_MSB, or install microsandbox (%v)", c.msbBinary(), err))}
+		return []Check{failCheck("msb binary", fmt.Sprintf("%s not found: set --msb or OMA_MSB, or install microsandbox (%v)", o.msbBinary(), err))}
 	}
 	run := func(args ...string) (*msb.Result, error) {
 		ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 		defer cancel()
-		return (&msb.CLI{Path: p, Logger: c.logger}).Run(ctx, msb.Call{Args: args})
+		return (&msb.CLI{Path: p, Logger: o.logger()}).Run(ctx, msb.Call{Args: args})
 	}
-	out := []check{okCheck("msb binary", p)}
+	out := []Check{okCheck("msb binary", p)}
 	res, err := run("--version")
 	out = append(out, versionCheck(res, err))
 	res, err = run("doctor")
 	out = append(out, doctorCheck(res, err))
+	image := o.Image
 	explicit := image != ""
 	if !explicit {
 		image = session.DefaultImage
@@ -51,7 +52,7 @@ func (c *cli) msbChecks(ctx context.Context, image string) []check {
 	return append(out, imageCheck(image, explicit, err))
 }
 
-func versionCheck(res *msb.Result, err error) check {
+func versionCheck(res *msb.Result, err error) Check {
 	const name = "msb version"
 	if err != nil {
 		return failCheck(name, err.Error())
@@ -104,7 +105,7 @@ func compareVersion(a, b [3]int) int {
 
 // doctorCheck turns `msb doctor`'s exit status into the verdict, and its
 // "error:" line and "→" hints into the reason.
-func doctorCheck(res *msb.Result, err error) check {
+func doctorCheck(res *msb.Result, err error) Check {
 	const name = "msb doctor"
 	var exitErr *msb.ExitError
 	switch {
@@ -134,7 +135,7 @@ func doctorCheck(res *msb.Result, err error) check {
 
 // imageCheck: the default image is in no registry, so msb can only run it
 // from its cache; an image the caller named may be pulled on create.
-func imageCheck(image string, explicit bool, err error) check {
+func imageCheck(image string, explicit bool, err error) Check {
 	name := "image"
 	switch {
 	case err == nil:

@@ -1,0 +1,36 @@
+package omasandbox
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/oma-sandbox/oma-sandbox/msb"
+)
+
+func TestVersionCheck(t *testing.T) {
+	for out, want := range map[string]string{
+		"msb 0.6.7\n":      "ok",
+		"msb 0.6.18\n":     "ok",
+		"msb 0.6.6\n":      "warn",
+		"msb 0.6.19\n":     "warn",
+		"msb 0.7.0\n":      "warn",
+		"msb 0.6.18-rc1\n": "warn",
+		"msb 1.0\n":        "warn",
+		"microsandbox 1\n": "fail",
+		"":                 "fail",
+	} {
+		got := versionCheck(&msb.Result{Stdout: []byte(out)}, nil)
+		assert.Equal(t, want, got.Status, "%q: %s", out, got.Detail)
+	}
+	assert.Equal(t, "fail", versionCheck(nil, errors.New("exec: boom")).Status)
+}
+
+func TestImageCheck(t *testing.T) {
+	notFound := errors.New("msb image inspect: exit 1: image not found: x")
+	assert.Equal(t, "ok", imageCheck("x", false, nil).Status)
+	assert.Equal(t, "fail", imageCheck("x", false, notFound).Status, "the default image cannot be pulled")
+	assert.Equal(t, "warn", imageCheck("x", true, notFound).Status, "a named image may be pulled")
+	assert.Equal(t, "fail", imageCheck("x", true, errors.New("msb image inspect: exit 1: database locked")).Status)
+}

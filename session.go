@@ -1,0 +1,217 @@
+package omasandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/oma-sandbox/oma-sandbox/egress"
+	"github.com/oma-sandbox/oma-sandbox/msb"
+	"github.com/oma-sandbox/oma-sandbox/session"
+	"github.com/oma-sandbox/oma-sandbox/session/local"
+	"github.com/oma-sandbox/oma-sandbox/tools"
+)
+
+// Backends Options.Backend names.
+const (
+	// BackendAuto picks msb when Doctor finds it usable, else local.
+	BackendAuto = "auto"
+	// BackendMsb runs each session in its own msb microVM.
+	BackendMsb = "msb"
+	// BackendLocal runs each command under bubblewrap on this host.
+	BackendLocal = "local"
+)
+
+// LocalPrefix starts every local session name; msb names start with
+// session.DefaultPrefix and end in -sandbox, so a name tells its backend.
+const LocalPrefix = "oma-local"
+
+// Policy and Limits shape a local session; see package session/local.
+type (
+	Policy = local.Policy
+	Limits = local.Limits
+)
+
+// NetworkPolicy is what a session may reach; see package egress. The zero
+// value denies all.
+type NetworkPolicy = egress.Policy
+
+// Paths are where a session's directories appear to its commands.
+type Paths = session.Paths
+
+// Options configure Open. Zero values take the backends' defaults.
+type Options struct {
+	// Backend is "auto" (also ""), "msb" or "local".
+	Backend string
+	// WorkspaceID and SessionID label the session and shape its name.
+	// WorkspaceID is required; SessionID "" means a fresh short uuid.
+	WorkspaceID string
+	SessionID   string
+
+	// Network is what the session may reach, on either backend; the zero
+	// value denies all. The local backend has no secret injection: Secrets
+	// are refused there, and it enforces the mode (Policy.Network is set
+	// from it).
+	Network NetworkPolicy
+
+	// Msb is the msb binary; "" means $OMA_MSB, else msb on PATH.
+	Msb string
+	// Image, CPUs and Memory shape an msb session (Memory such as "2G").
+	Image  string
+	CPUs   int
+	Memory string
+
+	// StateDir holds the local backend's sessions; "" means
+	// $XDG_STATE_HOME/oma-sandbox/local, else ~/.cache/oma-sandbox/local.
+	StateDir string
+	// Policy and Limits shape a local session.
+	Policy Policy
+	Limits Limits
+
+	// OperationTimeout bounds every tool call that names no timeout of its
+	// own, and is the bash tool's default timeout; 0 means 10 s.
+	OperationTimeout time.Duration
+	Logger           *slog.Logger
+}
+
+func (o Options) doctor() DoctorOptions {
+	return DoctorOptions{Msb: o.Msb, Image: o.Image, Logger: o.Logger}
+}
+
+func (o Options) logger() *slog.Logger { return o.doctor().logger() }
+
+func (o Options) client() *msb.Client {
+	return msb.NewClient(&msb.CLI{Path: o.Msb, Logger: o.logger()})
+}
+
+// Session is one sandbox and the agent tools that run in it. It is safe
+// for concurrent use.
+type Session struct {
+	backend string
+	sess    session.Session
+	tb      *tools.Toolbox
+}
+
+// PickBackend resolves backend ("auto", "", "msb" or "local") to the one
+// Open would use: auto probes msb as Doctor does and falls back to local.
+func PickBackend(ctx context.Context, backend string, o DoctorOptions) (string, error) {
+	switch backend {
+	case BackendAuto, "":
+		if usable(msbChecks(ctx, o)) {
+			return BackendMsb, nil
+		}
+		return BackendLocal, nil
+	case BackendMsb, BackendLocal:
+		return backend, nil
+	}
+	return "", invalidf("backend %q: want auto, msb or local", backend)
+}
+
+// Open creates a session on the backend o names. The session lives until
+// Close (or until the reaper removes it). An error wrapping ErrInvalid is
+// a refused option, and nothing was created.
+func Open(ctx context.Context, o Options) (*Session, error) {
+	backend, err := PickBackend(ctx, o.Backend, o.doctor())
+	if err != nil {
+		return nil, err
+	}
+	if o.WorkspaceID == "" {
+		return nil, invalidf("the workspace id must not be empty")
+	}
+	if o.CPUs < 0 {
+		return nil, invalidf("cpus %d: want a positive number", o.CPUs)
+	}
+	if o.SessionID == "" {
+		o.SessionID = strings.SplitN(uuid.NewString(), "-", 2)[0]
+	}
+	var s session.Session
+	if backend == BackendMsb {
+		var ms *session.MsbSession
+		if ms, err = session.Create(ctx, session.Options{
+			Client: o.client(), WorkspaceID: o.WorkspaceID, SessionID: o.SessionID,
+			Image: o.Image, CPUs: o.CPUs, Memory: o.Memory, Network: o.Network,
+			OperationTimeout: o.OperationTimeout, Logger: o.logger(),
+		}); err == nil {
+			s = ms
+		}
+	} else {
+		if len(o.Network.Secrets) > 0 {
+			return nil, invalidf("secrets are not supported on the local backend: it has no secret injection, and the value must never enter the sandbox (use the msb backend)")
+		}
+		o.Policy.Network = local.Network(o.Network.Effective())
+		var ls *local.Session
+		if ls, err = local.Create(ctx, local.Options{
+			StateDir: o.StateDir, NamePrefix: LocalPrefix, WorkspaceID: o.WorkspaceID, SessionID: o.SessionID,
+			Policy: o.Policy, Limits: o.Limits, OperationTimeout: o.OperationTimeout, Logger: o.logger(),
+		}); err == nil {
+			s = ls
+		}
+	}
+	switch {
+	case err == nil:
+		return wrap(backend, s, o), nil
+	case errors.Is(err, session.ErrInvalid):
+		return nil, err
+	}
+	return nil, fmt.Errorf("create %s session: %w", backend, err)
+}
+
+// Attach opens an existing session by its Name, in this process or another.
+// The backend follows from the name; of o, only Msb, StateDir,
+// OperationTimeout and Logger apply. On msb this runs nothing; on the local
+// backend it probes the host again. A session that does not exist matches
+// ErrNotFound.
+func Attach(ctx context.Context, name string, o Options) (*Session, error) {
+	switch BackendOf(name) {
+	case BackendMsb:
+		s, err := session.Attach(o.client(), session.DefaultPrefix, name)
+		if err != nil {
+			return nil, err
+		}
+		return wrap(BackendMsb, s, o), nil
+	case BackendLocal:
+		s, err := local.Attach(ctx, o.StateDir, name)
+		if err != nil {
+			return nil, fmt.Errorf("session %s: %w", name, err)
+		}
+		return wrap(BackendLocal, s, o), nil
+	}
+	return nil, invalidf("%q is not a session name: msb sessions are named %s-…-sandbox, local ones %s-…", name, session.DefaultPrefix, LocalPrefix)
+}
+
+// BackendOf tells a session name's backend, or "" when it is neither's.
+func BackendOf(name string) string {
+	if _, ok := session.SandboxStem(session.DefaultPrefix, name); ok {
+		return BackendMsb
+	}
+	if strings.HasPrefix(name, LocalPrefix+"-") {
+		return BackendLocal
+	}
+	return ""
+}
+
+func wrap(backend string, s session.Session, o Options) *Session {
+	return &Session{backend: backend, sess: s,
+		tb: tools.New(s, tools.Options{OperationTimeout: o.OperationTimeout, Logger: o.logger()})}
+}
+
+// Name identifies the session for Attach.
+func (s *Session) Name() string { return s.sess.Name() }
+
+// Backend is "msb" or "local".
+func (s *Session) Backend() string { return s.backend }
+
+// Paths are the session's directories as its commands see them.
+func (s *Session) Paths() Paths { return s.sess.Paths() }
+
+// Sandbox is the backend session underneath, for the packages that take a
+// session.Session (transfer, mcpserver).
+func (s *Session) Sandbox() session.Session { return s.sess }
+
+// Close removes the sandbox and its workspace. It is idempotent.
+func (s *Session) Close(ctx context.Context) error { return s.sess.Close(ctx) }
