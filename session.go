@@ -163,9 +163,9 @@ func Open(ctx context.Context, o Options) (*Session, error) {
 
 // Attach opens an existing session by its Name, in this process or another.
 // The backend follows from the name; of o, only Msb, StateDir,
-// OperationTimeout and Logger apply. On msb this runs nothing; on the local
-// backend it probes the host again. A session that does not exist matches
-// ErrNotFound.
+// OperationTimeout and Logger apply. On msb this runs nothing, so a sandbox
+// that does not exist shows at the first call (ErrNotFound); on the local
+// backend Attach probes the host again and reads the session's record.
 func Attach(ctx context.Context, name string, o Options) (*Session, error) {
 	switch BackendOf(name) {
 	case BackendMsb:

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path"
 	"time"
 	"unicode/utf8"
 
@@ -45,11 +46,11 @@ func (s *Session) call(ctx context.Context, name string, input map[string]any, p
 // Write writes content to path (relative to the workspace, or absolute
 // inside it), creating parent directories and replacing an existing file
 // atomically. content must be UTF-8 text, as the write tool carries it.
-func (s *Session) Write(ctx context.Context, path string, content []byte) error {
+func (s *Session) Write(ctx context.Context, file string, content []byte) error {
 	if !utf8.Valid(content) {
-		return &InputError{Tool: "write", Msg: fmt.Sprintf("write content for %s is not UTF-8 text; upload binary files with Upload", path)}
+		return &InputError{Tool: "write", Msg: fmt.Sprintf("write content for %s is not UTF-8 text; upload binary files with Upload", file)}
 	}
-	_, err := s.call(ctx, "write", map[string]any{"path": path, "content": string(content)}, nil)
+	_, err := s.call(ctx, "write", map[string]any{"path": file, "content": string(content)}, nil)
 	return err
 }
 
@@ -62,8 +63,8 @@ type ReadOptions struct {
 
 // Read returns the read tool's text for path: the file's lines, with a
 // bracketed note when the file goes on, or a description of a binary file.
-func (s *Session) Read(ctx context.Context, path string, o ReadOptions) (string, error) {
-	in := map[string]any{"path": path}
+func (s *Session) Read(ctx context.Context, file string, o ReadOptions) (string, error) {
+	in := map[string]any{"path": file}
 	if o.Offset != 0 {
 		in["offset"] = o.Offset
 	}
@@ -82,12 +83,12 @@ type Edit struct {
 // Edit applies the replacements to the original file at once; when any Old
 // is missing, repeated or overlaps another, nothing is changed and the error
 // is an *EditError (matching ErrInvalidInput).
-func (s *Session) Edit(ctx context.Context, path string, edits ...Edit) error {
+func (s *Session) Edit(ctx context.Context, file string, edits ...Edit) error {
 	list := make([]map[string]string, 0, len(edits))
 	for _, e := range edits {
 		list = append(list, map[string]string{"oldText": e.Old, "newText": e.New})
 	}
-	_, err := s.call(ctx, "edit", map[string]any{"path": path, "edits": list}, nil)
+	_, err := s.call(ctx, "edit", map[string]any{"path": file, "edits": list}, nil)
 	return err
 }
 
@@ -216,6 +217,9 @@ type UploadFile struct {
 func (s *Session) Upload(ctx context.Context, files ...UploadFile) error {
 	mounts := make([]transfer.Mount, 0, len(files))
 	for _, f := range files {
+		if path.IsAbs(f.Path) {
+			return fmt.Errorf("%w: upload path %q must be relative to the uploads root", ErrUnsafePath, f.Path)
+		}
 		sum := sha256.Sum256(f.Content)
 		mounts = append(mounts, transfer.Mount{
 			Kind: transfer.Upload, Path: s.Paths().Uploads + "/" + f.Path,
