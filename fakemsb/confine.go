@@ -42,11 +42,8 @@ const (
 // guestLauncher returns the argv prefix that runs a command in sb under
 // the launcher, and the file to pass as guestLauncherFD.
 func guestLauncher(sb *sandbox) ([]string, *os.File, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, nil, err
-	}
-	f, err := os.Open(self)
+	// The running binary itself, even if its file was replaced since.
+	f, err := os.Open("/proc/self/exe")
 	if err != nil {
 		return nil, nil, err
 	}
