@@ -133,7 +133,7 @@ func (c *cli) resolve(ctx context.Context, f *createFlags, set map[string]bool) 
 	if pol.Mode == local.ModeDangerFullAccess && !f.dangerous {
 		return nil, &usageError{msg: "--mode danger-full-access shares the host's filesystem and network; confirm it with --allow-dangerous"}
 	}
-	pol.Network = local.Network(network.Effective())
+	pol.Network, pol.Allow = local.Network(network.Effective()), network.Allow
 	lim, err := local.ParseLimits(f.limits...)
 	if err != nil {
 		return nil, &usageError{msg: "--limit: " + err.Error()}

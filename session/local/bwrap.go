@@ -53,7 +53,9 @@ type bwrapSpec struct {
 	// SeccompFD is the descriptor bwrap reads the seccomp filter from; 0
 	// means none.
 	SeccompFD int
-	Command   []string
+	// Egress, when set, binds the egress proxy's socket and the relay in.
+	Egress  *egressMounts
+	Command []string
 }
 
 // runtimeDirs are the top-level paths a command needs besides /usr and /etc.
@@ -148,6 +150,9 @@ func (s bwrapSpec) args() []string {
 	// bwrap would create the parents of a bind target 0700.
 	a = append(a, "--dir", "/mnt", "--dir", "/mnt/session",
 		ws, s.Workspace, guestWorkspace, up, s.Uploads, guestUploads, out, s.Outputs, guestOutputs)
+	if s.Egress != nil {
+		a = append(a, s.Egress.args()...)
+	}
 	// Nothing may write the root tmpfs: it would be memory without a bound.
 	a = append(a, "--remount-ro", "/")
 	for _, kv := range s.Env {

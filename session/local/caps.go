@@ -126,7 +126,8 @@ func (c Capabilities) check(p Policy, l Limits) error {
 	fs, net := EvidenceFull, EvidenceNone
 	if p.Mode == ModeDangerFullAccess {
 		fs = EvidenceNone
-	} else if p.Network == NetworkDeny {
+	} else if p.Network != NetworkUnrestricted {
+		// An allowlist rests on the same namespace as deny.
 		net = EvidenceFull
 	}
 	proc := stronger(EvidencePartial, p.Require.Process)

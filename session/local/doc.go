@@ -39,7 +39,10 @@
 //
 // A Policy has a Mode (read-only, workspace-write, danger-full-access,
 // the last only with AllowDangerous) and a Network (deny, the default, or
-// unrestricted; allowlist is refused rather than widened). Create and
+// unrestricted, or, on Linux, an allowlist (Policy.Allow) enforced by a
+// host-side egress.Proxy per call, reached through a unix socket bound
+// into the sandbox and an in-sandbox relay; elsewhere refused rather than
+// widened). Create and
 // Attach first probe the host by running real sandboxes (Probe gives the
 // same report for a doctor command): each control (filesystem, network,
 // process, resources and each limit) gets none, partial or full evidence

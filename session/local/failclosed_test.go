@@ -65,11 +65,14 @@ func TestPassThroughBwrapIsRefused(t *testing.T) {
 	refused(t, Options{Bwrap: fake}, "host's mount namespace")
 }
 
-func TestAllowlistNetworkIsRefused(t *testing.T) {
+func TestAllowlistWithoutTargetsIsRefused(t *testing.T) {
 	path, count := countingBwrap(t)
-	refused(t, Options{Bwrap: path, Policy: Policy{Network: NetworkAllowlist}}, "allowlist")
+	_, err := Create(context.Background(), Options{Bwrap: path, StateDir: t.TempDir(), Policy: Policy{Network: NetworkAllowlist}})
+	if !errors.Is(err, session.ErrInvalid) || !strings.Contains(err.Error(), "an allowlist needs at least one target") {
+		t.Fatalf("Create: %v; want ErrInvalid naming the empty allowlist", err)
+	}
 	if count() != 0 {
-		t.Fatal("an unsupported network mode spawned bwrap")
+		t.Fatal("a refused policy spawned bwrap")
 	}
 }
 

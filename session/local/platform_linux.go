@@ -63,7 +63,7 @@ func (p *linuxPlatform) owner(d hostDirs, path string) (int, int, bool) {
 	return guestUID, guestUID, true
 }
 
-func (p *linuxPlatform) launch(c call) (*launched, error) {
+func (p *linuxPlatform) launch(c call) (l *launched, err error) {
 	spec := bwrapSpec{
 		Mode: c.policy.Mode, Network: c.policy.Network,
 		Workspace: c.dirs.Workspace, Uploads: c.dirs.Uploads, Outputs: c.dirs.Outputs,
@@ -90,12 +90,27 @@ func (p *linuxPlatform) launch(c call) (*launched, error) {
 	}
 	// fd 3 is the start marker (see run); the filter is the next one.
 	spec.SeccompFD = 4
+	if spec.Network == NetworkAllowlist {
+		eg, err := startEgress(&spec, c.policy.egress())
+		if err != nil {
+			filter.Close()
+			return nil, fmt.Errorf("local sandbox %s: %v: %w", c.name, err, session.ErrCannotStart)
+		}
+		defer func() {
+			if err != nil {
+				eg.stop()
+				return
+			}
+			finish := l.finish
+			l.finish = func() []string { return append(finish(), eg.stop()...) }
+		}()
+	}
 	argv := append([]string{p.bwrap}, spec.args()...)
 	if c.limits.FileSize > 0 {
 		argv = append([]string{p.prlimit, "--fsize=" + strconv.FormatInt(c.limits.FileSize, 10), "--"}, argv...)
 	}
 	cmd := &exec.Cmd{Env: []string{"PATH=" + os.Getenv("PATH")}, ExtraFiles: []*os.File{filter}}
-	l := &launched{cmd: cmd, marker: true, finish: func() []string { filter.Close(); return nil }}
+	l = &launched{cmd: cmd, marker: true, finish: func() []string { filter.Close(); return nil }}
 	if scoped {
 		l.start = confine.StartScoped
 	}
@@ -138,7 +153,7 @@ func (p *linuxPlatform) launch(c call) (*launched, error) {
 }
 
 func probeHost(ctx context.Context, req probeRequest) (Capabilities, platform) {
-	caps := Capabilities{Platform: "linux", Limits: map[string]Control{}, Modes: allModes, NetworkModes: []Network{NetworkDeny, NetworkUnrestricted}}
+	caps := Capabilities{Platform: "linux", Limits: map[string]Control{}, Modes: allModes, NetworkModes: []Network{NetworkDeny, NetworkUnrestricted, NetworkAllowlist}}
 	fail := func(why string) (Capabilities, platform) {
 		caps.Filesystem, caps.Network, caps.Process = none(why), none(why), none(why)
 		for _, k := range limitKeys {

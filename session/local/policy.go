@@ -2,6 +2,8 @@ package local
 
 import (
 	"fmt"
+
+	"github.com/oma-sandbox/oma-sandbox/egress"
 	"math"
 	"sort"
 	"strconv"
@@ -39,13 +41,13 @@ const (
 	NetworkDeny Network = "deny"
 	// NetworkUnrestricted shares the host's network.
 	NetworkUnrestricted Network = "unrestricted"
-	// NetworkAllowlist is a known mode that this backend cannot enforce: a
-	// session asking for it is refused rather than widened to unrestricted.
+	// NetworkAllowlist lets commands reach Policy.Allow only, through a
+	// host-side filtering proxy (Linux; elsewhere refused rather than
+	// widened to unrestricted).
 	NetworkAllowlist Network = "allowlist"
 )
 
-// ParseNetwork parses a network mode name. "allowlist" parses, so the
-// refusal names the real reason when a session asks for it.
+// ParseNetwork parses a network mode name.
 func ParseNetwork(s string) (Network, error) {
 	switch n := Network(s); n {
 	case NetworkDeny, NetworkUnrestricted, NetworkAllowlist:
@@ -60,6 +62,8 @@ type Policy struct {
 	Mode Mode `json:"mode"`
 	// Network defaults to deny.
 	Network Network `json:"network"`
+	// Allow is what an allowlist lets commands reach.
+	Allow []egress.Target `json:"allow,omitempty"`
 	// AllowDangerous must be set for danger-full-access.
 	AllowDangerous bool `json:"allow_dangerous,omitempty"`
 	// Require raises the evidence a control must have; see Requirements.
@@ -103,10 +107,7 @@ func (p Policy) validate() error {
 	if p.Mode == ModeDangerFullAccess && !p.AllowDangerous {
 		return &PolicyError{Field: "mode", Value: string(p.Mode), Reason: "needs AllowDangerous"}
 	}
-	if p.Network == NetworkAllowlist {
-		return &UnavailableError{Control: "network", Reason: "allowlist mode needs a filtering proxy this backend does not have; refusing rather than allowing all traffic"}
-	}
-	return nil
+	return p.validateEgress()
 }
 
 // Limits bound each command a session runs (each Shell call on its own).

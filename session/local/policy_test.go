@@ -3,6 +3,7 @@ package local
 import (
 	"errors"
 	"flag"
+	"github.com/oma-sandbox/oma-sandbox/egress"
 	"strings"
 	"testing"
 	"time"
@@ -116,7 +117,10 @@ func TestPolicyValidate(t *testing.T) {
 		{Policy{}, nil},
 		{Policy{Mode: ModeDangerFullAccess}, session.ErrInvalid},
 		{Policy{Mode: ModeDangerFullAccess, AllowDangerous: true}, nil},
-		{Policy{Network: NetworkAllowlist}, ErrUnavailable},
+		{Policy{Network: NetworkAllowlist}, session.ErrInvalid},
+		{Policy{Network: NetworkAllowlist, Allow: []egress.Target{{Host: "example.com"}}}, nil},
+		{Policy{Network: NetworkDeny, Allow: []egress.Target{{Host: "example.com"}}}, session.ErrInvalid},
+		{Policy{Mode: ModeDangerFullAccess, AllowDangerous: true, Network: NetworkAllowlist, Allow: []egress.Target{{Host: "example.com"}}}, session.ErrInvalid},
 		{Policy{Mode: "root"}, session.ErrInvalid},
 	}
 	for _, c := range cases {

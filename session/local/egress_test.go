@@ -1,0 +1,87 @@
+//go:build linux
+
+package local
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/oma-sandbox/oma-sandbox/egress"
+)
+
+// hostServer serves name on a loopback address of the host: the only
+// network this test may use.
+func hostServer(t *testing.T, addr, name string) int {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("listen %s: %v", addr, err)
+	}
+	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello from %s", name)
+	}))
+	s.Listener.Close()
+	s.Listener = l
+	s.Start()
+	t.Cleanup(s.Close)
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestAllowlistThroughTheHostProxy: a session with an allowlist reaches an
+// allowed host server through the proxy variables (HTTP and SOCKS5), is
+// refused a server on another port, another address and a name outside
+// the list with a clear line, cannot connect around the proxy, and the
+// refusals come back as notes on stderr.
+func TestAllowlistThroughTheHostProxy(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("curl not installed")
+	}
+	a := hostServer(t, "127.0.0.1:0", "A")
+	b := hostServer(t, "127.0.0.1:0", "B")
+	c := hostServer(t, "127.0.0.2:0", "C")
+	var allow []egress.Target
+	for _, s := range []string{"127.0.0.1:" + strconv.Itoa(a), "127.0.0.2/31"} {
+		tg, err := egress.ParseTarget(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		allow = append(allow, tg)
+	}
+	s := newTestSession(t, Options{Policy: Policy{Network: NetworkAllowlist, Allow: allow}})
+	res := sh(t, s, `
+echo "proxy=$HTTP_PROXY all=$ALL_PROXY"
+curl -sS --max-time 5 "http://127.0.0.1:$1/"; echo " [a http $?]"
+curl -sS --max-time 5 --socks5-hostname "${ALL_PROXY#socks5h://}" "http://127.0.0.1:$1/"; echo " [a socks $?]"
+curl -sS --max-time 5 "http://127.0.0.2:$3/"; echo " [c cidr $?]"
+curl -sS --max-time 5 "http://127.0.0.1:$2/"; echo " [b $?]"
+curl -sS --max-time 5 "http://example.invalid/"; echo " [invalid $?]"
+curl -sS --max-time 5 -p "http://example.invalid/" 2>&1; echo " [invalid connect $?]"
+(exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && echo "direct connection made"
+echo done`, strconv.Itoa(a), strconv.Itoa(b), strconv.Itoa(c))
+	out := string(res.Stdout)
+	for _, want := range []string{
+		"proxy=http://127.0.0.1:3128 all=socks5h://127.0.0.1:3128",
+		"hello from A [a http 0]",
+		"hello from A [a socks 0]",
+		"hello from C [c cidr 0]",
+		fmt.Sprintf("oma-sandbox egress: refused 127.0.0.1:%d: not in the allowlist\n [b 0]", b),
+		"oma-sandbox egress: refused example.invalid:80: not in the allowlist\n [invalid 0]",
+		"CONNECT tunnel failed, response 403",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s\nstderr:\n%s", want, out, res.Stderr)
+		}
+	}
+	if strings.Contains(out, "direct connection made") || !strings.HasSuffix(out, "done\n") {
+		t.Errorf("the sandbox connected around the proxy:\n%s", out)
+	}
+	if !strings.Contains(string(res.Stderr), fmt.Sprintf("egress refused 127.0.0.1:%d: not in the allowlist", b)) {
+		t.Errorf("refusals not reported on stderr:\n%s", res.Stderr)
+	}
+}
