@@ -4,15 +4,24 @@
 // model's JSON tool calls, upload files, collect outputs, and close.
 //
 //	s, err := omasandbox.Open(ctx, omasandbox.Options{Backend: "auto", WorkspaceID: "w1", SessionID: "s1"})
-//	if err != nil { ... }
+//	if err != nil {
+//		return err
+//	}
 //	defer s.Close(ctx)
 //	err = s.Write(ctx, "main.go", []byte(src))
 //	text, err := s.Read(ctx, "main.go", omasandbox.ReadOptions{Offset: 1, Limit: 200})
 //	err = s.Edit(ctx, "main.go", omasandbox.Edit{Old: "a", New: "b"})
 //	paths, err := s.Glob(ctx, "**/*.go")
-//	res, err := s.Bash(ctx, "go test ./...", omasandbox.BashOptions{Timeout: time.Minute})
+//	res, err := s.Bash(ctx, "go test ./...", omasandbox.BashOptions{Timeout: time.Minute, Progress: fn})
 //	out, err := s.Call(ctx, "grep", json.RawMessage(`{"pattern":"TODO","path":"/workspace"}`))
-//	files, err := s.CollectOutputs(ctx, destDir)
+//	err = s.Upload(ctx, omasandbox.UploadFile{Path: "data.csv", Content: data})
+//	got, err := s.CollectOutputs(ctx, destDir)
+//	report := omasandbox.Doctor(ctx, omasandbox.DoctorOptions{})
+//
+// A session outlives the process that opened it until Close (or the
+// reaper): Attach(ctx, s.Name(), opts) reopens it elsewhere. Paths tells
+// where the workspace, uploads and outputs appear to commands (the same on
+// both backends: /workspace, /mnt/session/uploads, /mnt/session/outputs).
 //
 // # Backends
 //
