@@ -310,3 +310,22 @@ echo armed`
 		// fakemsb's guests refuse it (Permission denied).
 	})
 }
+
+// A memory-limit kill is named from the backend's report, not left as a
+// bare "Killed".
+func TestBashNamesTheMemoryLimit(t *testing.T) {
+	s, err := local.Create(context.Background(), local.Options{
+		StateDir: t.TempDir(), WorkspaceID: "ws", SessionID: "memory",
+		Limits: local.Limits{MemoryBytes: 64 << 20},
+	})
+	if err != nil {
+		t.Skipf("no local sandbox with a memory limit here: %v", err)
+	}
+	t.Cleanup(func() { require.NoError(t, s.Close(context.Background())) })
+	tb := tools.New(s, tools.Options{})
+	_, err = call(t, tb, "bash", obj{"command": "head -c 300000000 /dev/zero | tail -n 1 > /dev/null", "timeout": 60})
+	var cmdErr *tools.CommandError
+	require.ErrorAs(t, err, &cmdErr)
+	assert.Contains(t, cmdErr.Text, "Session limit: memory limit of ")
+	assert.Contains(t, cmdErr.Text, " reached")
+}
