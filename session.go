@@ -55,8 +55,8 @@ type Options struct {
 
 	// Network is what the session may reach, on either backend; the zero
 	// value denies all. The local backend has no secret injection: Secrets
-	// are refused there, and it enforces the mode (Policy.Network is set
-	// from it).
+	// are refused there, and it enforces the mode and the allowlist
+	// (Policy.Network and Policy.Allow are set from it).
 	Network NetworkPolicy
 
 	// Msb is the msb binary; "" means $OMA_MSB, else msb on PATH.
@@ -143,7 +143,7 @@ func Open(ctx context.Context, o Options) (*Session, error) {
 		if len(o.Network.Secrets) > 0 {
 			return nil, invalidf("secrets are not supported on the local backend: it has no secret injection, and the value must never enter the sandbox (use the msb backend)")
 		}
-		o.Policy.Network = local.Network(o.Network.Effective())
+		o.Policy.Network, o.Policy.Allow = local.Network(o.Network.Effective()), o.Network.Allow
 		var ls *local.Session
 		if ls, err = local.Create(ctx, local.Options{
 			StateDir: o.StateDir, NamePrefix: LocalPrefix, WorkspaceID: o.WorkspaceID, SessionID: o.SessionID,
