@@ -134,6 +134,7 @@ func TestBashHostTimeoutAndAbortKillGuest(t *testing.T) {
 func TestBashBackgroundOutlivesCall(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
 		tb := tools.New(s, tools.Options{})
+		t.Cleanup(func() { sh(t, s, `pkill -f '^sleep 300.7' || true`) })
 		began := time.Now()
 		out := mustCall(t, tb, "bash", obj{"command": "(for i in $(seq 30); do echo line$i; sleep 0.05; done; sleep 300.7) & echo started", "timeout": 60})
 		assert.Less(t, time.Since(began), 10*time.Second, "the background loop did not hold the call")
@@ -150,7 +151,6 @@ func TestBashBackgroundOutlivesCall(t *testing.T) {
 		require.Eventually(t, func() bool {
 			return strings.Contains(sh(t, s, `cat "$1" 2>/dev/null || true`, log), "line30\n")
 		}, 20*time.Second, 100*time.Millisecond, "the loop kept writing after the call returned")
-		sh(t, s, `pkill -f '^sleep 300.7' || true`)
 	})
 }
 
