@@ -250,3 +250,19 @@ func FuzzParseTarget(f *testing.F) {
 		}
 	})
 }
+
+func TestSecretAllowsHost(t *testing.T) {
+	s, err := ParseSecret("T@api.example.com,*.pkg.dev,10.0.0.1,::1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for h, want := range map[string]bool{
+		"api.example.com": true, "API.example.com.": true, "x.api.example.com": false, "example.com": false,
+		"pkg.dev": true, "a.b.pkg.dev": true, "evilpkg.dev": false,
+		"10.0.0.1": true, "::ffff:10.0.0.1": true, "10.0.0.2": false, "::1": true, "": false,
+	} {
+		if got := s.AllowsHost(h); got != want {
+			t.Errorf("AllowsHost(%q) = %v, want %v", h, got, want)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -29,8 +30,14 @@ type Proxy struct {
 	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
 	// Dial connects to a checked address; nil means a net.Dialer.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
-	// Refused, when set, is told of each refused destination (audit).
+	// Refused, when set, is told of each refused destination and secret
+	// violation (audit).
 	Refused func(dest, reason string)
+	// Secrets are substituted for their placeholders in the headers of
+	// plain HTTP requests to their hosts; a placeholder in a request to
+	// any other host refuses the request. CONNECT tunnels are not opened,
+	// so a placeholder sent through one stays a placeholder.
+	Secrets []SecretValue
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -257,11 +264,60 @@ func (p *Proxy) http(c net.Conn, br *bufio.Reader) {
 	for _, h := range []string{"Proxy-Connection", "Proxy-Authorization", "Connection", "Keep-Alive"} {
 		req.Header.Del(h)
 	}
+	if err := p.substitute(req, host, port); err != nil {
+		writeStatus(c, http.StatusForbidden, err.Error()+"\n")
+		return
+	}
 	req.Close = true
 	if err := req.Write(up); err != nil {
 		return
 	}
 	_, _ = io.Copy(c, up)
+}
+
+// SecretValue is a secret with the placeholder the sandbox sees and the
+// value only the proxy holds.
+type SecretValue struct {
+	Secret
+	Placeholder string
+	Value       string
+}
+
+// substitute puts each secret's value in place of its placeholder in the
+// request's headers when the request goes to one of its hosts, and
+// refuses a request that carries a placeholder anywhere else.
+func (p *Proxy) substitute(req *http.Request, host string, port uint16) error {
+	for _, s := range p.Secrets {
+		if s.Placeholder == "" {
+			continue
+		}
+		allowed := s.AllowsHost(host)
+		inURL := strings.Contains(req.URL.String(), s.Placeholder)
+		for k, vs := range req.Header {
+			for i, v := range vs {
+				if !strings.Contains(v, s.Placeholder) {
+					continue
+				}
+				if !allowed {
+					return p.violation(s, host, port)
+				}
+				req.Header[k][i] = strings.ReplaceAll(v, s.Placeholder, s.Value)
+			}
+		}
+		if inURL && !allowed {
+			return p.violation(s, host, port)
+		}
+	}
+	return nil
+}
+
+func (p *Proxy) violation(s SecretValue, host string, port uint16) error {
+	dest := net.JoinHostPort(host, strconv.Itoa(int(port)))
+	reason := "the request carries secret " + s.Env + ", which may go to " + strings.Join(s.Hosts, ", ") + " only"
+	if p.Refused != nil {
+		p.Refused(dest, reason)
+	}
+	return &RefusedError{Dest: dest, Reason: reason}
 }
 
 // requestTarget is the host and port a proxy request names.

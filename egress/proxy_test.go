@@ -75,6 +75,7 @@ func newProxy(t *testing.T) *proxyFixture {
 			f.mu.Unlock()
 			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
 		},
+		Secrets: []SecretValue{{Secret: Secret{Env: "TOKEN", Hosts: []string{"127.0.0.1", "*.suffix.test"}}, Placeholder: "oma-secret-TOKEN-ph", Value: "s3cret"}},
 		Refused: func(dest, reason string) {
 			f.mu.Lock()
 			f.refused = append(f.refused, dest+": "+reason)
@@ -99,12 +100,19 @@ func newProxy(t *testing.T) *proxyFixture {
 }
 
 // viaHTTP fetches rawURL through the proxy as a plain HTTP proxy request.
-func (f *proxyFixture) viaHTTP(t *testing.T, rawURL string) (int, string) {
+func (f *proxyFixture) viaHTTP(t *testing.T, rawURL string, header ...string) (int, string) {
 	t.Helper()
 	pu, _ := url.Parse("http://" + f.addr)
 	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu), DisableKeepAlives: true}, Timeout: 10 * time.Second}
 	defer c.CloseIdleConnections()
-	res, err := c.Get(rawURL)
+	req, err := http.NewRequest(http.MethodGet, rawURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	res, err := c.Do(req)
 	if err != nil {
 		t.Fatalf("GET %s: %v", rawURL, err)
 	}
@@ -213,6 +221,25 @@ func TestProxyEnforcesThePolicy(t *testing.T) {
 			if code != tc.code || !strings.Contains(body, tc.want) {
 				t.Errorf("GET %s = %d %q, want %d %q", tc.url, code, body, tc.code, tc.want)
 			}
+		}
+	})
+	t.Run("secrets", func(t *testing.T) {
+		for _, tc := range []struct {
+			url, want string
+			code      int
+		}{
+			{"http://" + a + "/", `auth="Bearer s3cret"`, 200},
+			{fmt.Sprintf("http://x.suffix.test:%d/", f.portA), `auth="Bearer s3cret"`, 200},
+			{fmt.Sprintf("http://allowed.test:%d/", f.portA), "carries secret TOKEN, which may go to 127.0.0.1, *.suffix.test only", 403},
+			{"http://" + c + "/", "refused " + c + ": the request carries secret TOKEN", 403},
+		} {
+			code, body := f.viaHTTP(t, tc.url, "Authorization", "Bearer oma-secret-TOKEN-ph")
+			if code != tc.code || !strings.Contains(body, tc.want) || code != 200 && strings.Contains(body, "s3cret") {
+				t.Errorf("GET %s with the placeholder = %d %q, want %d %q", tc.url, code, body, tc.code, tc.want)
+			}
+		}
+		if code, body := f.viaHTTP(t, "http://"+c+"/?k=oma-secret-TOKEN-ph"); code != 403 || !strings.Contains(body, "carries secret TOKEN") {
+			t.Errorf("placeholder in the URL to another host = %d %q, want 403", code, body)
 		}
 	})
 	t.Run("connect", func(t *testing.T) {

@@ -68,6 +68,30 @@ func (s *Secret) UnmarshalText(b []byte) error {
 	return nil
 }
 
+// AllowsHost reports whether host (a name or an IP literal, as a request
+// names it) is one the secret may be sent to.
+func (s Secret) AllowsHost(host string) bool {
+	if a, err := netip.ParseAddr(host); err == nil {
+		for _, h := range s.Hosts {
+			if b, err := netip.ParseAddr(h); err == nil && a.Unmap() == b.Unmap() {
+				return true
+			}
+		}
+		return false
+	}
+	host = canonicalName(host)
+	for _, h := range s.Hosts {
+		if suffix, ok := strings.CutPrefix(h, "*."); ok {
+			if matchesSuffix(host, suffix) {
+				return true
+			}
+		} else if host == h {
+			return true
+		}
+	}
+	return false
+}
+
 // CheckSet reports the first secret whose variable lookup does not find
 // (os.LookupEnv in practice): a secret read at create time must be there.
 func (p Policy) CheckSet(lookup func(string) (string, bool)) error {
