@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -54,9 +55,9 @@ type Options struct {
 	SessionID   string
 
 	// Network is what the session may reach, on either backend; the zero
-	// value denies all. The local backend has no secret injection: Secrets
-	// are refused there, and it enforces the mode and the allowlist
-	// (Policy.Network and Policy.Allow are set from it).
+	// value denies all. The local backend enforces the mode, the allowlist
+	// and (through its allowlist proxy, plain HTTP only) the secrets:
+	// Policy.Network, Policy.Allow and Policy.Secrets are set from it.
 	Network NetworkPolicy
 
 	// Msb is the msb binary; "" means $OMA_MSB, else msb on PATH.
@@ -140,10 +141,10 @@ func Open(ctx context.Context, o Options) (*Session, error) {
 			s = ms
 		}
 	} else {
-		if len(o.Network.Secrets) > 0 {
-			return nil, invalidf("secrets are not supported on the local backend: it has no secret injection, and the value must never enter the sandbox (use the msb backend)")
+		if err := o.Network.CheckSet(os.LookupEnv); err != nil {
+			return nil, invalidf("%v", err)
 		}
-		o.Policy.Network, o.Policy.Allow = local.Network(o.Network.Effective()), o.Network.Allow
+		o.Policy.Network, o.Policy.Allow, o.Policy.Secrets = local.Network(o.Network.Effective()), o.Network.Allow, o.Network.Secrets
 		var ls *local.Session
 		if ls, err = local.Create(ctx, local.Options{
 			StateDir: o.StateDir, NamePrefix: LocalPrefix, WorkspaceID: o.WorkspaceID, SessionID: o.SessionID,

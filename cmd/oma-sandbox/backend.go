@@ -63,7 +63,7 @@ func (f *createFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.mode, "mode", "", "local: filesystem `mode`: workspace-write (default), read-only or danger-full-access")
 	fs.StringVar(&f.network, "network", "", "`network`: deny (default), unrestricted, or allowlist (implied by --allow-net)")
 	fs.Var(&f.allowNet, "allow-net", "let the session reach `TARGET`: example.com, *.example.com, an IP, a CIDR, [IPv6], each with an optional :PORT; repeatable")
-	fs.Var(&f.secrets, "secret", "msb: `ENV@HOST[,HOST...]`: the host variable ENV's value, which the session sees as a placeholder and can send to HOSTs only; repeatable")
+	fs.Var(&f.secrets, "secret", "`ENV@HOST[,HOST...]`: the host variable ENV's value, which the session sees as a placeholder and can send to HOSTs only; repeatable")
 	fs.Var(&f.limits, "limit", "local: per-command limit `KEY=VALUE`, repeatable: wall-time, output, memory, processes, cpu, file-size")
 	fs.BoolVar(&f.dangerous, "allow-dangerous", false, "local: required with --mode danger-full-access")
 }
@@ -95,7 +95,7 @@ func (c *cli) resolve(ctx context.Context, f *createFlags, set map[string]bool) 
 			if f.backend == backendAuto {
 				how = "was picked by --backend auto"
 			}
-			return nil, &usageError{msg: fmt.Sprintf("--%s does not apply to the %s backend, which %s (msb takes --image, --cpus, --memory, --secret; local takes --mode, --limit)", name, p.backend, how)}
+			return nil, &usageError{msg: fmt.Sprintf("--%s does not apply to the %s backend, which %s (msb takes --image, --cpus, --memory; local takes --mode, --limit)", name, p.backend, how)}
 		}
 	}
 	if f.workspaceID == "" {
@@ -116,9 +116,6 @@ func (c *cli) resolve(ctx context.Context, f *createFlags, set map[string]bool) 
 		p.opts.Image, p.opts.CPUs, p.opts.Memory = f.image, f.cpus, f.memory
 		return p, nil
 	}
-	if len(network.Secrets) > 0 {
-		return nil, &usageError{msg: "--secret is not supported on the local backend: it has no secret injection, and the value must never enter the sandbox (use the msb backend)"}
-	}
 	pol := local.Policy{AllowDangerous: f.dangerous}
 	if f.mode != "" {
 		m, err := local.ParseMode(f.mode)
@@ -133,7 +130,7 @@ func (c *cli) resolve(ctx context.Context, f *createFlags, set map[string]bool) 
 	if pol.Mode == local.ModeDangerFullAccess && !f.dangerous {
 		return nil, &usageError{msg: "--mode danger-full-access shares the host's filesystem and network; confirm it with --allow-dangerous"}
 	}
-	pol.Network, pol.Allow = local.Network(network.Effective()), network.Allow
+	pol.Network, pol.Allow, pol.Secrets = local.Network(network.Effective()), network.Allow, network.Secrets
 	lim, err := local.ParseLimits(f.limits...)
 	if err != nil {
 		return nil, &usageError{msg: "--limit: " + err.Error()}

@@ -39,7 +39,8 @@
 //
 // A Policy has a Mode (read-only, workspace-write, danger-full-access,
 // the last only with AllowDangerous) and a Network (deny, the default, or
-// unrestricted, or, on Linux, an allowlist (Policy.Allow) enforced by a
+// unrestricted, or, on Linux, an allowlist (Policy.Allow, with optional
+// Policy.Secrets substituted in plain HTTP headers) enforced by a
 // host-side egress.Proxy per call, reached through a unix socket bound
 // into the sandbox and an in-sandbox relay; elsewhere refused rather than
 // widened). Create and

@@ -1,6 +1,8 @@
 package local
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -50,10 +52,14 @@ type egressCall struct {
 // and points spec at it: the socket and relay bound in, the relay
 // wrapped around the command (after the start marker) and the proxy
 // variables set for the command.
-func startEgress(spec *bwrapSpec, pol egress.Policy) (*egressCall, error) {
+func startEgress(spec *bwrapSpec, name string, pol egress.Policy) (*egressCall, error) {
 	relay, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("egress relay: %w", err)
+	}
+	secrets, err := secretValues(name, pol.Secrets)
+	if err != nil {
+		return nil, err
 	}
 	dir, err := os.MkdirTemp("", "oma-egress-")
 	if err != nil {
@@ -73,7 +79,7 @@ func startEgress(spec *bwrapSpec, pol egress.Policy) (*egressCall, error) {
 		return nil, err
 	}
 	e := &egressCall{dir: dir, l: l, done: make(chan struct{})}
-	e.proxy = &egress.Proxy{Policy: pol, Refused: e.note}
+	e.proxy = &egress.Proxy{Policy: pol, Refused: e.note, Secrets: secrets}
 	go func() {
 		defer close(e.done)
 		_ = e.proxy.Serve(l)
@@ -84,9 +90,28 @@ func startEgress(spec *bwrapSpec, pol egress.Policy) (*egressCall, error) {
 		spec.Env = append(spec.Env, k+"="+url)
 	}
 	spec.Env = append(spec.Env, "ALL_PROXY=socks5h://"+relayAddr, "all_proxy=socks5h://"+relayAddr)
+	for _, s := range secrets {
+		spec.Env = append(spec.Env, s.Env+"="+s.Placeholder)
+	}
 	// Command is /bin/sh -c MARKER NAME ARGV...: the relay goes first in ARGV.
 	spec.Command = slices.Concat(spec.Command[:4], []string{guestRelay, guestSocket, relayAddr, "--"}, spec.Command[4:])
 	return e, nil
+}
+
+// secretValues reads each secret's value from this process's environment
+// and gives it a placeholder, the same for every call of the session, so a
+// placeholder a command saved still works in the next call.
+func secretValues(name string, secrets []egress.Secret) ([]egress.SecretValue, error) {
+	var out []egress.SecretValue
+	for _, s := range secrets {
+		v, ok := os.LookupEnv(s.Env)
+		if !ok {
+			return nil, fmt.Errorf("secret variable %s is not set in this process's environment", s.Env)
+		}
+		sum := sha256.Sum256([]byte(name + "\x00" + s.Env))
+		out = append(out, egress.SecretValue{Secret: s, Placeholder: "oma-secret-" + s.Env + "-" + hex.EncodeToString(sum[:8]), Value: v})
+	}
+	return out, nil
 }
 
 func (e *egressCall) note(dest, reason string) {

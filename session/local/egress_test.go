@@ -85,3 +85,68 @@ echo done`, strconv.Itoa(a), strconv.Itoa(b), strconv.Itoa(c))
 		t.Errorf("refusals not reported on stderr:\n%s", res.Stderr)
 	}
 }
+
+// TestSecretThroughTheHostProxy: the command sees only a placeholder; the
+// proxy puts the value in the header of a plain HTTP request to the
+// secret's host, and refuses the request to another allowed host.
+func TestSecretThroughTheHostProxy(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("curl not installed")
+	}
+	const value = "s3cret-value-never-inside"
+	t.Setenv("OMA_TEST_SECRET", value)
+	got := make(chan string, 4)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Get("Authorization")
+		fmt.Fprint(w, "ok")
+	}))
+	srv.Listener.Close()
+	srv.Listener = l
+	srv.Start()
+	t.Cleanup(srv.Close)
+	a := l.Addr().(*net.TCPAddr).Port
+	c := hostServer(t, "127.0.0.2:0", "C")
+	var allow []egress.Target
+	for _, s := range []string{"127.0.0.1:" + strconv.Itoa(a), "127.0.0.2"} {
+		tg, err := egress.ParseTarget(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		allow = append(allow, tg)
+	}
+	sec, err := egress.ParseSecret("OMA_TEST_SECRET@127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newTestSession(t, Options{Policy: Policy{Network: NetworkAllowlist, Allow: allow, Secrets: []egress.Secret{sec}}})
+	res := sh(t, s, `
+echo "seen=$OMA_TEST_SECRET"
+env > /workspace/env.txt
+curl -sS --max-time 5 -H "Authorization: Bearer $OMA_TEST_SECRET" "http://127.0.0.1:$1/"; echo " [allowed $?]"
+curl -sS --max-time 5 -H "Authorization: Bearer $OMA_TEST_SECRET" "http://127.0.0.2:$2/"; echo " [other $?]"
+grep -rl "$3" /workspace /tmp /proc/self/environ 2>/dev/null; echo "[grep done]"`, strconv.Itoa(a), strconv.Itoa(c), value)
+	out := string(res.Stdout)
+	if strings.Contains(out, "seen="+value) || !strings.Contains(out, "seen=oma-secret-OMA_TEST_SECRET-") {
+		t.Errorf("the command's variable is not the placeholder:\n%s", out)
+	}
+	for _, want := range []string{"ok [allowed 0]", "refused 127.0.0.2:" + strconv.Itoa(c) + ": the request carries secret OMA_TEST_SECRET", "\n[grep done]"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s\nstderr:\n%s", want, out, res.Stderr)
+		}
+	}
+	select {
+	case auth := <-got:
+		if auth != "Bearer "+value {
+			t.Errorf("the allowed server got Authorization %q, want the value", auth)
+		}
+	default:
+		t.Error("the allowed server got no request")
+	}
+	if strings.Contains(out, "/workspace/env.txt") || strings.Contains(out, "environ") {
+		t.Errorf("the value is inside the sandbox:\n%s", out)
+	}
+}

@@ -64,6 +64,10 @@ type Policy struct {
 	Network Network `json:"network"`
 	// Allow is what an allowlist lets commands reach.
 	Allow []egress.Target `json:"allow,omitempty"`
+	// Secrets (allowlist only, Linux) are host variables whose values the
+	// egress proxy puts in place of their placeholders, which is all the
+	// commands see, in plain HTTP requests to their hosts.
+	Secrets []egress.Secret `json:"secrets,omitempty"`
 	// AllowDangerous must be set for danger-full-access.
 	AllowDangerous bool `json:"allow_dangerous,omitempty"`
 	// Require raises the evidence a control must have; see Requirements.
