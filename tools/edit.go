@@ -16,7 +16,7 @@ import (
 const editMaxBytes = 16 << 20
 
 var editTool = tool{
-	description: "Edit a file in the workspace by exact text replacement. Each oldText must occur exactly once in the file and edits must not overlap; otherwise nothing is changed.",
+	description: "Edit a file in the workspace by exact text replacement. Each oldText must occur exactly once in the file and edits must not overlap; otherwise nothing is changed. A file with CRLF line ends is matched as if it had LF ones and keeps CRLF; a symbolic link is edited through to its target inside the workspace.",
 	schema: schema{
 		{name: "path", kind: kindString, required: true, description: "File to edit (absolute, or relative to /workspace)"},
 		{name: "edits", kind: kindEdits, description: "Replacements applied to the original file"},
