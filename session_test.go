@@ -139,6 +139,12 @@ func TestTypedInputErrors(t *testing.T) {
 	assert.ErrorIs(t, err, omasandbox.ErrInvalidInput, "bytes that are not UTF-8 are refused, not mangled")
 	_, err = s.Read(ctx, "../../etc/passwd", omasandbox.ReadOptions{})
 	assert.ErrorIs(t, err, omasandbox.ErrOutsideWorkspace)
+	_, err = s.Bash(ctx, "ln -s /etc/hostname out", omasandbox.BashOptions{})
+	require.NoError(t, err)
+	err = s.Write(ctx, "out", []byte("x"))
+	assert.ErrorIs(t, err, omasandbox.ErrOutsideWorkspace, "a link out of the workspace is refused as outside it")
+	err = s.Edit(ctx, "out", omasandbox.Edit{Old: "a", New: "b"})
+	assert.ErrorIs(t, err, omasandbox.ErrOutsideWorkspace)
 	_, err = s.Read(ctx, "missing.txt", omasandbox.ReadOptions{})
 	var guestErr *omasandbox.GuestError
 	assert.ErrorAs(t, err, &guestErr)

@@ -48,3 +48,10 @@ func (t *Toolbox) CallSearch(ctx context.Context, name string, input json.RawMes
 	}
 	return f, nil
 }
+
+// Is makes a write or edit that the guest refused because its path resolves
+// outside the workspace (a symbolic link out) match ErrPathEscape, as a
+// path refused before anything ran does.
+func (e *GuestError) Is(target error) bool {
+	return target == ErrPathEscape && (e.Tool == "write" || e.Tool == "edit") && e.ExitCode == outsideExit
+}
