@@ -266,3 +266,26 @@ func TestSecretAllowsHost(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseSecret: an accepted secret prints back to itself, never holds a
+// value, and each host is one the secret allows.
+func FuzzParseSecret(f *testing.F) {
+	for _, s := range []string{"T@a.b", "T@*.a.b,1.2.3.4,::1", "T=v@a.b", "@", "T@a..b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		sec, err := ParseSecret(s)
+		if err != nil {
+			return
+		}
+		again, err := ParseSecret(sec.String())
+		if err != nil || again.String() != sec.String() || strings.Contains(sec.Env, "=") {
+			t.Fatalf("ParseSecret(%q) = %q, reads back as %q, %v", s, sec, again, err)
+		}
+		for _, h := range sec.Hosts {
+			if !sec.AllowsHost(strings.TrimPrefix(h, "*.")) {
+				t.Fatalf("ParseSecret(%q): host %q not allowed by its own secret", s, h)
+			}
+		}
+	})
+}
