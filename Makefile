@@ -2,7 +2,7 @@ GO      ?= go
 BIN     := bin/oma-sandbox
 FAKEMSB := bin/fakemsb
 
-.PHONY: all build deps run test vet cross image e2e-real fuzz bench clean
+.PHONY: all build deps run test vet cross image e2e-real fuzz bench mutate clean
 
 all: build
 
@@ -54,6 +54,11 @@ fuzz:
 
 bench: deps build
 	./scripts/bench.sh
+
+# Mutation testing of the pure packages (slow); docs/TESTING.md has the
+# results. PKGS=glob runs one package.
+mutate:
+	./scripts/mutate.sh $(PKGS)
 
 clean:
 	rm -rf bin outputs

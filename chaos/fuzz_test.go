@@ -43,7 +43,7 @@ func (g *guestStub) Close(context.Context) error                  { return nil }
 
 func (g *guestStub) Poison(context.Context, error) error {
 	g.poisoned = true
-	return nil
+	return session.ErrPoisoned
 }
 
 func (g *guestStub) Shell(_ context.Context, _ session.Command, opts session.ShellOptions) (*session.Result, error) {
