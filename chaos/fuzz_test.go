@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -129,6 +130,8 @@ func FuzzToolGuestOutput(f *testing.F) {
 		{5, "__OMA_GLOB_READY__\x00./sub/x\x00"},
 		{6, "__OMA_GREP_READY__\x00/workspace/a.txt\x00/workspace/../etc/passwd\x00/other\x00"},
 		{7, "__OMA_GREP_READY__\x00/workspace/skills/x/SKILL.md\x00/workspace/skills/y.txt\x00"},
+		{4, "__OMA_GLOB_READY__\x00./a\x02.go\x00./b\nc.go\x00"},
+		{6, "__OMA_GREP_READY__\x00/workspace/a\x02b\x00"},
 	}
 	for i, s := range seeds {
 		if !strings.Contains(s.stdout, "READY") == (fuzzCalls[s.call].paths != nil) {
@@ -151,10 +154,25 @@ func FuzzToolGuestOutput(f *testing.F) {
 		if len(out) > 64<<10+512 {
 			t.Fatalf("%s result of %d bytes", c.tool, len(out))
 		}
-		if c.paths == nil || out == "No files found" || out == "No matches found" {
+		if c.paths == nil {
 			return
 		}
-		for line := range strings.SplitSeq(out, "\n") {
+		// The paths, then after a blank line the bracketed notes on
+		// truncation and on what could not be searched.
+		paths, notes, _ := strings.Cut(out, "\n\n")
+		for note := range strings.SplitSeq(notes, "\n") {
+			if note != "" && !strings.HasPrefix(note, "[Showing the first ") && !strings.HasPrefix(note, "[Could not search: ") {
+				t.Fatalf("%s %s returned the note %q", c.tool, c.input, note)
+			}
+		}
+		if paths == "No files found" || paths == "No matches found" {
+			return
+		}
+		for line := range strings.SplitSeq(paths, "\n") {
+			// A name with control characters is shown as a Go string.
+			if unquoted, err := strconv.Unquote(line); err == nil && strings.HasPrefix(line, `"`) {
+				line = unquoted
+			}
 			if !c.paths(line) {
 				t.Fatalf("%s %s returned %q", c.tool, c.input, line)
 			}
