@@ -163,7 +163,12 @@ type callScoped interface{ ProcessesEndWithCall() bool }
 func sessionNotes(stderr []byte) []string {
 	var notes []string
 	for line := range strings.Lines(string(clip(stderr))) {
-		if n, ok := strings.CutPrefix(strings.TrimSpace(line), "oma-sandbox: "); ok && strings.Contains(n, "limit") {
+		n, ok := strings.CutPrefix(strings.TrimSpace(line), "oma-sandbox: ")
+		switch {
+		case !ok:
+		case strings.HasPrefix(n, "egress refused "):
+			notes = append(notes, "Network: "+n)
+		case strings.Contains(n, "limit"):
 			notes = append(notes, "Session limit: "+n)
 		}
 	}

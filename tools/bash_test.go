@@ -3,6 +3,7 @@ package tools_test
 import (
 	"context"
 	"errors"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oma-sandbox/oma-sandbox/bashproto"
+	"github.com/oma-sandbox/oma-sandbox/egress"
 	"github.com/oma-sandbox/oma-sandbox/internal/sessiontest"
 	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/session/local"
@@ -328,4 +330,25 @@ func TestBashNamesTheMemoryLimit(t *testing.T) {
 	require.ErrorAs(t, err, &cmdErr)
 	assert.Contains(t, cmdErr.Text, "Session limit: memory limit of ")
 	assert.Contains(t, cmdErr.Text, " reached")
+}
+
+// A destination the session's allowlist refused is named in the result.
+func TestBashNamesRefusedDestinations(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("curl not installed")
+	}
+	target, err := egress.ParseTarget("127.0.0.1:9")
+	require.NoError(t, err)
+	s, err := local.Create(context.Background(), local.Options{
+		StateDir: t.TempDir(), WorkspaceID: "ws", SessionID: "egress",
+		Policy: local.Policy{Network: local.NetworkAllowlist, Allow: []egress.Target{target}},
+	})
+	if err != nil {
+		t.Skipf("no local sandbox with an allowlist here: %v", err)
+	}
+	t.Cleanup(func() { require.NoError(t, s.Close(context.Background())) })
+	tb := tools.New(s, tools.Options{})
+	out := mustCall(t, tb, "bash", obj{"command": "curl -sS --max-time 5 http://example.invalid/; echo"})
+	assert.Contains(t, out, "oma-sandbox egress: refused example.invalid:80: not in the allowlist")
+	assert.Contains(t, out, "Network: egress refused example.invalid:80: not in the allowlist")
 }
