@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -60,7 +61,10 @@ func (p *Proxy) Serve(l net.Listener) error {
 		}
 		if !p.track(c, true) {
 			c.Close()
-			return nil
+			if p.isClosed() {
+				return nil
+			}
+			continue // at maxConns: refuse this one, serve the rest
 		}
 		p.wg.Add(1)
 		go func() {
@@ -98,7 +102,7 @@ func (p *Proxy) track(c net.Conn, add bool) bool {
 		c.Close()
 		return true
 	}
-	if p.closed {
+	if p.closed || len(p.conns) >= maxConns {
 		return false
 	}
 	if p.conns == nil {
@@ -108,17 +112,26 @@ func (p *Proxy) track(c net.Conn, add bool) bool {
 	return true
 }
 
+// maxRequestBytes bounds what a client may send before its destination is
+// known (an HTTP request's head, a SOCKS greeting), so a client cannot make
+// the proxy buffer without bound; maxConns bounds the descriptors it holds.
+const (
+	maxRequestBytes = 64 << 10
+	maxConns        = 512
+)
+
 func (p *Proxy) handle(c net.Conn) {
-	br := bufio.NewReader(c)
+	head := &io.LimitedReader{R: c, N: maxRequestBytes}
+	br := bufio.NewReader(head)
 	first, err := br.Peek(1)
 	if err != nil {
 		return
 	}
 	if first[0] == 5 {
-		p.socks(c, br)
+		p.socks(c, br, head)
 		return
 	}
-	p.http(c, br)
+	p.http(c, br, head)
 }
 
 // RefusedError is a destination the policy does not allow.
@@ -226,7 +239,7 @@ var specialPrefixes = []netip.Prefix{
 
 // http serves one request: CONNECT opens a tunnel, an absolute-form
 // request is forwarded with Connection: close.
-func (p *Proxy) http(c net.Conn, br *bufio.Reader) {
+func (p *Proxy) http(c net.Conn, br *bufio.Reader, head *io.LimitedReader) {
 	_ = c.SetReadDeadline(time.Now().Add(dialTimeout))
 	req, err := http.ReadRequest(br)
 	if err != nil {
@@ -234,6 +247,7 @@ func (p *Proxy) http(c net.Conn, br *bufio.Reader) {
 		return
 	}
 	_ = c.SetReadDeadline(time.Time{})
+	head.N = math.MaxInt64 // the rest is the tunnel's or the body's
 	host, port, err := requestTarget(req)
 	if err != nil {
 		writeStatus(c, http.StatusBadRequest, "oma-sandbox egress: "+err.Error()+"\n")
@@ -383,7 +397,7 @@ const (
 	socksBadAddress  = 8
 )
 
-func (p *Proxy) socks(c net.Conn, br *bufio.Reader) {
+func (p *Proxy) socks(c net.Conn, br *bufio.Reader, head *io.LimitedReader) {
 	_ = c.SetReadDeadline(time.Now().Add(dialTimeout))
 	var hdr [2]byte
 	if _, err := io.ReadFull(br, hdr[:]); err != nil {
@@ -439,6 +453,7 @@ func (p *Proxy) socks(c net.Conn, br *bufio.Reader) {
 		return
 	}
 	_ = c.SetReadDeadline(time.Time{})
+	head.N = math.MaxInt64 // the rest is the tunnel's or the body's
 	if req[1] != 1 {
 		socksReply(c, socksBadCommand)
 		return

@@ -292,6 +292,26 @@ func TestProxyEnforcesThePolicy(t *testing.T) {
 	}
 }
 
+// TestProxyBoundsTheRequestHead: a request head past maxRequestBytes is
+// answered 400 rather than buffered.
+func TestProxyBoundsTheRequestHead(t *testing.T) {
+	f := newProxy(t)
+	c, err := net.DialTimeout("tcp", f.addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	go func() {
+		fmt.Fprintf(c, "GET http://example.invalid/ HTTP/1.1\r\nX-Big: %s\r\n\r\n", strings.Repeat("a", 2*maxRequestBytes))
+	}()
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || res.StatusCode != http.StatusBadRequest {
+		t.Fatalf("oversized head: %v, %v; want 400", res, err)
+	}
+	res.Body.Close()
+}
+
 func TestIsPublic(t *testing.T) {
 	for s, want := range map[string]bool{
 		"8.8.8.8": true, "2001:4860::8888": true,
