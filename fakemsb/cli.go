@@ -304,6 +304,7 @@ var specs = []*spec{
 	{path: "list", usage: "msb list [OPTIONS]", opts: []opt{
 		{long: "format", val: "FORMAT"}, labelOpt, {long: "running"}, {long: "stopped"}, qOpt,
 	}},
+	{path: "metrics", usage: "msb metrics [OPTIONS] [NAME]", params: []param{{name: "NAME"}}, opts: []opt{{long: "format", val: "FORMAT"}}},
 	{path: "inspect", usage: "msb inspect [OPTIONS] <NAME>", params: []param{{name: "NAME", required: true}}, opts: []opt{{long: "format", val: "FORMAT"}}},
 	{path: "volume create", usage: "msb volume create [OPTIONS] [NAME]", params: []param{{name: "NAME"}}, opts: []opt{
 		{long: "name", val: "NAME"}, {long: "kind", val: "KIND"}, {long: "size", val: "SIZE"}, qOpt,

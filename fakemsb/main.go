@@ -45,7 +45,7 @@
 //	rule   = command [ "#" N ] "=" action
 //	command = create | exec | copy | stop | start | remove | list | inspect |
 //	          volume-create | volume-remove | volume-list | volume-inspect |
-//	          image-inspect | doctor
+//	          image-inspect | metrics | doctor
 //	          (aliases cp, rm, ls are counted as their command)
 //	action = "exit:" CODE [ ":" MESSAGE ]  print MESSAGE (verbatim, may contain
 //	                                       ":", not ";") and a newline on stderr,
@@ -72,7 +72,10 @@
 // remove and volume remove print msb's "   ✓ Verb         NAME" progress
 // line on stderr; remove of a running sandbox without --force fails with
 // "error: sandbox still running: NAME"; stop of a stopped sandbox and start
-// of a running one succeed without change; exec and copy on a Stopped
+// of a running one succeed without change; `metrics NAME --format json`
+// (the only form) reports a Running sandbox in msb's shape with zero
+// counters and fails on a Stopped one as msb does on a sandbox that has
+// not run since its record was made; exec and copy on a Stopped
 // sandbox start it for the call and stop it again afterwards (so a copy
 // into a stopped sandbox persists only on its named volumes); guests run
 // without CAP_SYS_ADMIN and a few other host-affecting capabilities and
@@ -262,6 +265,8 @@ func (a *app) dispatch(s *spec, args []string) error {
 		return a.list(p)
 	case "inspect":
 		return a.inspect(p)
+	case "metrics":
+		return a.metrics(p)
 	case "volume create":
 		return a.volumeCreate(p)
 	case "volume remove":

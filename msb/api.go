@@ -28,6 +28,7 @@ var (
 	ErrCannotStart     = errors.New("command could not start") // exec 126/127 with "failed to exec"
 	ErrStartFailed     = errors.New("sandbox failed to start") // create/start: error: failed to start "NAME"
 	ErrImageNotCached  = errors.New("image not cached")        // image not cached (create --pull never) or not found (image inspect)
+	ErrNoMetrics       = errors.New("no metrics recorded")     // metrics of a sandbox that has not run since it was made or started
 	ErrOutputOverflow  = errors.New("msb output exceeds cap")  // the runner's cap was hit; process group killed
 	ErrHostTimeout     = errors.New("msb host deadline exceeded")
 	ErrAborted         = errors.New("msb call aborted")

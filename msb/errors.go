@@ -245,6 +245,8 @@ func classify(args []string, exitCode int, stderr []byte) (message string, kind 
 		kind = ErrStartFailed
 	case named("image error: image not cached: "), named("image not found: "):
 		kind = ErrImageNotCached
+	case quotedName(head, "no metrics recorded for sandbox ", args) && len(args) > 0 && args[0] == "metrics":
+		kind = ErrNoMetrics
 	}
 	return message, kind
 }

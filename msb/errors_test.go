@@ -69,6 +69,12 @@ func TestClassify(t *testing.T) {
 			"image error: image not cached: docker.io/library/nope:1", ErrImageNotCached},
 		{"image not found", []string{"image", "inspect", "capture/x:1", "--format", "json"}, 1, "error: image not found: capture/x:1\n",
 			"image not found: capture/x:1", ErrImageNotCached},
+		{"no metrics, msb 0.6.18", []string{"metrics", "box1", "--format", "json"}, 1, "error: no metrics recorded for sandbox \"box1\"\n",
+			"no metrics recorded for sandbox \"box1\"", ErrNoMetrics},
+		{"no metrics of another sandbox", []string{"metrics", "box1", "--format", "json"}, 1, "error: no metrics recorded for sandbox \"box2\"\n",
+			"no metrics recorded for sandbox \"box2\"", nil},
+		{"no metrics only from metrics", []string{"exec", "box1", "--", "true"}, 1, "error: no metrics recorded for sandbox \"box1\"\n",
+			"no metrics recorded for sandbox \"box1\"", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,10 +1,12 @@
 package msb
 
 import (
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -222,6 +224,36 @@ func FuzzParseDuration(f *testing.F) {
 		back, err := ParseDuration(FormatDuration(d))
 		if err != nil || back != d {
 			t.Fatalf("FormatDuration(%v) = %q does not round-trip: %v, %v", d, FormatDuration(d), back, err)
+		}
+	})
+}
+
+func FuzzParseMetrics(f *testing.F) {
+	for _, s := range []string{
+		``, `{}`, `[]`, `null`, metricsSample,
+		`{"name":"b","state":"exited","timestamp":"2026-11-30 15:53:02","cpus":null,"cpu_percent":0,"memory_bytes":0,"memory_limit_bytes":0,"disk_read_bytes":0,"disk_write_bytes":0,"net_rx_bytes":0,"net_tx_bytes":0,"uptime_secs":0}`,
+		`{"name":"b","state":"running","timestamp":"2026-11-30T15:53:02Z","cpu_percent":1e308,"memory_bytes":9223372036854775807,"memory_limit_bytes":0,"disk_read_bytes":0,"disk_write_bytes":0,"net_rx_bytes":0,"net_tx_bytes":0,"uptime_secs":9.2e9}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := ParseMetrics(data)
+		if err != nil {
+			if !errors.Is(err, ErrMalformedOutput) {
+				t.Fatalf("refusal %v does not match ErrMalformedOutput", err)
+			}
+			return
+		}
+		if m.Name == "" || !slices.Contains(metricStates, m.State) {
+			t.Fatalf("accepted output violates invariants: %+v", m)
+		}
+		for _, n := range []int64{m.MemoryBytes, m.MemoryLimitBytes, m.DiskReadBytes, m.DiskWriteBytes, m.NetRxBytes, m.NetTxBytes, m.UpperUsedBytes, m.UpperFreeBytes, int64(m.CPUs), int64(m.Uptime)} {
+			if n < 0 {
+				t.Fatalf("accepted a negative quantity: %+v", m)
+			}
+		}
+		if m.CPUPercent < 0 || math.IsNaN(m.CPUPercent) || math.IsInf(m.CPUPercent, 0) {
+			t.Fatalf("accepted cpu_percent %v", m.CPUPercent)
 		}
 	})
 }

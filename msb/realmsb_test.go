@@ -111,6 +111,7 @@ func TestRealMSBAcceptsEveryArgv(t *testing.T) {
 		{must(StopOptions{Names: []string{box}, Force: true, Timeout: 5}.Args()), ErrSandboxNotFound},
 		{must(StopOptions{Names: []string{box}}.Args()), ErrSandboxNotFound},
 		{must(StartArgs(box)), ErrSandboxNotFound},
+		{must(MetricsArgs(box)), ErrSandboxNotFound},
 		{must(RemoveOptions{Names: []string{box}, Force: true}.Args()), ErrSandboxNotFound},
 		{must(ListOptions{Labels: labels, Running: true, Stopped: true}.Args()), nil},
 		{must(InspectArgs(box)), ErrSandboxNotFound},

@@ -102,6 +102,7 @@ capture remove-missing fake remove capbox
 capture remove-missing-quiet fake remove -q capbox
 capture stop-missing fake stop capbox
 capture start-missing fake start capbox
+capture metrics-missing fake metrics capbox --format json
 capture exec-missing fake exec capbox -- true
 capture exec-invalid-timeout fake exec --timeout 1d capbox -- true
 capture copy-from-missing fake copy capbox:/etc/motd "$work/scratch/out.txt"
@@ -119,6 +120,10 @@ capture list-label real list --label oma=capture --format json
 capture list-running-and-stopped fake list --running --stopped --format json
 capture inspect-record real inspect capbox --format json
 capture inspect-no-net real inspect capnonet --format json
+# Pause and resume: stop of a Stopped sandbox succeeds; a sandbox that never
+# booted has no metrics.
+capture stop-stopped fake stop capbox
+capture metrics-stopped fake metrics capbox --format json
 capture remove-records real remove --force capbox capnonet
 capture list-after-remove fake list --format json
 capture volume-remove-last fake volume remove capvol
