@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -248,7 +249,9 @@ func (s *MsbSession) prepare(ctx context.Context) error {
 
 // Attach reopens a session by its sandbox name without any msb invocation;
 // the volume follows from the shared stem. A name that is not ours is
-// refused; a sandbox that no longer exists surfaces as ErrGone on first use.
+// refused; a sandbox that no longer exists surfaces as ErrGone on first use,
+// and one that is stopped (as Poison left it, in another process) as
+// ErrPoisoned (see stoppedError).
 func Attach(client *msb.Client, prefix, sandbox string) (*MsbSession, error) {
 	if prefix == "" {
 		prefix = DefaultPrefix
@@ -325,7 +328,42 @@ func (s *MsbSession) exec(ctx context.Context, cmd Command, opts ShellOptions) (
 	res, err := s.client.Exec(ctx, execOpts, msb.Streams{
 		Stdin: opts.Stdin, Stdout: opts.Stdout, Stderr: opts.Stderr, MaxOutput: opts.MaxOutput,
 	})
+	if stopped := s.stoppedError(context.WithoutCancel(ctx), err); stopped != nil {
+		return nil, stopped
+	}
 	return shellResult(res, err)
+}
+
+// stoppedError tells whether err is msb failing to start the session's
+// sandbox for an exec or a copy, and then whether the sandbox is stopped.
+// A session's sandbox runs from its create to its removal unless something
+// stopped it: Poison (perhaps in another process, which attached later),
+// its max duration or a host restart. msb's exec and copy start a stopped
+// sandbox again, and where that fails they answer with msb's own
+// `failed to start "NAME"` (a guest's exit 1, for exec). A stopped or
+// crashed sandbox marks the session poisoned instead, and the error names
+// the kept volume and how to remove it. The guest can print that message
+// too, so one msb inspect confirms it; nil means err stands as it is.
+func (s *MsbSession) stoppedError(ctx context.Context, err error) error {
+	var exitErr *msb.ExitError
+	if !errors.As(err, &exitErr) || !strings.HasPrefix(exitErr.Message, `failed to start "`+s.names.Sandbox+`"`) {
+		return nil
+	}
+	ictx, cancel := context.WithTimeout(ctx, s.opTimeout)
+	info, inspectErr := s.client.Inspect(ictx, s.names.Sandbox)
+	cancel()
+	if inspectErr != nil || info.Status != "Stopped" && info.Status != "Crashed" {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.poisonCause == nil {
+		s.poisonCause = fmt.Errorf("sandbox found %s (poisoned by an earlier call, or stopped by its max duration or a host restart); msb: %s", info.Status, exitErr.Message)
+	}
+	if !s.sandboxRemoved {
+		s.sandboxStopped = true
+	}
+	return s.poisonedError()
 }
 
 // shellResult maps msb's outcome onto the Session contract: a guest's own
@@ -374,6 +412,9 @@ func (s *MsbSession) CopyIn(ctx context.Context, hostPath, guestPath string) err
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
 	if err := s.client.Copy(ctx, hostPath, ref); err != nil {
+		if stopped := s.stoppedError(context.WithoutCancel(ctx), err); stopped != nil {
+			return stopped
+		}
 		_, mapped := shellResult(nil, err)
 		return fmt.Errorf("copy %s to %s: %w", hostPath, guestPath, mapped)
 	}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -249,7 +251,6 @@ func TestCloseOrderAndIdempotence(t *testing.T) {
 // where the files are and how to remove them.
 func TestPoisonKeepsTheWorkspace(t *testing.T) {
 	env := fakemsbtest.New(t)
-	client := msb.NewClient(&msb.CLI{Path: env.Bin})
 	s, err := session.Create(context.Background(), options(env))
 	require.NoError(t, err)
 	_, err = s.Shell(context.Background(), session.Command{Script: `echo kept > /workspace/notes.txt; sleep 300 >/dev/null 2>&1 & echo started`}, session.ShellOptions{})
@@ -272,14 +273,67 @@ func TestPoisonKeepsTheWorkspace(t *testing.T) {
 	require.ErrorIs(t, s.Poison(context.Background(), errors.New("again")), session.ErrPoisoned)
 	assert.Len(t, env.Invocations(t), 1, "a poisoned session starts nothing, and is stopped once")
 
-	// The files are there for whoever attaches to the session later.
-	other, err := session.Attach(client, "", s.Name())
+	data, err := os.ReadFile(filepath.Join(env.Home, "volumes", s.Names().Volume, "notes.txt"))
 	require.NoError(t, err)
-	res, err := other.Shell(context.Background(), session.Command{Script: `cat /workspace/notes.txt`}, session.ShellOptions{})
-	require.NoError(t, err)
-	assert.Equal(t, "kept\n", string(res.Stdout))
+	assert.Equal(t, "kept\n", string(data), "the agent's file is in the kept volume")
 
 	require.NoError(t, s.Close(context.Background()), "only Close removes the workspace")
+	assert.Empty(t, env.Sandboxes(t))
+	assert.Empty(t, env.Volumes(t))
+}
+
+// A later process that attaches to a poisoned session finds its sandbox
+// stopped: msb's exec or copy fails to start it again (where no VM boots;
+// fakemsb's faults stand in for that), and the call returns the session's
+// recovery message, wrapping ErrPoisoned, rather than msb's own error as
+// the command's output. A guest that prints msb's message itself poisons
+// nothing: the sandbox runs.
+func TestAttachToPoisonedSession(t *testing.T) {
+	env := fakemsbtest.New(t)
+	client := msb.NewClient(&msb.CLI{Path: env.Bin})
+	s, err := session.Create(context.Background(), options(env))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	failedStart := `error: failed to start "` + s.Name() + `"`
+
+	forged, err := s.Shell(context.Background(), session.Command{Script: `echo kept > /workspace/notes.txt; echo '` + failedStart + `' >&2; exit 1`}, session.ShellOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 1, forged.ExitCode)
+	assert.False(t, s.Poisoned(), "a guest's forged message poisons nothing")
+	require.ErrorIs(t, s.Poison(context.Background(), errors.New("no readiness marker")), session.ErrPoisoned)
+
+	env.SetKnob("FAKEMSB_FAULTS", "exec=exit:1:"+failedStart+";copy=exit:1:"+failedStart)
+	for _, call := range []struct {
+		name string
+		run  func(s *session.MsbSession) error
+	}{
+		{"exec", func(s *session.MsbSession) error {
+			_, err := s.Shell(context.Background(), session.Command{Script: `cat /workspace/notes.txt`}, session.ShellOptions{})
+			return err
+		}},
+		{"copy", func(s *session.MsbSession) error {
+			return s.CopyIn(context.Background(), "/etc/hostname", "/workspace/x")
+		}},
+	} {
+		other, err := session.Attach(client, "", s.Name())
+		require.NoError(t, err)
+		env.ResetLog(t)
+		err = call.run(other)
+		require.ErrorIs(t, err, session.ErrPoisoned, call.name)
+		for _, want := range []string{"Stopped", s.Names().Volume, "oma-sandbox session rm " + s.Name()} {
+			assert.Contains(t, err.Error(), want, call.name)
+		}
+		assert.True(t, other.Poisoned(), call.name)
+		assert.Len(t, env.Invocations(t), 2, "%s: the call, then one inspect", call.name)
+		assert.ErrorIs(t, call.run(other), session.ErrPoisoned, "%s: every later call", call.name)
+		assert.Len(t, env.Invocations(t), 2, "%s: a poisoned session starts nothing", call.name)
+	}
+	assert.Equal(t, []string{s.Name()}, env.Sandboxes(t))
+	assert.Equal(t, []string{s.Names().Volume}, env.Volumes(t))
+
+	other, err := session.Attach(client, "", s.Name())
+	require.NoError(t, err)
+	require.NoError(t, other.Close(context.Background()), "session rm removes it")
 	assert.Empty(t, env.Sandboxes(t))
 	assert.Empty(t, env.Volumes(t))
 }

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -26,8 +27,9 @@ type Host struct {
 	paths session.Paths
 	calls atomic.Int64
 
-	mu     sync.Mutex
-	closed bool
+	mu          sync.Mutex
+	closed      bool
+	poisonCause error // why the session was poisoned; nil while it is not
 }
 
 var _ session.Session = (*Host)(nil)
@@ -52,10 +54,49 @@ func NewHost(t testing.TB) *Host {
 // Calls counts Shell and CopyIn calls: the stand-in for msb invocations.
 func (h *Host) Calls() int64 { return h.calls.Load() }
 
-func (h *Host) Name() string                        { return "host-" + filepath.Base(h.root) }
-func (h *Host) Paths() session.Paths                { return h.paths }
-func (h *Host) Poisoned() bool                      { return false }
-func (h *Host) Poison(context.Context, error) error { return h.Close(context.Background()) }
+func (h *Host) Name() string         { return "host-" + filepath.Base(h.root) }
+func (h *Host) Paths() session.Paths { return h.paths }
+
+// Poisoned reports whether Poison was called.
+func (h *Host) Poisoned() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.poisonCause != nil
+}
+
+// Poison follows the Session contract: the session becomes unusable and
+// its files stay where they are until Close (which, here, removes nothing:
+// the tree belongs to the test's TempDir).
+func (h *Host) Poison(_ context.Context, cause error) error {
+	if cause == nil {
+		cause = errors.New("state unknown")
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.poisonCause == nil {
+		h.poisonCause = cause
+	}
+	return h.poisonedError()
+}
+
+// poisonedError says why the session is unusable and where its files are;
+// h.mu must be held.
+func (h *Host) poisonedError() error {
+	return fmt.Errorf("%w (%v): the files are kept in %s until the session is closed", session.ErrPoisoned, h.poisonCause, h.root)
+}
+
+// usable is the error a call on the session gets, or nil.
+func (h *Host) usable() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.poisonCause != nil:
+		return h.poisonedError()
+	case h.closed:
+		return session.ErrClosed
+	}
+	return nil
+}
 
 func (h *Host) Close(context.Context) error {
 	h.mu.Lock()
@@ -65,6 +106,9 @@ func (h *Host) Close(context.Context) error {
 }
 
 func (h *Host) CopyIn(ctx context.Context, hostPath, guestPath string) error {
+	if err := h.usable(); err != nil {
+		return err
+	}
 	h.calls.Add(1)
 	return exec.CommandContext(ctx, "cp", "-r", hostPath, guestPath).Run()
 }
@@ -72,11 +116,8 @@ func (h *Host) CopyIn(ctx context.Context, hostPath, guestPath string) error {
 // Shell runs the script with bash in its own process group and kills the
 // group when ctx ends, the guest timeout fires or the output cap is hit.
 func (h *Host) Shell(ctx context.Context, cmd session.Command, opts session.ShellOptions) (*session.Result, error) {
-	h.mu.Lock()
-	closed := h.closed
-	h.mu.Unlock()
-	if closed {
-		return nil, session.ErrClosed
+	if err := h.usable(); err != nil {
+		return nil, err
 	}
 	h.calls.Add(1)
 	if opts.GuestTimeout > 0 {
