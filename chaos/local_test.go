@@ -1,0 +1,283 @@
+//go:build linux
+
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io/fs"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	localsession "github.com/oma-sandbox/oma-sandbox/session/local"
+	"github.com/oma-sandbox/oma-sandbox/tools"
+)
+
+// Each local session costs a few seconds of bwrap starts and one 3000-deep
+// tree under -race, so the default run adds well under a minute.
+var (
+	localSessionsFlag = flag.Int("chaos.local.sessions", 8, "local sessions to open, each with hostile guest actions")
+	localWorkersFlag  = flag.Int("chaos.local.workers", 2, "local sessions in flight at once")
+)
+
+// TestChaosLocal runs the hostile guest's actions on the local backend,
+// whose removal works on the host itself: the tool calls of TestChaos (its
+// hostile commands, forged records and calls aimed at what they leave),
+// a 3000-deep tree, and links to a decoy host tree swapped with
+// directories, some of them while Close removes the session; cancels come
+// at random points. A session's workspace must stay until its Close (local
+// poisoning never removes it); afterwards no session record or state
+// directory may be left, no process of the run may be running, and the
+// decoy must be exactly as it was. The decoy stands in for `/`: a removal
+// that followed a link would change it the same way, without risking the
+// machine the test runs on (a static link to `/` is in the tree too).
+func TestChaosLocal(t *testing.T) {
+	stateDir := t.TempDir()
+	probe, err := localsession.Create(context.Background(), localsession.Options{StateDir: stateDir, WorkspaceID: "chaos", SessionID: "probe"})
+	if err != nil {
+		t.Skipf("no local sandbox on this host: %v", err)
+	}
+	if err := probe.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	decoy := makeDecoy(t)
+	before := snapshotTree(t, decoy)
+	seed := *seedFlag
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	t.Logf("seed %d (rerun with -run TestChaosLocal -chaos.seed=%d -chaos.local.sessions=%d)", seed, seed, *localSessionsFlag)
+
+	rec := newRecorder()
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for range *localWorkersFlag {
+		wg.Go(func() {
+			for k := range jobs {
+				runLocalSession(stateDir, decoy, rec, k, rand.New(rand.NewPCG(seed, uint64(k))))
+			}
+		})
+	}
+	start := time.Now()
+	for k := range *localSessionsFlag {
+		jobs <- k
+	}
+	close(jobs)
+	wg.Wait()
+	t.Logf("%d local sessions in %v", *localSessionsFlag, time.Since(start).Round(time.Millisecond))
+
+	if ents, err := os.ReadDir(stateDir); err != nil || len(ents) > 0 {
+		t.Errorf("state directory %s after every session closed: %v, %v", stateDir, names(ents), err)
+	}
+	if listed, err := localsession.List(stateDir); err != nil || len(listed) > 0 {
+		t.Errorf("local sessions listed after every session closed: %v, %v", listed, err)
+	}
+	if after := snapshotTree(t, decoy); after != before {
+		t.Errorf("the decoy host tree changed:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	checkNoProcesses(t, stateDir)
+	rec.summary(t)
+}
+
+// runLocalSession is one local session's life: create, a few tool calls,
+// and a close (again if it failed), sometimes while a call swaps links to
+// the decoy in the tree being removed.
+func runLocalSession(stateDir, decoy string, rec *recorder, k int, rng *rand.Rand) {
+	var sess *localsession.Session
+	err := rec.op(rng, k, "create", createDeadline, func(ctx context.Context) (err error) {
+		sess, err = localsession.Create(ctx, localsession.Options{
+			StateDir: stateDir, WorkspaceID: "chaos", SessionID: "l" + strconv.Itoa(k), OperationTimeout: opTimeout,
+		})
+		return err
+	})
+	if err != nil {
+		return
+	}
+	workspace := filepath.Join(stateDir, sess.Name(), "box", "workspace")
+	tb := tools.New(sess, tools.Options{OperationTimeout: toolTimeout})
+	wrote := false
+	for i := range 3 + rng.IntN(4) {
+		op, name, input, forgedCall := localToolCall(rng, i, decoy)
+		deadline := toolDeadline
+		if _, ok := localHostile(decoy)[op]; ok {
+			deadline = hostileDeadline
+		}
+		var out string
+		err := rec.op(rng, k, op, deadline, func(ctx context.Context) (err error) {
+			out, err = tb.Call(ctx, name, input, nil)
+			return err
+		})
+		wrote = wrote || name == "write" && err == nil
+		if err == nil {
+			rec.checkResult(name, out)
+		}
+		if forgedCall != nil {
+			rec.checkForged(*forgedCall, err)
+		}
+		rec.checkLocalKept(sess.Name(), workspace, wrote)
+	}
+
+	var during sync.WaitGroup
+	if rng.IntN(2) == 0 {
+		input, _ := json.Marshal(map[string]any{"command": swapDuringClose(decoy), "timeout": 10})
+		during.Go(func() {
+			rec.op(nil, k, "bash during close", toolDeadline, func(ctx context.Context) error {
+				_, err := tb.Call(ctx, "bash", input, nil)
+				return err
+			})
+		})
+		time.Sleep(time.Duration(100+rng.IntN(300)) * time.Millisecond)
+	}
+	closed := false
+	for attempt := 0; attempt < 4 && !closed; attempt++ {
+		mayCancel := rng
+		if attempt >= 2 {
+			mayCancel = nil
+		}
+		closed = rec.op(mayCancel, k, "close", closeDeadline, sess.Close) == nil
+	}
+	during.Wait()
+}
+
+// hostileDeadline bounds a localHostile call: making 3000 directories
+// takes seconds on a loaded machine.
+const hostileDeadline = 12 * time.Second
+
+func init() {
+	allowance["bash deep tree"] = allowance["bash"]
+	allowance["bash decoy links"] = allowance["bash"]
+}
+
+// localHostile are guest actions aimed at the host's own removal of the
+// tree, by the name of their operation: a chain deeper than the host could
+// walk by open directories, and links to the decoy in place of directories
+// the host would descend into.
+func localHostile(decoy string) map[string]string {
+	return map[string]string{
+		"bash deep tree":   `mkdir -p chaos/deep3k && cd chaos/deep3k && p=$(printf 'd/%.0s' $(seq 100)) && for i in $(seq 30); do mkdir -p "$p" && cd "$p" || exit 1; done && echo x > leaf.txt && echo deep`,
+		"bash decoy links": fmt.Sprintf(`mkdir -p chaos/links && ln -sfn %q chaos/links/decoy && ln -sfn %q/sub chaos/links/sub && ln -sfn / chaos/links/root && chmod 500 chaos/links && echo linked`, decoy, decoy),
+	}
+}
+
+// swapDuringClose swaps chaos/swap between a read-only directory and a
+// link to the decoy until Close kills it.
+func swapDuringClose(decoy string) string {
+	return fmt.Sprintf(`mkdir -p chaos && cd chaos && while :; do
+  chmod -R 700 swap 2>/dev/null; rm -rf swap; mkdir -p swap/sub && touch swap/sub/f && chmod 500 swap/sub swap
+  chmod 700 swap; rm -rf swap; ln -sfn %q swap; rm -f swap; ln -sfn %q/sub swap; rm -f swap
+done`, decoy, decoy)
+}
+
+// localToolCall draws the i-th call of a local session: one of TestChaos's
+// calls, or sometimes one of localHostile. It returns the operation's name
+// and the tool's.
+func localToolCall(rng *rand.Rand, i int, decoy string) (op, tool string, input json.RawMessage, forgedCall *forgedCall) {
+	if i > 0 && rng.IntN(4) == 0 {
+		cmds := localHostile(decoy)
+		op := slices.Sorted(maps.Keys(cmds))[rng.IntN(len(cmds))]
+		raw, _ := json.Marshal(map[string]any{"command": cmds[op], "timeout": 10})
+		return op, "bash", raw, nil
+	}
+	tool, input, forgedCall = toolCall(rng, i)
+	return tool, tool, input, forgedCall
+}
+
+// checkLocalKept checks that an open local session still has its
+// workspace, and the file it wrote, whatever the calls did.
+func (r *recorder) checkLocalKept(name, workspace string, wrote bool) {
+	_, dirErr := os.Lstat(workspace)
+	_, fileErr := os.Lstat(filepath.Join(workspace, "chaos", "notes.txt"))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case dirErr != nil:
+		r.failures = append(r.failures, fmt.Sprintf("local session %s lost its workspace before its Close: %v", name, dirErr))
+	case wrote && fileErr != nil:
+		r.failures = append(r.failures, fmt.Sprintf("local session %s lost the agent's file before its Close: %v", name, fileErr))
+	}
+}
+
+// makeDecoy makes a host tree the guest links to.
+func makeDecoy(t *testing.T) string {
+	t.Helper()
+	decoy := filepath.Join(t.TempDir(), "decoy")
+	for _, d := range []string{decoy, filepath.Join(decoy, "sub")} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "f"), []byte("host file\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return decoy
+}
+
+// snapshotTree describes every entry under root: path, mode, size.
+func snapshotTree(t *testing.T, root string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%s %v %d\n", p, info.Mode(), info.Size())
+		return nil
+	})
+	if err != nil {
+		fmt.Fprintf(&b, "walk: %v\n", err)
+	}
+	return b.String()
+}
+
+// checkNoProcesses fails for any child of this process still running and
+// any process whose command line names the state directory (bwrap binds
+// a session's directories by their host paths).
+func checkNoProcesses(t *testing.T, stateDir string) {
+	t.Helper()
+	self := strconv.Itoa(os.Getpid())
+	ents, _ := os.ReadDir("/proc")
+	for _, ent := range ents {
+		if _, err := strconv.Atoi(ent.Name()); err != nil {
+			continue
+		}
+		dir := "/proc/" + ent.Name()
+		stat, err := os.ReadFile(dir + "/stat")
+		if err != nil {
+			continue
+		}
+		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(fields) < 2 || fields[0] == "Z" {
+			continue
+		}
+		cmdline, _ := os.ReadFile(dir + "/cmdline")
+		what := strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")
+		if fields[1] == self || strings.Contains(what, stateDir) {
+			t.Errorf("process %s left: %.200s", ent.Name(), what)
+		}
+	}
+}
+
+func names(ents []os.DirEntry) []string {
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}
