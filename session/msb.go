@@ -57,6 +57,12 @@ type Options struct {
 	Security    string
 	Pull        string
 	Prefix      string
+	// IdleTimeout, a duration such as "30m", makes msb stop (pause) the
+	// sandbox after that long without activity; "" never does.
+	IdleTimeout string
+	// NoAutoResume makes a call on a paused session fail with ErrPaused
+	// instead of resuming it first.
+	NoAutoResume bool
 	// Network is what the sandbox may reach; the zero value denies all.
 	Network egress.Policy
 	// OperationTimeout bounds every guest command that names no timeout of
@@ -133,6 +139,8 @@ type MsbSession struct {
 	sandboxStopped bool
 	sandboxRemoved bool
 	volumeRemoved  bool
+
+	life lifecycle // paused or running; see msb_lifecycle.go
 }
 
 var _ Session = (*MsbSession)(nil)
@@ -153,6 +161,7 @@ func createOptions(o Options, names Names) (msb.CreateOptions, error) {
 		Memory:      o.Memory,
 		RootDisk:    o.RootDisk,
 		MaxDuration: o.MaxDuration,
+		IdleTimeout: o.IdleTimeout,
 		Security:    o.Security,
 		Pull:        o.Pull,
 		Quiet:       true,
@@ -200,6 +209,8 @@ func Create(ctx context.Context, o Options) (*MsbSession, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	s := &MsbSession{client: o.Client, names: names, opTimeout: o.OperationTimeout, logger: o.Logger}
+	s.life.state = stateRunning
+	s.SetAutoResume(!o.NoAutoResume)
 
 	startCtx, cancel := context.WithTimeout(ctx, o.StartupTimeout)
 	err = o.Client.Create(startCtx, createOpts)
@@ -299,11 +310,17 @@ func (s *MsbSession) usable() error {
 	return nil
 }
 
-// Shell runs a bash script in the sandbox: one msb exec.
+// Shell runs a bash script in the sandbox: one msb exec (after one msb
+// start when the session is paused, see enter).
 func (s *MsbSession) Shell(ctx context.Context, cmd Command, opts ShellOptions) (*Result, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
+	release, err := s.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	return s.exec(ctx, cmd, opts)
 }
 
@@ -405,6 +422,11 @@ func (s *MsbSession) CopyIn(ctx context.Context, hostPath, guestPath string) err
 	if err := s.usable(); err != nil {
 		return err
 	}
+	release, err := s.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
 	ref, err := msb.PathRef(s.names.Sandbox, guestPath)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
