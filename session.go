@@ -66,6 +66,14 @@ type Options struct {
 	Image  string
 	CPUs   int
 	Memory string
+	// IdleTimeout, a duration such as "30m", makes msb stop (pause) an idle
+	// msb session by itself; the next call resumes it. msb only: a local
+	// session runs nothing between calls, so Open refuses it there.
+	IdleTimeout string
+	// NoAutoResume makes a call on a paused session fail with
+	// session.ErrPaused instead of resuming it first (msb; a local session
+	// is never paused in a way a call could notice).
+	NoAutoResume bool
 
 	// StateDir holds the local backend's sessions; "" means
 	// $XDG_STATE_HOME/oma-sandbox/local, else ~/.cache/oma-sandbox/local.
@@ -136,11 +144,15 @@ func Open(ctx context.Context, o Options) (*Session, error) {
 		if ms, err = session.Create(ctx, session.Options{
 			Client: o.client(), WorkspaceID: o.WorkspaceID, SessionID: o.SessionID,
 			Image: o.Image, CPUs: o.CPUs, Memory: o.Memory, Network: o.Network,
+			IdleTimeout: o.IdleTimeout, NoAutoResume: o.NoAutoResume,
 			OperationTimeout: o.OperationTimeout, Logger: o.logger(),
 		}); err == nil {
 			s = ms
 		}
 	} else {
+		if o.IdleTimeout != "" {
+			return nil, invalidf("idle timeout %q: msb sessions only; a local session runs nothing between calls, so it has nothing to stop", o.IdleTimeout)
+		}
 		if err := o.Network.CheckSet(os.LookupEnv); err != nil {
 			return nil, invalidf("%v", err)
 		}
@@ -164,7 +176,7 @@ func Open(ctx context.Context, o Options) (*Session, error) {
 
 // Attach opens an existing session by its Name, in this process or another.
 // The backend follows from the name; of o, only Msb, StateDir,
-// OperationTimeout and Logger apply. On msb this runs nothing, so a sandbox
+// NoAutoResume, OperationTimeout and Logger apply. On msb this runs nothing, so a sandbox
 // that does not exist shows at the first call (ErrNotFound); on the local
 // backend Attach probes the host again and reads the session's record.
 func Attach(ctx context.Context, name string, o Options) (*Session, error) {
@@ -174,6 +186,7 @@ func Attach(ctx context.Context, name string, o Options) (*Session, error) {
 		if err != nil {
 			return nil, err
 		}
+		s.SetAutoResume(!o.NoAutoResume)
 		return wrap(BackendMsb, s, o), nil
 	case BackendLocal:
 		s, err := local.Attach(ctx, o.StateDir, name)

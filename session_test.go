@@ -117,6 +117,7 @@ func TestOpenRefusesBadOptions(t *testing.T) {
 		"backend":   {Backend: "docker", WorkspaceID: "w1"},
 		"workspace": {Backend: "local"},
 		"cpus":      {Backend: "local", WorkspaceID: "w1", CPUs: -1},
+		"idle":      {Backend: "local", WorkspaceID: "w1", IdleTimeout: "5m"},
 	} {
 		o.StateDir = stateDir
 		_, err := omasandbox.Open(ctx, o)
