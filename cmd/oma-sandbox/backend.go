@@ -34,6 +34,7 @@ type createFlags struct {
 	image       string
 	cpus        int
 	memory      string
+	idleTimeout string
 	mode        string
 	network     string
 	allowNet    stringList
@@ -49,7 +50,7 @@ func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 var (
-	msbOnlyFlags   = []string{"image", "cpus", "memory"}
+	msbOnlyFlags   = []string{"image", "cpus", "memory", "idle-timeout"}
 	localOnlyFlags = []string{"mode", "limit", "allow-dangerous"}
 )
 
@@ -60,6 +61,7 @@ func (f *createFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.image, "image", "", "msb: OCI image `ref` (default "+session.DefaultImage+")")
 	fs.IntVar(&f.cpus, "cpus", 0, fmt.Sprintf("msb: virtual CPUs (default %d)", session.DefaultCPUs))
 	fs.StringVar(&f.memory, "memory", "", "msb: guest memory `size` such as 512M or 2G (default "+session.DefaultMemory+")")
+	fs.StringVar(&f.idleTimeout, "idle-timeout", "", "msb: stop (pause) the session after this `duration` without activity, such as 30m; the next call resumes it (default never)")
 	fs.StringVar(&f.mode, "mode", "", "local: filesystem `mode`: workspace-write (default), read-only or danger-full-access")
 	fs.StringVar(&f.network, "network", "", "`network`: deny (default), unrestricted, or allowlist (implied by --allow-net)")
 	fs.Var(&f.allowNet, "allow-net", "let the session reach `TARGET`: example.com, *.example.com, an IP, a CIDR, [IPv6], each with an optional :PORT; repeatable")
@@ -95,7 +97,7 @@ func (c *cli) resolve(ctx context.Context, f *createFlags, set map[string]bool) 
 			if f.backend == backendAuto {
 				how = "was picked by --backend auto"
 			}
-			return nil, &usageError{msg: fmt.Sprintf("--%s does not apply to the %s backend, which %s (msb takes --image, --cpus, --memory; local takes --mode, --limit)", name, p.backend, how)}
+			return nil, &usageError{msg: fmt.Sprintf("--%s does not apply to the %s backend, which %s (msb takes --image, --cpus, --memory, --idle-timeout; local takes --mode, --limit)", name, p.backend, how)}
 		}
 	}
 	if f.workspaceID == "" {
@@ -113,7 +115,7 @@ func (c *cli) resolve(ctx context.Context, f *createFlags, set map[string]bool) 
 		Msb: c.msbPath, StateDir: c.stateDir, Logger: c.logger,
 	}
 	if p.backend == backendMsb {
-		p.opts.Image, p.opts.CPUs, p.opts.Memory = f.image, f.cpus, f.memory
+		p.opts.Image, p.opts.CPUs, p.opts.Memory, p.opts.IdleTimeout = f.image, f.cpus, f.memory, f.idleTimeout
 		return p, nil
 	}
 	pol := local.Policy{AllowDangerous: f.dangerous}

@@ -18,6 +18,9 @@ import (
 const sessionUsage = `Usage: oma-sandbox session create [flags]
        oma-sandbox session list [--backend all|msb|local] [--json]
        oma-sandbox session rm NAME...
+       oma-sandbox session pause NAME
+       oma-sandbox session resume NAME
+       oma-sandbox session stats NAME [--json]
 
 Run 'oma-sandbox session SUBCOMMAND -h' for its flags.
 `
@@ -33,6 +36,12 @@ func runSession(ctx context.Context, c *cli, args []string) error {
 		return runSessionList(ctx, c, args[1:])
 	case "rm", "remove":
 		return runSessionRm(ctx, c, args[1:])
+	case "pause":
+		return runSessionPause(ctx, c, args[1:])
+	case "resume":
+		return runSessionResume(ctx, c, args[1:])
+	case "stats":
+		return runSessionStats(ctx, c, args[1:])
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(c.stdout, sessionUsage)
 		return errHelp
