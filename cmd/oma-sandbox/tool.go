@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/tools"
 )
 
@@ -32,6 +33,7 @@ stdout); 2 when the command line or the tool input was refused before
 anything ran (unknown tool, malformed JSON, an invalid field).`)
 	list := fs.Bool("list", false, "print the tool definitions instead of calling a tool")
 	asJSON := fs.Bool("json", false, "with --list: print the definitions (name, description, inputSchema) as JSON")
+	noResume := fs.Bool("no-resume", false, "msb: fail (exit 1, \"session is paused\") instead of running the tool when the session is paused")
 	rest, err := c.parse(fs, args)
 	if err != nil {
 		return err
@@ -64,6 +66,9 @@ anything ran (unknown tool, malformed JSON, an invalid field).`)
 	s, err := c.open(ctx, name)
 	if err != nil {
 		return err
+	}
+	if ms, ok := s.(*session.MsbSession); ok && *noResume {
+		ms.SetAutoResume(false)
 	}
 	tb := tools.New(s, tools.Options{Logger: c.logger})
 	out := &streamed{w: c.stdout}
