@@ -90,6 +90,22 @@ func (h *holder) kill() {
 	}
 }
 
+// killHolders SIGKILLs every process started as, or inside, the holder
+// marked marker: bwrap carries the marker in its argv and the sandbox's
+// processes in their environment. It finds holders no record names.
+func killHolders(marker string) {
+	arg := []byte("\x00" + holderEnv + "\x00" + marker + "\x00")
+	env := []byte(holderEnv + "=" + marker + "\x00")
+	for _, p := range listProcs() {
+		dir := "/proc/" + strconv.Itoa(p.pid)
+		cmdline, _ := os.ReadFile(dir + "/cmdline")
+		environ, _ := os.ReadFile(dir + "/environ")
+		if bytes.Contains(cmdline, arg) || bytes.HasPrefix(environ, env) || bytes.Contains(environ, append([]byte{0}, env...)) {
+			_ = syscall.Kill(p.pid, syscall.SIGKILL)
+		}
+	}
+}
+
 type procInfo struct{ pid, ppid int }
 
 func listProcs() []procInfo {

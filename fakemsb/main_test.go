@@ -161,10 +161,20 @@ func TestCreateExecRemove(t *testing.T) {
 	assert.Empty(t, holderProcs(f.home+"|"))
 }
 
+// A failed start, as on real msb 0.6.18 (docs/msb.md): the record stays,
+// Stopped, unless the create made a volume, which goes with the record.
 func TestCreateFailureLeavesNothing(t *testing.T) {
 	f := newFx(t)
 	r := f.run("create", "alpine", "-n", "bad", "--tmpfs", "/proc/x")
 	assert.Equal(t, result{"", "error: failed to start \"bad\": bwrap: Can't mkdir /proc/x: No such file or directory\n", 1}, r)
 	assert.Empty(t, holderProcs(f.home+"|"))
+	assert.Equal(t, statusStopped, f.state().Sandboxes["bad"].Status)
+	f.ok("remove", "-q", "bad")
+
+	r = f.run("create", "alpine", "-n", "bad", "--tmpfs", "/proc/x", "--mount-named", "fresh:/workspace")
+	assert.Equal(t, 1, r.code, r.stderr)
+	assert.Empty(t, holderProcs(f.home+"|"))
 	assert.Equal(t, "[]\n", f.ok("list", "--format", "json").stdout)
+	assert.Empty(t, f.state().Volumes)
+	assert.NoDirExists(t, filepath.Join(f.home, "volumes", "fresh"))
 }

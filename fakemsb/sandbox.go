@@ -145,6 +145,7 @@ func (a *app) create(p *parsed) error {
 			old.Holder.kill()
 			delete(st.Sandboxes, name)
 		}
+		var made []string
 		for _, m := range sb.Mounts {
 			if _, ok := st.Volumes[m.Volume]; ok {
 				continue
@@ -156,11 +157,32 @@ func (a *app) create(p *parsed) error {
 			if err := a.makeVolume(st, m.Volume, kind, m.SizeMiB); err != nil {
 				return err
 			}
+			made = append(made, m.Volume)
 		}
-		if err := a.startHolder(sb, st); err != nil {
+		// msb records a sandbox before it boots and lists it as Starting,
+		// so a create killed during the start leaves a record that remove
+		// ends, never a process no listing shows.
+		sb.Status = statusStarting
+		st.Sandboxes[name] = sb
+		if err := a.writeState(st, nil); err != nil {
 			return err
 		}
-		st.Sandboxes[name] = sb
+		if err := a.startHolder(sb, st); err != nil {
+			// As msb: a failed start removes the volumes it made with the
+			// record, and otherwise keeps the record, stopped.
+			sb.Status = statusStopped
+			if len(made) > 0 {
+				delete(st.Sandboxes, name)
+				for _, v := range made {
+					delete(st.Volumes, v)
+					_ = os.RemoveAll(a.volumeDir(v))
+				}
+			}
+			if werr := a.writeState(st, nil); werr != nil {
+				return werr
+			}
+			return err
+		}
 		return nil
 	})
 	if err != nil {

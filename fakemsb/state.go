@@ -62,8 +62,9 @@ type state struct {
 }
 
 const (
-	statusRunning = "Running"
-	statusStopped = "Stopped"
+	statusStarting = "Starting"
+	statusRunning  = "Running"
+	statusStopped  = "Stopped"
 )
 
 func (a *app) statePath() string            { return filepath.Join(a.home, "state.json") }
@@ -110,15 +111,27 @@ func (a *app) withState(fn func(st *state) error) error {
 		if sb.Status == statusRunning && !sb.Holder.alive() {
 			sb.Status, sb.Holder, sb.TransientExecs = statusStopped, nil, 0
 		}
+		// Only a create holds the lock while its sandbox is Starting, so
+		// one seen here was killed mid-start: end the holder it may have
+		// left and keep the record as a stopped sandbox.
+		if sb.Status == statusStarting {
+			killHolders(a.holderMarker(sb.Name))
+			sb.Status, sb.Holder, sb.TransientExecs = statusStopped, nil, 0
+		}
 	}
 	if err := fn(st); err != nil {
 		return err
 	}
+	return a.writeState(st, data)
+}
+
+// writeState saves st unless it still reads as prev.
+func (a *app) writeState(st *state, prev []byte) error {
 	out, err := json.MarshalIndent(st, "", " ")
 	if err != nil {
 		return failf("json error: %v", err)
 	}
-	if bytes.Equal(out, data) {
+	if bytes.Equal(out, prev) {
 		return nil
 	}
 	tmp := a.statePath() + ".tmp"
