@@ -136,7 +136,16 @@ func (a *app) exec(p *parsed) error {
 	// env (PATH and HOME as a bare root shell has them where it sets none)
 	// in its workdir, unless exec or create says otherwise.
 	env := []string{"PATH=" + guestPATH, "HOME=/root"}
-	for _, e := range append(slices.Clone(sb.ImageConfig.Env), overrides...) {
+	var egressEnv, relay []string
+	if pol, ok := sb.egressPolicy(); ok {
+		e, eEnv, r, err := a.startEgress(sb, pol)
+		if err != nil {
+			return failf("exec failed: egress proxy: %v", err)
+		}
+		defer e.stop()
+		egressEnv, relay = eEnv, r
+	}
+	for _, e := range slices.Concat(sb.ImageConfig.Env, egressEnv, overrides) {
 		k, v, _ := strings.Cut(e, "=")
 		env = setEnv(env, k, v)
 	}
@@ -183,6 +192,7 @@ func (a *app) exec(p *parsed) error {
 		nsArgs = append(nsArgs, "--reuid="+strconv.Itoa(uid), "--regid="+strconv.Itoa(gid), "--clear-groups")
 	}
 	nsArgs = append(nsArgs, "--")
+	nsArgs = append(nsArgs, relay...)
 	cmd := exec.Command("nsenter", append(nsArgs, argv...)...)
 	cmd.Env = env
 	cmd.ExtraFiles = []*os.File{launcherFile} // guestLauncherFD

@@ -180,6 +180,9 @@ func (a *app) holderArgs(sb *sandbox, st *state) ([]string, []remount, error) {
 		"--perms", "0700", "--dir", "/root",
 		"--setenv", holderEnv, a.holderMarker(sb.Name),
 	)
+	if _, ok := sb.egressPolicy(); ok {
+		args = append(args, "--ro-bind", a.egressDir(sb.Name), guestEgressDir)
+	}
 	if w := sb.ImageConfig.Workdir; imageDir(w) {
 		// The image has its workdir; its user may write there. A mount on
 		// the same path, below, covers it.
@@ -248,6 +251,11 @@ func (a *app) startHolder(sb *sandbox, st *state) error {
 	}
 	if err := os.MkdirAll(a.runDir(), 0o755); err != nil {
 		return failf("io error: %v", err)
+	}
+	if _, ok := sb.egressPolicy(); ok {
+		if err := a.prepareEgress(sb); err != nil {
+			return failf("io error: egress: %v", err)
+		}
 	}
 	logPath := filepath.Join(a.runDir(), sb.Name+".log")
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)

@@ -34,9 +34,12 @@
 //	FAKEMSB_IMAGES   when set, the comma-separated cached image references:
 //	                 `image inspect` finds them and `create --pull never`
 //	                 runs only them; unset, every one is cached.
+//	FAKEMSB_HOSTS    NAME=IP[,NAME=IP...]: when set, the only names an
+//	                 allowlist's egress proxy resolves (tests give domains
+//	                 loopback addresses); unset, the system resolver.
 //
-// A malformed FAKEMSB_NOW, FAKEMSB_LATENCY, FAKEMSB_FAULTS or
-// FAKEMSB_IMAGE_CONFIG makes every
+// A malformed FAKEMSB_NOW, FAKEMSB_LATENCY, FAKEMSB_FAULTS,
+// FAKEMSB_IMAGE_CONFIG or FAKEMSB_HOSTS makes every
 // invocation fail with exit code 2 and "error: FAKEMSB_...: reason".
 //
 // Fault grammar (FAKEMSB_FAULTS):
@@ -90,6 +93,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -120,7 +124,8 @@ func failf(format string, a ...any) error {
 type app struct {
 	home  string
 	now   time.Time
-	image imageConfig // what every image's config says (FAKEMSB_IMAGE_CONFIG)
+	image imageConfig             // what every image's config says (FAKEMSB_IMAGE_CONFIG)
+	hosts map[string][]netip.Addr // FAKEMSB_HOSTS; nil when unset
 	args  []string
 	start time.Time
 	// log is FAKEMSB_LOG; this invocation's record starts at logOffset
@@ -224,6 +229,11 @@ func (a *app) configure() error {
 	var err error
 	if a.image, err = loadImageConfig(); err != nil {
 		return &exitError{code: 2, msg: errorf("FAKEMSB_IMAGE_CONFIG: %v", err)}
+	}
+	if v, ok := os.LookupEnv("FAKEMSB_HOSTS"); ok {
+		if a.hosts, err = parseHosts(v); err != nil {
+			return &exitError{code: 2, msg: errorf("FAKEMSB_HOSTS: %v", err)}
+		}
 	}
 	a.now = time.Now()
 	if v := os.Getenv("FAKEMSB_NOW"); v != "" {

@@ -144,6 +144,10 @@ func (a *app) create(p *parsed) error {
 			}
 			old.Holder.kill()
 			delete(st.Sandboxes, name)
+			a.removeEgress(name)
+		}
+		if err := a.saveSecrets(sb); err != nil {
+			return failf("io error: secrets: %v", err)
 		}
 		var made []string
 		for _, m := range sb.Mounts {
@@ -173,6 +177,7 @@ func (a *app) create(p *parsed) error {
 			sb.Status = statusStopped
 			if len(made) > 0 {
 				delete(st.Sandboxes, name)
+				a.removeEgress(name)
 				for _, v := range made {
 					delete(st.Volumes, v)
 					_ = os.RemoveAll(a.volumeDir(v))
@@ -308,6 +313,8 @@ func (a *app) remove(p *parsed) error {
 		}
 		delete(st.Sandboxes, sb.Name)
 		_ = os.Remove(filepath.Join(a.runDir(), sb.Name+".log"))
+		_ = os.Remove(filepath.Join(a.runDir(), sb.Name+".egress.log"))
+		a.removeEgress(sb.Name)
 		return nil
 	})
 }
