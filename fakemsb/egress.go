@@ -220,10 +220,9 @@ func (a *app) startEgress(sb *sandbox, pol egress.Policy) (*egressExec, []string
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return nil, nil, nil, err
 	}
-	id := hex.EncodeToString(rnd[:])
-	sockName := "proxy-" + id + ".sock"
+	sockName := "proxy-" + hex.EncodeToString(rnd[:]) + ".sock"
 	sock := filepath.Join(a.egressDir(sb.Name), sockName)
-	l, err := net.Listen("unix", sock)
+	l, err := listenUnix(a.egressDir(sb.Name), sockName)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -254,6 +253,24 @@ func (a *app) startEgress(sb *sandbox, pol egress.Policy) (*egressExec, []string
 	}
 	relay := []string{guestEgressDir + "/" + egress.RelayName, guestEgressDir + "/" + sockName, relayAddr, "--"}
 	return e, env, relay, nil
+}
+
+// listenUnix listens on dir/name, reached through a descriptor of dir:
+// a socket's path is limited to 107 bytes, which a state directory and a
+// sandbox name (up to 128 bytes) can exceed. The caller removes the
+// socket: the listener's own path stops naming it once dir is closed.
+func listenUnix(dir, name string) (*net.UnixListener, error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Net: "unix", Name: fmt.Sprintf("/proc/self/fd/%d/%s", d.Fd(), name)})
+	if err != nil {
+		return nil, err
+	}
+	l.SetUnlinkOnClose(false)
+	return l, nil
 }
 
 func (e *egressExec) note(dest, reason string) {

@@ -52,6 +52,7 @@ func TestAllowlistIsEnforced(t *testing.T) {
 	c := loopbackServer(t, "127.0.0.2:0", "C")
 	const value = "fakemsb-secret-value"
 	f := newFx(t)
+	f.guestImage = true // the guest image's unprivileged user
 	hosts := "FAKEMSB_HOSTS=api.test.example=127.0.0.2,rebind.test.example=127.0.0.1,other.example=127.0.0.1"
 	f.env = []string{hosts, "OMA_FAKE_SECRET=" + value}
 	f.ok("create", "--name", "box", "--no-net",
@@ -76,7 +77,7 @@ curl -sS --max-time 5 "http://127.0.0.1:$2/"; echo " [d $?]"
 curl -sS --max-time 5 "http://other.example:$1/"; echo " [other name $?]"
 curl -sS --max-time 5 -H "Authorization: $OMA_FAKE_SECRET" "http://127.0.0.2:$3/"; echo " [c secret $?]"
 (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && echo "direct connection made"
-env; grep -rl "$4" /tmp /root /run /var/tmp /dev/shm /proc/self/environ 2>/dev/null; echo done`,
+env; grep -rl "$4" /tmp /workspace /run /var/tmp /dev/shm /proc/self/environ 2>/dev/null; echo done`,
 		"sh", strconv.Itoa(a), strconv.Itoa(d), strconv.Itoa(c), value)
 	out := r.stdout
 	for _, want := range []string{

@@ -181,7 +181,8 @@ func (a *app) holderArgs(sb *sandbox, st *state) ([]string, []remount, error) {
 		"--setenv", holderEnv, a.holderMarker(sb.Name),
 	)
 	if _, ok := sb.egressPolicy(); ok {
-		args = append(args, "--ro-bind", a.egressDir(sb.Name), guestEgressDir)
+		// bwrap would create /run 0700, out of the guest user's reach.
+		args = append(args, "--perms", "0755", "--dir", "/run", "--ro-bind", a.egressDir(sb.Name), guestEgressDir)
 	}
 	if w := sb.ImageConfig.Workdir; imageDir(w) {
 		// The image has its workdir; its user may write there. A mount on
