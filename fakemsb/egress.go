@@ -135,10 +135,11 @@ func (a *app) secretsPath(name string) string {
 
 // saveSecrets records the value of each of sb's secrets that create's
 // environment sets; an unset one has no value, so its placeholder is
-// never replaced.
+// never replaced. Without an allowlist the proxy that would use them
+// never runs, so nothing is kept.
 func (a *app) saveSecrets(sb *sandbox) error {
 	path := a.secretsPath(sb.Name)
-	if len(sb.Secrets) == 0 {
+	if _, ok := sb.egressPolicy(); !ok || len(sb.Secrets) == 0 {
 		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}

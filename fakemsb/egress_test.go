@@ -113,10 +113,14 @@ env; grep -rl "$4" /tmp /workspace /run /var/tmp /dev/shm /proc/self/environ 2>/
 }
 
 // TestUnenforceablePolicyFailsClosed: a policy fakemsb cannot express
-// through its proxy (a group target) still gives no network at all.
+// through its proxy (a group target) still gives no network at all, and
+// keeps no secret value.
 func TestUnenforceablePolicyFailsClosed(t *testing.T) {
 	f := newFx(t)
-	f.ok("create", "--name", "box", "--no-net", "--net-rule", "allow@public", "alpine")
+	f.env = []string{"OMA_FAKE_SECRET=v"}
+	f.ok("create", "--name", "box", "--no-net", "--net-rule", "allow@public", "--secret", "OMA_FAKE_SECRET@example.com", "alpine")
+	_, err := os.Stat(filepath.Join(f.home, "secrets", "box.json"))
+	assert.ErrorIs(t, err, os.ErrNotExist, "no proxy will use the value: it is not kept")
 	r := f.ok("exec", "box", "--", "sh", "-c", `echo "proxy=$HTTP_PROXY"; ls /run/oma-egress 2>&1 >/dev/null | head -c0; test -e /run/oma-egress || echo none`)
 	assert.Equal(t, "proxy=\nnone\n", r.stdout)
 }
