@@ -306,26 +306,49 @@ func runSession(env *fakemsbtest.Env, rec *recorder, k int, rng *rand.Rand) {
 	})
 	if err == nil {
 		tb := tools.New(sess, tools.Options{OperationTimeout: toolTimeout})
-		wrote, keptChecked := false, false
-		for i := range calls {
-			name, input, forgedCall := toolCall(rng, i)
+		var (
+			mu                 sync.Mutex
+			wrote, keptChecked bool
+		)
+		call := func(rng *rand.Rand, name string, input json.RawMessage, forgedCall *forgedCall) {
 			var out string
 			err := rec.op(rng, k, name, toolDeadline, func(ctx context.Context) (err error) {
 				out, err = tb.Call(ctx, name, input, nil)
 				return err
 			})
-			wrote = wrote || name == "write" && err == nil
 			if err == nil {
 				rec.checkResult(name, out)
 			}
 			if forgedCall != nil {
 				rec.checkForged(*forgedCall, err)
 			}
+			mu.Lock()
+			defer mu.Unlock()
+			wrote = wrote || name == "write" && err == nil
 			if sess.Poisoned() && !keptChecked {
 				keptChecked = true
 				rec.checkKept(env, sess, wrote)
 			}
 		}
+		// Agent runtimes issue tool calls in parallel: some sessions get
+		// all their calls at once, each with its own random stream.
+		parallel := rng.IntN(100) < 30
+		if parallel {
+			rec.mu.Lock()
+			rec.outcomes["session with parallel calls"]++
+			rec.mu.Unlock()
+		}
+		var wg sync.WaitGroup
+		for i := range calls {
+			name, input, forgedCall := toolCall(rng, i)
+			if !parallel {
+				call(rng, name, input, forgedCall)
+				continue
+			}
+			callRng := rand.New(rand.NewPCG(rng.Uint64(), uint64(i)))
+			wg.Go(func() { call(callRng, name, input, forgedCall) })
+		}
+		wg.Wait()
 		// A caller that means to remove its session closes it until that
 		// works; the last attempts are not cancelled, and each fault fires
 		// once, so the session must then be gone.

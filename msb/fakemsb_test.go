@@ -137,8 +137,9 @@ func TestNetPolicyAgainstFakemsb(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// fakemsb cannot filter, so it gives an allowlist no network at all
-	// and its inspect says so (real msb: enabled, with the rules).
+	// fakemsb enforces only TCP allow rules (through the egress proxy);
+	// this policy has a UDP rule too, so it fails closed with no network
+	// at all, and its inspect says so (real msb: enabled, with the rules).
 	info, err := c.Inspect(ctx, "netbox")
 	if err != nil || info.Network {
 		t.Fatalf("inspect = %+v, %v; want fakemsb's allowlist to have no network", info, err)
