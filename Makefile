@@ -17,7 +17,7 @@ deps:
 # it with its output streamed, outputs collected into ./outputs, the session
 # removed.
 run: deps build
-	./$(BIN) run --outputs run-outputs -- bash -c 'echo "hello from $$(hostname) as $$(id -un)"; uname -sr; mkdir -p /mnt/session/outputs; date -u > /mnt/session/outputs/when.txt'
+	./$(BIN) run --outputs run-outputs --overwrite -- bash -c 'echo "hello from $$(hostname) as $$(id -un)"; uname -sr; mkdir -p /mnt/session/outputs; date -u > /mnt/session/outputs/when.txt'
 
 vet:
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
