@@ -140,8 +140,9 @@ type variant struct {
 }
 
 // sideBySide runs the variants of one operation in the same b.N loop, in
-// an order that rotates each round so no side always runs first, and
-// reports each side's time and the ratios of ours to the others. Only ours
+// an order that rotates each round so no side always runs first (a run of
+// one round, -benchtime 1x, starts with the first variant), and reports
+// each side's time and the ratios of ours to the others. Only ours
 // runs with the benchmark timer on, so ns/op is ours.
 type sideBySide struct {
 	b     *testing.B
