@@ -56,6 +56,9 @@ type Options struct {
 	Audit func(AuditEvent)
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+
+	// parent is the name of the session a fork was made from.
+	parent string
 }
 
 // DefaultStateDir is $XDG_STATE_HOME/oma-sandbox/local when XDG_STATE_HOME
@@ -86,6 +89,8 @@ type record struct {
 	OpTimeout time.Duration     `json:"operation_timeout,omitempty"`
 	Env       map[string]string `json:"env,omitempty"`
 	Bwrap     string            `json:"bwrap,omitempty"`
+	// Parent names the session this one was forked from.
+	Parent string `json:"parent,omitempty"`
 }
 
 // hostDirs are a session's directories on the host. Commands reach only
@@ -174,7 +179,7 @@ func Create(ctx context.Context, o Options) (*Session, error) {
 	rec := record{
 		Version: recordV1, Name: sessionName(o.NamePrefix, o.WorkspaceID, o.SessionID, now),
 		WorkspaceID: o.WorkspaceID, SessionID: o.SessionID, CreatedAt: now,
-		Policy: o.Policy, Limits: o.Limits, OpTimeout: o.OperationTimeout, Env: env, Bwrap: o.Bwrap,
+		Policy: o.Policy, Limits: o.Limits, OpTimeout: o.OperationTimeout, Env: env, Bwrap: o.Bwrap, Parent: o.parent,
 	}
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("local sandbox: state directory: %w", err)

@@ -1,0 +1,65 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/oma-sandbox/oma-sandbox/internal/safefs"
+)
+
+// ForkOptions name a fork; everything else (policy, limits, environment,
+// state directory, workspace id) is the source's.
+type ForkOptions struct {
+	// NamePrefix starts the fork's name; "" means "oma-local".
+	NamePrefix string
+	// SessionID is the fork's session id; required.
+	SessionID string
+	Logger    *slog.Logger
+}
+
+// Fork makes a new session whose workspace is a copy of this one's as it
+// is now; uploads and outputs start empty. The copy is read from directory
+// file descriptors and never follows a symlink the guest left: links are
+// copied as links, regular files by content, directories with their
+// modes; devices, FIFOs and sockets are skipped. Nothing of the session
+// runs between calls, so the copy is of a workspace at rest unless a call
+// is in flight. The fork's record names this session as its parent; the
+// two share nothing afterwards.
+func (s *Session) Fork(ctx context.Context, o ForkOptions) (*Session, error) {
+	if err := s.ready(); err != nil {
+		return nil, err
+	}
+	if o.SessionID == "" {
+		return nil, &PolicyError{Field: "session id", Value: "", Reason: "a fork needs a session id of its own"}
+	}
+	log := o.Logger
+	if log == nil {
+		log = s.log
+	}
+	child, err := Create(ctx, Options{
+		StateDir: filepath.Dir(s.dirs.Root), NamePrefix: o.NamePrefix,
+		WorkspaceID: s.rec.WorkspaceID, SessionID: o.SessionID,
+		Policy: s.rec.Policy, Limits: s.rec.Limits, OperationTimeout: s.rec.OpTimeout,
+		Env: s.rec.Env, Bwrap: s.rec.Bwrap, Audit: s.audit, Logger: log,
+		parent: s.rec.Name,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("local sandbox %s: fork: %w", s.rec.Name, err)
+	}
+	skipped, err := safefs.CopyTree(ctx, s.dirs.Workspace, child.dirs.Workspace)
+	if err != nil {
+		if cerr := child.Close(context.WithoutCancel(ctx)); cerr != nil {
+			log.Warn("local sandbox: removing a failed fork", "fork", child.rec.Name, "err", cerr)
+		}
+		return nil, fmt.Errorf("local sandbox %s: fork: workspace: %w", s.rec.Name, err)
+	}
+	if len(skipped) > 0 {
+		log.Info("local sandbox: fork skipped special files", "fork", child.rec.Name, "paths", skipped)
+	}
+	return child, nil
+}
+
+// Parent names the session this one was forked from; "" if none.
+func (s *Session) Parent() string { return s.rec.Parent }

@@ -1,0 +1,87 @@
+package local
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestForkDiverges: a file written before the fork is in both; changed
+// differently in each, each sees only its own change; the fork names its
+// parent; a guest symlink to a host file is copied as a link and the host
+// file's content never lands in the fork; closing one leaves the other
+// working; nothing is left after both close.
+func TestForkDiverges(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	secret := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secret, []byte("host secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	src, err := Create(ctx, Options{StateDir: dir, WorkspaceID: "ws", SessionID: "src"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh(t, src, `mkdir -p d && printf base >d/note.txt && ln -s "$1" leak`, secret)
+
+	fork, err := src.Fork(ctx, ForkOptions{SessionID: "fork"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fork.Parent() != src.Name() || fork.Name() == src.Name() {
+		t.Fatalf("fork %s has parent %q, want %s", fork.Name(), fork.Parent(), src.Name())
+	}
+	// Attach reads the parent back from the record.
+	again, err := Attach(ctx, dir, fork.Name())
+	if err != nil || again.Parent() != src.Name() {
+		t.Fatalf("attached fork: parent %q, err %v", again.Parent(), err)
+	}
+	target, err := os.Readlink(filepath.Join(fork.dirs.Workspace, "leak"))
+	if err != nil || target != secret {
+		t.Fatalf("fork's leak: %q, %v; want a link to %s", target, err, secret)
+	}
+
+	sh(t, src, `printf ' src' >>d/note.txt`)
+	sh(t, fork, `printf ' fork' >>d/note.txt`)
+	if got := string(sh(t, src, `cat d/note.txt`).Stdout); got != "base src" {
+		t.Errorf("source reads %q", got)
+	}
+	if got := string(sh(t, fork, `cat d/note.txt`).Stdout); got != "base fork" {
+		t.Errorf("fork reads %q", got)
+	}
+
+	if err := src.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := string(sh(t, fork, `cat d/note.txt`).Stdout); got != "base fork" {
+		t.Errorf("fork reads %q after the source closed", got)
+	}
+	if _, err := src.Fork(ctx, ForkOptions{SessionID: "late"}); err == nil {
+		t.Error("a closed session forked")
+	}
+	if err := fork.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	left, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 0 {
+		t.Errorf("left in the state directory after both closed: %v", left)
+	}
+	if data, _ := os.ReadFile(secret); string(data) != "host secret" {
+		t.Errorf("host file changed: %q", data)
+	}
+}
+
+func TestForkNeedsASessionID(t *testing.T) {
+	dir := t.TempDir()
+	s := newTestSession(t, Options{StateDir: dir})
+	if _, err := s.Fork(context.Background(), ForkOptions{}); err == nil {
+		t.Fatal("forked without a session id")
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 1 {
+		t.Errorf("state directory holds %d entries, want the source's only", len(left))
+	}
+}
