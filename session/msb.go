@@ -73,6 +73,9 @@ type Options struct {
 	Now    func() time.Time
 	Random func() uint64
 	Logger *slog.Logger
+
+	// parent is the sandbox a fork is made from (its LabelParent).
+	parent string
 }
 
 func (o *Options) setDefaults() {
@@ -170,6 +173,9 @@ func createOptions(o Options, names Names) (msb.CreateOptions, error) {
 			msb.Label{Key: LabelSessionID, Value: o.SessionID},
 			msb.Label{Key: LabelCreatedAt, Value: now.Format("2006-01-02T15:04:05.000Z")},
 		),
+	}
+	if o.parent != "" {
+		c.Labels = append(c.Labels, msb.Label{Key: LabelParent, Value: o.parent})
 	}
 	return c, applyNetwork(o.Network, &c)
 }

@@ -19,6 +19,8 @@ const (
 	LabelWorkspaceID = "open-managed-agents.workspace-id"
 	LabelSessionID   = "open-managed-agents.session-id"
 	LabelCreatedAt   = "open-managed-agents.created-at"
+	// LabelParent names the sandbox a fork was made from.
+	LabelParent = "open-managed-agents.parent"
 
 	SandboxLabelValue = "microsandbox-local"
 	OwnerLabelValue   = "open-managed-agents"
