@@ -104,6 +104,7 @@ type Session struct {
 	backend string
 	sess    session.Session
 	tb      *tools.Toolbox
+	opts    Options // as opened or attached; a fork is wrapped with them
 }
 
 // PickBackend resolves backend ("auto", "", "msb" or "local") to the one
@@ -210,7 +211,7 @@ func BackendOf(name string) string {
 }
 
 func wrap(backend string, s session.Session, o Options) *Session {
-	return &Session{backend: backend, sess: s,
+	return &Session{backend: backend, sess: s, opts: o,
 		tb: tools.New(s, tools.Options{OperationTimeout: o.OperationTimeout, Logger: o.logger()})}
 }
 

@@ -1,0 +1,62 @@
+package omasandbox
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/oma-sandbox/oma-sandbox/session"
+	"github.com/oma-sandbox/oma-sandbox/session/local"
+)
+
+// Fork makes a new session whose workspace is a copy of this one's at this
+// moment; from then on the two diverge and closing one never touches the
+// other. sessionID is the fork's session id ("" picks a random one); the
+// workspace id is the source's. The fork carries its parent's name: on msb
+// the label open-managed-agents.parent, locally in its record.
+//
+// msb: the source is paused (msb stop) while its workspace volume is copied
+// host-side into the fork's new volume, and resumed afterwards if it was
+// running. The fork boots from the source's image, not from a snapshot of
+// its root disk (msb 0.6.18's create cannot start from a snapshot); the
+// root disk is not part of the agent's persistent state. It gets the
+// source's CPUs and memory and the network policy of the Options this
+// Session was opened or attached with (none unless they name one).
+// Local: the workspace directory is copied; the fork keeps the source's
+// policy, limits and environment. Uploads and outputs start empty on both.
+// Neither copy follows a symlink the guest left.
+func (s *Session) Fork(ctx context.Context, sessionID string) (*Session, error) {
+	if sessionID == "" {
+		sessionID = strings.SplitN(uuid.NewString(), "-", 2)[0]
+	}
+	var (
+		fork session.Session
+		err  error
+	)
+	switch src := s.sess.(type) {
+	case *session.MsbSession:
+		var f *session.MsbSession
+		f, err = src.Fork(ctx, session.Options{
+			Client: s.opts.client(), SessionID: sessionID, Image: s.opts.Image,
+			Network: s.opts.Network, IdleTimeout: s.opts.IdleTimeout, NoAutoResume: s.opts.NoAutoResume,
+			OperationTimeout: s.opts.OperationTimeout, Logger: s.opts.logger(),
+		})
+		if err == nil {
+			fork = f
+		}
+	case *local.Session:
+		var f *local.Session
+		f, err = src.Fork(ctx, local.ForkOptions{NamePrefix: LocalPrefix, SessionID: sessionID, Logger: s.opts.logger()})
+		if err == nil {
+			fork = f
+		}
+	default:
+		return nil, fmt.Errorf("fork %s: the %s backend cannot fork", s.Name(), s.backend)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return wrap(s.backend, fork, s.opts), nil
+}
