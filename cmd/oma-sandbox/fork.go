@@ -1,0 +1,41 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	omasandbox "github.com/oma-sandbox/oma-sandbox"
+	"github.com/oma-sandbox/oma-sandbox/session"
+)
+
+func runSessionFork(ctx context.Context, c *cli, args []string) error {
+	fs := c.flagSet("session fork", "NAME [--session-id ID]", `Makes a new session whose workspace is a copy of NAME's as it is now; the
+two then diverge, and removing one never touches the other. Prints the new
+session's name. msb: NAME is stopped while its workspace volume is copied
+and started again if it was running; the fork boots from NAME's image (its
+root disk is not copied) with no network. local: the fork keeps NAME's
+policy and limits. Uploads and outputs start empty; a symlink in the
+workspace is copied as a link, never followed.`)
+	sessionID := fs.String("session-id", "", "the fork's session id (default: random)")
+	names, err := c.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(names) != 1 {
+		return &usageError{msg: fmt.Sprintf("session fork needs exactly one NAME, got %q", names), usage: usage(fs)}
+	}
+	src, err := omasandbox.Attach(ctx, names[0], omasandbox.Options{Msb: c.msbPath, StateDir: c.stateDir, Logger: c.logger})
+	if err != nil {
+		if errors.Is(err, session.ErrInvalid) {
+			return &usageError{msg: err.Error()}
+		}
+		return err
+	}
+	fork, err := src.Fork(ctx, *sessionID)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(c.stdout, fork.Name())
+	return nil
+}
