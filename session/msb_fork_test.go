@@ -125,3 +125,28 @@ func TestForkRefusals(t *testing.T) {
 	_, err = src.Fork(ctx, o)
 	require.ErrorIs(t, err, session.ErrClosed)
 }
+
+// A workspace volume that is not a dir volume (no host directory to copy
+// from) is refused clearly; the source, running before, runs again and no
+// fork is left behind.
+func TestForkRefusesADiskVolume(t *testing.T) {
+	ctx := context.Background()
+	env := fakemsbtest.New(t)
+	client := msb.NewClient(&msb.CLI{Path: env.Bin})
+	names := session.NewNames("", "ws", "disk", fixedNow, 7)
+	require.NoError(t, client.VolumeCreate(ctx, msb.VolumeCreateOptions{Name: names.Volume, Kind: "disk", Size: "64M"}))
+	require.NoError(t, client.Create(ctx, msb.CreateOptions{Image: "debian", Name: names.Sandbox,
+		Mounts: []msb.NamedMount{{Volume: names.Volume, Guest: "/workspace"}}, Quiet: true}))
+	src, err := session.Attach(client, "", names.Sandbox)
+	require.NoError(t, err)
+	o := options(env)
+	o.SessionID = "fork"
+	_, err = src.Fork(ctx, o)
+	require.ErrorIs(t, err, session.ErrInvalid)
+	assert.ErrorContains(t, err, `volume `+names.Volume+` is of kind "disk"; only a dir volume`)
+	assert.Equal(t, "Running", sandboxStatus(t, env, names.Sandbox))
+	list, err := client.List(ctx, msb.ListOptions{})
+	require.NoError(t, err)
+	assert.Len(t, list, 1, "no fork left")
+	require.NoError(t, src.Close(ctx))
+}
