@@ -111,15 +111,15 @@ func (s Shown) Note(maxBytes int, logPath string) string {
 	case !s.Truncated:
 		return ""
 	case s.Partial:
-		return fmt.Sprintf("[Showing last %s of line %d (line is %s). Full output: %s]", formatSize(int64(len(s.Text))), s.LastLine, formatSize(s.LineBytes), logPath)
+		return fmt.Sprintf("[Showing last %s of line %d (line is %s). Full output: %s]", FormatSize(int64(len(s.Text))), s.LastLine, FormatSize(s.LineBytes), logPath)
 	case s.ByBytes:
-		return fmt.Sprintf("[Showing lines %d-%d of %d (%s limit). Full output: %s]", s.FirstLine, s.LastLine, s.TotalLines, formatSize(int64(maxBytes)), logPath)
+		return fmt.Sprintf("[Showing lines %d-%d of %d (%s limit). Full output: %s]", s.FirstLine, s.LastLine, s.TotalLines, FormatSize(int64(maxBytes)), logPath)
 	}
 	return fmt.Sprintf("[Showing lines %d-%d of %d. Full output: %s]", s.FirstLine, s.LastLine, s.TotalLines, logPath)
 }
 
-// formatSize renders a byte count the way agent tool results do (50.0KB).
-func formatSize(n int64) string {
+// FormatSize renders a byte count the way agent tool results do (50.0KB).
+func FormatSize(n int64) string {
 	switch {
 	case n < 1024:
 		return fmt.Sprintf("%dB", n)

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/oma-sandbox/oma-sandbox/bashproto"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
@@ -52,7 +53,7 @@ func runEdit(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error
 		session.ShellOptions{MaxOutput: editMaxBytes})
 	if err != nil {
 		if errors.Is(err, session.ErrOutputOverflow) {
-			return "", fmt.Errorf("Could not edit file: %s. The file is larger than %s: %w", p, formatSize(editMaxBytes), err)
+			return "", fmt.Errorf("Could not edit file: %s. The file is larger than %s: %w", p, bashproto.FormatSize(editMaxBytes), err)
 		}
 		return "", fmt.Errorf("edit %s: %w", p, err)
 	}

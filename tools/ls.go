@@ -10,6 +10,7 @@ import (
 	"golang.org/x/text/collate"
 	"golang.org/x/text/language"
 
+	"github.com/oma-sandbox/oma-sandbox/bashproto"
 	"github.com/oma-sandbox/oma-sandbox/glob"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
@@ -97,7 +98,7 @@ func formatLs(listing []byte, limit int) string {
 			add++
 		}
 		if size+add > readMaxBytes {
-			notes = append(notes, formatSize(readMaxBytes)+" limit reached")
+			notes = append(notes, bashproto.FormatSize(readMaxBytes)+" limit reached")
 			break
 		}
 		size += add

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/oma-sandbox/oma-sandbox/bashproto"
 	"github.com/oma-sandbox/oma-sandbox/glob"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
@@ -98,7 +99,7 @@ func runRead(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error
 		return "", fmt.Errorf("read %s: malformed guest output %q: %w", p, clip(header), glob.ErrMalformed)
 	case kind == "B":
 		return fmt.Sprintf("[Binary file: %s, %s (%d bytes), %s. read shows text only; inspect it with bash, e.g. od -c %s | head]",
-			p, formatSize(total), total, binaryType(body), shellQuote(p)), nil
+			p, bashproto.FormatSize(total), total, binaryType(body), shellQuote(p)), nil
 	case offset > total:
 		return "", fmt.Errorf("Offset %d is beyond end of file (%d lines total)", offset, total)
 	}
@@ -143,7 +144,7 @@ func shellQuote(p string) string {
 func formatRead(p string, body []byte, offset, selected, total, firstLen int64, userLimited bool) string {
 	if firstLen > readMaxBytes {
 		return fmt.Sprintf("[Line %d is %s, exceeds %s limit. Use bash: sed -n '%dp' %s | head -c %d]",
-			offset, formatSize(firstLen), formatSize(readMaxBytes), offset, shellQuote(p), readMaxBytes)
+			offset, bashproto.FormatSize(firstLen), bashproto.FormatSize(readMaxBytes), offset, shellQuote(p), readMaxBytes)
 	}
 	lines := strings.Split(string(body), "\n")
 	if int64(len(lines)) > selected {
@@ -173,22 +174,11 @@ func formatRead(p string, body []byte, offset, selected, total, firstLen int64, 
 	switch {
 	case byBytes:
 		return fmt.Sprintf("%s\n\n[Showing lines %d-%d of %d (%s limit). Use offset=%d to continue.]",
-			text, offset, end, total, formatSize(readMaxBytes), end+1)
+			text, offset, end, total, bashproto.FormatSize(readMaxBytes), end+1)
 	case selected > readMaxLines:
 		return fmt.Sprintf("%s\n\n[Showing lines %d-%d of %d. Use offset=%d to continue.]", text, offset, end, total, end+1)
 	case userLimited && offset+selected-1 < total:
 		return fmt.Sprintf("%s\n\n[%d more lines in file. Use offset=%d to continue.]", text, total-(offset+selected-1), offset+selected)
 	}
 	return text
-}
-
-// formatSize renders a byte count the way agent tool results do (50.0KB).
-func formatSize(n int64) string {
-	switch {
-	case n < 1024:
-		return fmt.Sprintf("%dB", n)
-	case n < 1024*1024:
-		return fmt.Sprintf("%.1fKB", float64(n)/1024)
-	}
-	return fmt.Sprintf("%.1fMB", float64(n)/(1024*1024))
 }
