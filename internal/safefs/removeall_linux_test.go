@@ -4,65 +4,19 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/oma-sandbox/oma-sandbox/internal/testutil"
 )
-
-// deepChain makes dir/d/d/... depth levels deep through descriptors, as a
-// guest can, whatever the path length.
-func deepChain(t *testing.T, dir string, depth int) {
-	t.Helper()
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < depth; i++ {
-		if err := unix.Mkdirat(fd, "d", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		next, err := unix.Openat(fd, "d", unix.O_RDONLY|unix.O_DIRECTORY, 0)
-		unix.Close(fd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fd = next
-	}
-	if err := unix.Mkdirat(fd, "last", 0o000); err != nil {
-		t.Fatal(err)
-	}
-	unix.Close(fd)
-}
-
-// depthBeyondFDLimit lowers this process's descriptor limit for the test
-// (so the chain is quick to build) and returns a depth beyond it.
-func depthBeyondFDLimit(t *testing.T) int {
-	t.Helper()
-	var old unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
-		t.Fatal(err)
-	}
-	const soft = 1024
-	if old.Cur > soft {
-		lim := old
-		lim.Cur = soft
-		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = unix.Setrlimit(unix.RLIMIT_NOFILE, &old) })
-		return soft + 100
-	}
-	return int(old.Cur) + 100
-}
 
 func TestRemoveAllDeeperThanTheDescriptorLimit(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "tree")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	deepChain(t, dir, depthBeyondFDLimit(t))
+	testutil.DeepChain(t, dir, testutil.DepthBeyondFDLimit(t), map[string]uint32{"last": 0o000})
 	if err := RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
@@ -139,8 +93,10 @@ func TestRemoveAllUnderSymlinkSwaps(t *testing.T) {
 	}
 	for try := 0; try < tries; try++ {
 		dir := filepath.Join(t.TempDir(), "tree")
+		var swaps []string
 		for i := 0; i < pairs; i++ {
 			d := filepath.Join(dir, "p"+strconv.Itoa(i))
+			swaps = append(swaps, d)
 			if err := os.MkdirAll(filepath.Join(d, "dir", "sub"), 0o700); err != nil {
 				t.Fatal(err)
 			}
@@ -151,21 +107,9 @@ func TestRemoveAllUnderSymlinkSwaps(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		var stop atomic.Bool
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for !stop.Load() {
-				for i := 0; i < pairs; i++ {
-					d := filepath.Join(dir, "p"+strconv.Itoa(i))
-					_ = unix.Renameat2(unix.AT_FDCWD, filepath.Join(d, "dir"), unix.AT_FDCWD, filepath.Join(d, "link"), unix.RENAME_EXCHANGE)
-				}
-			}
-		}()
+		stop := testutil.SwapRacer(swaps)
 		err := RemoveAll(dir)
-		stop.Store(true)
-		wg.Wait()
+		stop()
 		if err != nil {
 			t.Fatalf("try %d: %v", try, err)
 		}

@@ -7,57 +7,14 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/oma-sandbox/oma-sandbox/internal/testutil"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
-
-// lowFDLimit lowers this process's descriptor limit for the test, so a
-// chain deeper than it is quick to build; returns the depth to build.
-func lowFDLimit(t *testing.T) int {
-	t.Helper()
-	var old unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
-		t.Fatal(err)
-	}
-	const soft = 1024
-	if old.Cur > soft {
-		lim := old
-		lim.Cur = soft
-		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = unix.Setrlimit(unix.RLIMIT_NOFILE, &old) })
-		return soft + 100
-	}
-	return int(old.Cur) + 100
-}
-
-// deepChain builds dir/d/d/... depth levels deep, as a guest can.
-func deepChain(t *testing.T, dir string, depth int) {
-	t.Helper()
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < depth; i++ {
-		if err := unix.Mkdirat(fd, "d", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		next, err := unix.Openat(fd, "d", unix.O_RDONLY|unix.O_DIRECTORY, 0)
-		unix.Close(fd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fd = next
-	}
-	unix.Close(fd)
-}
 
 // hostDirIntact fails unless host still has mode 0751 and its file.
 func hostDirIntact(t *testing.T, host string) {
@@ -80,7 +37,7 @@ func hostDirIntact(t *testing.T, host string) {
 // RENAME_EXCHANGE). The host directory keeps its modes and contents every
 // time, and each session is removed whole.
 func TestRemovalNeverFollowsGuestSymlinkSwaps(t *testing.T) {
-	depth := lowFDLimit(t)
+	depth := testutil.DepthBeyondFDLimit(t)
 	host := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(host, "sub"), 0o751); err != nil {
 		t.Fatal(err)
@@ -98,10 +55,12 @@ func TestRemovalNeverFollowsGuestSymlinkSwaps(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		deepChain(t, s.dirs.Workspace, depth)
+		testutil.DeepChain(t, s.dirs.Workspace, depth, nil)
 		swap := filepath.Join(s.dirs.Workspace, "swap")
+		var swaps []string
 		for i := 0; i < pairs; i++ {
 			d := filepath.Join(swap, strconv.Itoa(i))
+			swaps = append(swaps, d)
 			if err := os.MkdirAll(filepath.Join(d, "dir", "sub"), 0o755); err != nil {
 				t.Fatal(err)
 			}
@@ -109,21 +68,9 @@ func TestRemovalNeverFollowsGuestSymlinkSwaps(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		var stop atomic.Bool
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for !stop.Load() {
-				for i := 0; i < pairs; i++ {
-					d := filepath.Join(swap, strconv.Itoa(i))
-					_ = unix.Renameat2(unix.AT_FDCWD, filepath.Join(d, "dir"), unix.AT_FDCWD, filepath.Join(d, "link"), unix.RENAME_EXCHANGE)
-				}
-			}
-		}()
+		stop := testutil.SwapRacer(swaps)
 		err = s.Close(context.Background())
-		stop.Store(true)
-		wg.Wait()
+		stop()
 		hostDirIntact(t, host)
 		if err != nil {
 			t.Fatalf("try %d: Close: %v", try, err)
@@ -138,14 +85,14 @@ func TestRemovalNeverFollowsGuestSymlinkSwaps(t *testing.T) {
 // descriptor limit is removed; a removal that cannot finish keeps the
 // session's record, so it is still listed, and a later reap finishes it.
 func TestDeepTreeIsRemovedAndNeverForgotten(t *testing.T) {
-	depth := lowFDLimit(t)
+	depth := testutil.DepthBeyondFDLimit(t)
 	dir := t.TempDir()
 	ctx := context.Background()
 	s, err := Create(ctx, Options{StateDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	deepChain(t, s.dirs.Workspace, depth)
+	testutil.DeepChain(t, s.dirs.Workspace, depth, nil)
 	if err := s.Close(ctx); err != nil {
 		t.Fatalf("Close of a deep tree: %v", err)
 	}
@@ -160,7 +107,7 @@ func TestDeepTreeIsRemovedAndNeverForgotten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deepChain(t, s.dirs.Workspace, depth)
+	testutil.DeepChain(t, s.dirs.Workspace, depth, nil)
 	mnt := filepath.Join(s.dirs.Workspace, "mnt")
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		t.Fatal(err)
