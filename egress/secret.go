@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/oma-sandbox/oma-sandbox/internal/envname"
 )
 
 // Secret is a host environment variable whose value the session may send
@@ -28,7 +30,7 @@ func ParseSecret(s string) (Secret, error) {
 	if strings.Contains(env, "=") {
 		return bad("give the variable's name, not its value: export it and write ENV@HOST")
 	}
-	if !isEnvName(env) {
+	if !envname.Valid(env) {
 		return bad("variable name " + strconv.Quote(env) + " is not a shell variable name")
 	}
 	sec := Secret{Env: env}
@@ -101,16 +103,4 @@ func (p Policy) CheckSet(lookup func(string) (string, bool)) error {
 		}
 	}
 	return nil
-}
-
-func isEnvName(s string) bool {
-	if s == "" || s[0] >= '0' && s[0] <= '9' {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
-			return false
-		}
-	}
-	return true
 }

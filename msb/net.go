@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/oma-sandbox/oma-sandbox/internal/envname"
 )
 
 // token renders ACTION@TARGET[:PROTOCOL[:PORTS]] in msb 0.6.18's grammar.
@@ -100,7 +102,7 @@ func checkPorts(p string) error {
 // environment, so ENV must be a plain variable name; ENV=VALUE would put
 // the value on the command line and msb refuses it.
 func (s SecretRef) spec() (string, error) {
-	if !isEnvName(s.Env) {
+	if !envname.Valid(s.Env) {
 		return "", invalid("secret variable", s.Env, "must be a shell variable name")
 	}
 	if len(s.Hosts) == 0 {
@@ -115,18 +117,6 @@ func (s SecretRef) spec() (string, error) {
 		}
 	}
 	return s.Env + "@" + strings.Join(s.Hosts, ","), nil
-}
-
-func isEnvName(s string) bool {
-	if s == "" || s[0] >= '0' && s[0] <= '9' {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
-			return false
-		}
-	}
-	return true
 }
 
 // secretEnv is what msb needs to read o's secrets: each variable from the
