@@ -311,17 +311,7 @@ func runSession(env *fakemsbtest.Env, rec *recorder, k int, rng *rand.Rand) {
 			wrote, keptChecked bool
 		)
 		call := func(rng *rand.Rand, name string, input json.RawMessage, forgedCall *forgedCall) {
-			var out string
-			err := rec.op(rng, k, name, toolDeadline, func(ctx context.Context) (err error) {
-				out, err = tb.Call(ctx, name, input, nil)
-				return err
-			})
-			if err == nil {
-				rec.checkResult(name, out)
-			}
-			if forgedCall != nil {
-				rec.checkForged(*forgedCall, err)
-			}
+			err := rec.call(rng, k, tb, name, name, input, toolDeadline, forgedCall)
 			mu.Lock()
 			defer mu.Unlock()
 			wrote = wrote || name == "write" && err == nil
@@ -352,14 +342,7 @@ func runSession(env *fakemsbtest.Env, rec *recorder, k int, rng *rand.Rand) {
 		// A caller that means to remove its session closes it until that
 		// works; the last attempts are not cancelled, and each fault fires
 		// once, so the session must then be gone.
-		closed := false
-		for attempt := 0; attempt < 4 && !closed; attempt++ {
-			mayCancel := rng
-			if attempt >= 2 {
-				mayCancel = nil
-			}
-			closed = rec.op(mayCancel, k, "close", closeDeadline, sess.Close) == nil
-		}
+		rec.closeUntilDone(rng, k, sess.Close)
 	}
 	if strings.Contains(faults, "list#") {
 		rec.op(rng, k, "reap", reapDeadline, func(ctx context.Context) error {
@@ -384,6 +367,37 @@ func (r *recorder) checkKept(env *fakemsbtest.Env, sess *session.MsbSession, wro
 		r.failures = append(r.failures, fmt.Sprintf("poisoning %s lost the agent's file: %v", sess.Name(), fileErr))
 	default:
 		r.outcomes["poisoned, workspace kept"]++
+	}
+}
+
+// call runs one tool call as operation op (the tool's name, or a finer
+// name with its own allowance) and checks what came back: a successful
+// result, or how a forged call ended.
+func (r *recorder) call(rng *rand.Rand, k int, tb *tools.Toolbox, op, name string, input json.RawMessage, deadline time.Duration, fc *forgedCall) error {
+	var out string
+	err := r.op(rng, k, op, deadline, func(ctx context.Context) (err error) {
+		out, err = tb.Call(ctx, name, input, nil)
+		return err
+	})
+	if err == nil {
+		r.checkResult(name, out)
+	}
+	if fc != nil {
+		r.checkForged(*fc, err)
+	}
+	return err
+}
+
+// closeUntilDone closes a session the way a caller that means to remove
+// it does: until that works, the last attempts not cancelled.
+func (r *recorder) closeUntilDone(rng *rand.Rand, k int, closeFn func(context.Context) error) {
+	closed := false
+	for attempt := 0; attempt < 4 && !closed; attempt++ {
+		mayCancel := rng
+		if attempt >= 2 {
+			mayCancel = nil
+		}
+		closed = r.op(mayCancel, k, "close", closeDeadline, closeFn) == nil
 	}
 }
 

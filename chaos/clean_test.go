@@ -50,6 +50,23 @@ func checkClean(t *testing.T, envs []*fakemsbtest.Env, rec *recorder) {
 		rec.mu.Unlock()
 	}
 	self := strconv.Itoa(os.Getpid())
+	eachLiveProcess(func(pid, dir, ppid, what string) {
+		if ppid == self {
+			t.Errorf("child process %s left: %.200s", pid, what)
+		}
+		environ, _ := os.ReadFile(dir + "/environ")
+		for kv := range strings.SplitSeq(string(environ), "\x00") {
+			if i, ok := homes[kv]; ok {
+				t.Errorf("fakemsb %d: process %s left: %.200s", i, pid, what)
+			}
+		}
+	})
+}
+
+// eachLiveProcess calls fn for every process that is not a zombie, with
+// its pid, its /proc directory, its parent's pid and its command line
+// (arguments joined by spaces).
+func eachLiveProcess(fn func(pid, dir, ppid, cmdline string)) {
 	ents, _ := os.ReadDir("/proc")
 	for _, ent := range ents {
 		if _, err := strconv.Atoi(ent.Name()); err != nil {
@@ -66,16 +83,7 @@ func checkClean(t *testing.T, envs []*fakemsbtest.Env, rec *recorder) {
 			continue
 		}
 		cmdline, _ := os.ReadFile(dir + "/cmdline")
-		what := strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")
-		if fields[1] == self {
-			t.Errorf("child process %s left: %.200s", ent.Name(), what)
-		}
-		environ, _ := os.ReadFile(dir + "/environ")
-		for kv := range strings.SplitSeq(string(environ), "\x00") {
-			if i, ok := homes[kv]; ok {
-				t.Errorf("fakemsb %d: process %s left: %.200s", i, ent.Name(), what)
-			}
-		}
+		fn(ent.Name(), dir, fields[1], strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " "))
 	}
 }
 

@@ -115,18 +115,8 @@ func runLocalSession(stateDir, decoy string, rec *recorder, k int, rng *rand.Ran
 		if _, ok := localHostile(decoy)[op]; ok {
 			deadline = hostileDeadline
 		}
-		var out string
-		err := rec.op(rng, k, op, deadline, func(ctx context.Context) (err error) {
-			out, err = tb.Call(ctx, name, input, nil)
-			return err
-		})
+		err := rec.call(rng, k, tb, op, name, input, deadline, forgedCall)
 		wrote = wrote || name == "write" && err == nil
-		if err == nil {
-			rec.checkResult(name, out)
-		}
-		if forgedCall != nil {
-			rec.checkForged(*forgedCall, err)
-		}
 		rec.checkLocalKept(sess.Name(), workspace, wrote)
 	}
 
@@ -141,14 +131,7 @@ func runLocalSession(stateDir, decoy string, rec *recorder, k int, rng *rand.Ran
 		})
 		time.Sleep(time.Duration(100+rng.IntN(300)) * time.Millisecond)
 	}
-	closed := false
-	for attempt := 0; attempt < 4 && !closed; attempt++ {
-		mayCancel := rng
-		if attempt >= 2 {
-			mayCancel = nil
-		}
-		closed = rec.op(mayCancel, k, "close", closeDeadline, sess.Close) == nil
-	}
+	rec.closeUntilDone(rng, k, sess.Close)
 	during.Wait()
 }
 
@@ -252,26 +235,11 @@ func snapshotTree(t *testing.T, root string) string {
 func checkNoProcesses(t *testing.T, stateDir string) {
 	t.Helper()
 	self := strconv.Itoa(os.Getpid())
-	ents, _ := os.ReadDir("/proc")
-	for _, ent := range ents {
-		if _, err := strconv.Atoi(ent.Name()); err != nil {
-			continue
+	eachLiveProcess(func(pid, _, ppid, what string) {
+		if ppid == self || strings.Contains(what, stateDir) {
+			t.Errorf("process %s left: %.200s", pid, what)
 		}
-		dir := "/proc/" + ent.Name()
-		stat, err := os.ReadFile(dir + "/stat")
-		if err != nil {
-			continue
-		}
-		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		if len(fields) < 2 || fields[0] == "Z" {
-			continue
-		}
-		cmdline, _ := os.ReadFile(dir + "/cmdline")
-		what := strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")
-		if fields[1] == self || strings.Contains(what, stateDir) {
-			t.Errorf("process %s left: %.200s", ent.Name(), what)
-		}
-	}
+	})
 }
 
 func names(ents []os.DirEntry) []string {
