@@ -247,15 +247,27 @@ func TestBashProgressCoalesces(t *testing.T) {
 	require.NoError(t, err)
 	out := resultText(t, res)
 
-	got := c.notifications()
+	var want strings.Builder
+	for i := 1; i <= 20000; i++ {
+		fmt.Fprintf(&want, "%d\n", i)
+	}
+	// The server writes every notification before the result, but the
+	// client may still be handling the last ones when the result returns.
+	var got []*mcp.ProgressNotificationParams
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		got = c.notifications()
+		received := 0
+		for _, n := range got {
+			received += len(n.Message)
+		}
+		if received >= want.Len() || time.Now().After(deadline) {
+			break
+		}
+	}
 	var joined strings.Builder
 	for _, n := range got {
 		assert.LessOrEqual(t, len(n.Message), maxProgressMessage)
 		joined.WriteString(n.Message)
-	}
-	var want strings.Builder
-	for i := 1; i <= 20000; i++ {
-		fmt.Fprintf(&want, "%d\n", i)
 	}
 	assert.Equal(t, want.String(), joined.String(), "progress carries the whole output")
 	shown, _, ok := strings.Cut(out, "\n\n[Showing lines 18002-20001 of 20001. Full output: ")
