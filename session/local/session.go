@@ -244,6 +244,11 @@ func Attach(ctx context.Context, stateDir, name string) (*Session, error) {
 	}
 	dirs := dirsOf(filepath.Join(stateDir, name))
 	rec, err := readRecord(dirs.Root)
+	if errors.Is(err, session.ErrNotFound) {
+		// Sessions live in one state directory: say which was searched.
+		return nil, fmt.Errorf("local sandbox %s: no such session in %s (one made with another --state-dir or XDG_STATE_HOME is not seen here): %w",
+			name, stateDir, session.ErrNotFound)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -62,8 +62,8 @@ func TestCopyInAndAttach(t *testing.T) {
 	if err := a.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Attach(ctx, dir, s.Name()); !errors.Is(err, session.ErrNotFound) {
-		t.Fatalf("Attach after close: %v", err)
+	if _, err := Attach(ctx, dir, s.Name()); !errors.Is(err, session.ErrNotFound) || !strings.Contains(err.Error(), "no such session in "+dir) {
+		t.Fatalf("Attach after close: %v, want ErrNotFound naming the state directory searched", err)
 	}
 	if _, err := s.Shell(ctx, session.Command{Script: "true"}, session.ShellOptions{}); !errors.Is(err, session.ErrGone) {
 		t.Fatalf("Shell on a removed session: %v, want ErrGone", err)
