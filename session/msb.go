@@ -375,7 +375,7 @@ func (s *MsbSession) stoppedError(ctx context.Context, err error) error {
 	ictx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	info, inspectErr := s.client.Inspect(ictx, s.names.Sandbox)
 	cancel()
-	if inspectErr != nil || info.Status != "Stopped" && info.Status != "Crashed" {
+	if inspectErr != nil || !stoppedStatus(info.Status) {
 		return nil
 	}
 	s.mu.Lock()
