@@ -45,12 +45,8 @@ func (s *MsbSession) Fork(ctx context.Context, o Options) (*MsbSession, error) {
 	}
 	wasRunning := !stoppedStatus(info.Status)
 	if wasRunning {
-		pctx, cancel := context.WithTimeout(ctx, pauseTimeout)
-		err := s.client.Stop(pctx, msb.StopOptions{Names: []string{s.names.Sandbox}, Timeout: stopGraceSecs})
-		cancel()
-		if err != nil {
-			_, mapped := shellResult(nil, err)
-			return nil, fmt.Errorf("fork %s: pause the source: %w", s.names.Sandbox, mapped)
+		if err := s.stop(ctx); err != nil {
+			return nil, fmt.Errorf("fork %s: pause the source: %w", s.names.Sandbox, err)
 		}
 	}
 	s.life.state = statePaused

@@ -120,6 +120,18 @@ func (s *MsbSession) start(ctx context.Context) error {
 	return nil
 }
 
+// stop stops the sandbox gracefully (msb stop, killed after
+// stopGraceSecs); the error is mapped onto the Session errors.
+func (s *MsbSession) stop(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, pauseTimeout)
+	err := s.client.Stop(pctx, msb.StopOptions{Names: []string{s.names.Sandbox}, Timeout: stopGraceSecs})
+	cancel()
+	if err != nil {
+		_, err = shellResult(nil, err)
+	}
+	return err
+}
+
 // Pause stops the sandbox (msb stop, graceful for stopGraceSecs, then
 // killed): the VM and every process in it end, the workspace volume and
 // the root disk are kept. It waits for calls in flight. The next call
@@ -134,12 +146,8 @@ func (s *MsbSession) Pause(ctx context.Context) error {
 	if s.life.state == statePaused {
 		return nil
 	}
-	pctx, cancel := context.WithTimeout(ctx, pauseTimeout)
-	err := s.client.Stop(pctx, msb.StopOptions{Names: []string{s.names.Sandbox}, Timeout: stopGraceSecs})
-	cancel()
-	if err != nil {
-		_, mapped := shellResult(nil, err)
-		return fmt.Errorf("pause %s: %w", s.names.Sandbox, mapped)
+	if err := s.stop(ctx); err != nil {
+		return fmt.Errorf("pause %s: %w", s.names.Sandbox, err)
 	}
 	s.life.state = statePaused
 	s.logger.Debug("session paused", "sandbox", s.names.Sandbox)
