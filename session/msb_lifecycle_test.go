@@ -64,6 +64,17 @@ func TestPauseResumeOnUse(t *testing.T) {
 	assert.Equal(t, []string{"start", "exec"}, commands(t, env))
 	assert.Equal(t, "Running", sandboxStatus(t, env, name), "the resumed sandbox stays up")
 
+	// The hot path: a call on a running session, created or attached with
+	// auto-resume, is one msb exec and nothing else (no inspect).
+	other, err := session.Attach(msb.NewClient(&msb.CLI{Path: env.Bin}), "", name)
+	require.NoError(t, err)
+	for _, sess := range []*session.MsbSession{s, other} {
+		env.ResetLog(t)
+		_, err = sess.Shell(ctx, session.Command{Script: `true`}, session.ShellOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, []string{"exec"}, commands(t, env))
+	}
+
 	require.NoError(t, s.Pause(ctx))
 	require.NoError(t, s.Close(ctx))
 	assert.Empty(t, env.Sandboxes(t))
