@@ -100,7 +100,7 @@ const (
 
 // isStem reports whether stem is exactly what NewNames produces for prefix.
 // It is called for every listed resource in a sweep, so nothing is
-// compiled or allocated here.
+// compiled here (the prefix's namePart still allocates).
 func isStem(prefix, stem string) bool {
 	_, ok := StemTime(prefix, stem)
 	return ok
