@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"strings"
@@ -17,25 +16,9 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
-)
 
-// servers on loopback only: this host has no other network, and the
-// tests must never try to leave it.
-func loopbackServer(t *testing.T, addr, name string) (*httptest.Server, uint16) {
-	t.Helper()
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Skipf("cannot listen on %s: %v", addr, err)
-	}
-	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "hello from %s, auth=%q", name, r.Header.Get("Authorization"))
-	}))
-	s.Listener.Close()
-	s.Listener = l
-	s.Start()
-	t.Cleanup(s.Close)
-	return s, uint16(l.Addr().(*net.TCPAddr).Port)
-}
+	"github.com/oma-sandbox/oma-sandbox/internal/testutil"
+)
 
 type proxyFixture struct {
 	addr     string
@@ -50,9 +33,9 @@ type proxyFixture struct {
 func newProxy(t *testing.T) *proxyFixture {
 	t.Helper()
 	f := &proxyFixture{}
-	_, f.portA = loopbackServer(t, "127.0.0.1:0", "A")
-	_, f.portB = loopbackServer(t, "127.0.0.1:0", "B")
-	_, f.portC = loopbackServer(t, "127.0.0.2:0", "C")
+	f.portA = uint16(testutil.LoopbackServer(t, "127.0.0.1:0", "A"))
+	f.portB = uint16(testutil.LoopbackServer(t, "127.0.0.1:0", "B"))
+	f.portC = uint16(testutil.LoopbackServer(t, "127.0.0.2:0", "C"))
 	pol := Policy{}
 	for _, s := range []string{
 		fmt.Sprintf("127.0.0.1:%d", f.portA),

@@ -4,9 +4,6 @@ package main
 
 import (
 	"fmt"
-	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,25 +13,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-)
 
-// loopbackServer answers "hello from NAME" (and the Authorization header
-// it got) on addr, a loopback address of the host.
-func loopbackServer(t *testing.T, addr, name string) int {
-	t.Helper()
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Skipf("listen %s: %v", addr, err)
-	}
-	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "hello from %s auth=%q", name, r.Header.Get("Authorization"))
-	}))
-	s.Listener.Close()
-	s.Listener = l
-	s.Start()
-	t.Cleanup(s.Close)
-	return l.Addr().(*net.TCPAddr).Port
-}
+	"github.com/oma-sandbox/oma-sandbox/internal/testutil"
+)
 
 // TestAllowlistIsEnforced: a sandbox created with --no-net and allow
 // rules reaches the allowed loopback servers (an IP:port, a CIDR, a
@@ -47,9 +28,9 @@ func TestAllowlistIsEnforced(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("curl not installed")
 	}
-	a := loopbackServer(t, "127.0.0.1:0", "A")
-	d := loopbackServer(t, "127.0.0.1:0", "D")
-	c := loopbackServer(t, "127.0.0.2:0", "C")
+	a := testutil.LoopbackServer(t, "127.0.0.1:0", "A")
+	d := testutil.LoopbackServer(t, "127.0.0.1:0", "D")
+	c := testutil.LoopbackServer(t, "127.0.0.2:0", "C")
 	const value = "fakemsb-secret-value"
 	f := newFx(t)
 	f.guestImage = true // the guest image's unprivileged user

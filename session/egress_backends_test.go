@@ -5,9 +5,6 @@ package session_test
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
-	"net/http/httptest"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -19,27 +16,10 @@ import (
 
 	"github.com/oma-sandbox/oma-sandbox/egress"
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
+	"github.com/oma-sandbox/oma-sandbox/internal/testutil"
 	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/session/local"
 )
-
-// egressServer answers "hello from NAME auth=AUTHORIZATION" on addr, a
-// loopback address of the host: the only network these tests use.
-func egressServer(t *testing.T, addr, name string) int {
-	t.Helper()
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Skipf("listen %s: %v", addr, err)
-	}
-	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "hello from %s auth=%q", name, r.Header.Get("Authorization"))
-	}))
-	s.Listener.Close()
-	s.Listener = l
-	s.Start()
-	t.Cleanup(s.Close)
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 // egressFixture is the allowlist scenario's servers and policy: A on
 // 127.0.0.1 allowed by IP:port (and the secret's host), D on 127.0.0.1
@@ -59,9 +39,9 @@ func newEgressFixture(t *testing.T) egressFixture {
 	}
 	t.Setenv("OMA_EGRESS_SECRET", egressSecretValue)
 	f := egressFixture{
-		a: egressServer(t, "127.0.0.1:0", "A"),
-		d: egressServer(t, "127.0.0.1:0", "D"),
-		c: egressServer(t, "127.0.0.2:0", "C"),
+		a: testutil.LoopbackServer(t, "127.0.0.1:0", "A"),
+		d: testutil.LoopbackServer(t, "127.0.0.1:0", "D"),
+		c: testutil.LoopbackServer(t, "127.0.0.2:0", "C"),
 	}
 	f.policy.Mode = egress.Allowlist
 	for _, s := range []string{"127.0.0.1:" + strconv.Itoa(f.a), "127.0.0.2/31", "*.test.example"} {

@@ -13,25 +13,8 @@ import (
 	"testing"
 
 	"github.com/oma-sandbox/oma-sandbox/egress"
+	"github.com/oma-sandbox/oma-sandbox/internal/testutil"
 )
-
-// hostServer serves name on a loopback address of the host: the only
-// network this test may use.
-func hostServer(t *testing.T, addr, name string) int {
-	t.Helper()
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Skipf("listen %s: %v", addr, err)
-	}
-	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "hello from %s", name)
-	}))
-	s.Listener.Close()
-	s.Listener = l
-	s.Start()
-	t.Cleanup(s.Close)
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 // TestAllowlistThroughTheHostProxy: a session with an allowlist reaches an
 // allowed host server through the proxy variables (HTTP and SOCKS5), is
@@ -42,9 +25,9 @@ func TestAllowlistThroughTheHostProxy(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("curl not installed")
 	}
-	a := hostServer(t, "127.0.0.1:0", "A")
-	b := hostServer(t, "127.0.0.1:0", "B")
-	c := hostServer(t, "127.0.0.2:0", "C")
+	a := testutil.LoopbackServer(t, "127.0.0.1:0", "A")
+	b := testutil.LoopbackServer(t, "127.0.0.1:0", "B")
+	c := testutil.LoopbackServer(t, "127.0.0.2:0", "C")
 	var allow []egress.Target
 	for _, s := range []string{"127.0.0.1:" + strconv.Itoa(a), "127.0.0.2/31"} {
 		tg, err := egress.ParseTarget(s)
@@ -67,9 +50,9 @@ echo done`, strconv.Itoa(a), strconv.Itoa(b), strconv.Itoa(c))
 	out := string(res.Stdout)
 	for _, want := range []string{
 		"proxy=http://127.0.0.1:3128 all=socks5h://127.0.0.1:3128",
-		"hello from A [a http 0]",
-		"hello from A [a socks 0]",
-		"hello from C [c cidr 0]",
+		`hello from A auth="" [a http 0]`,
+		`hello from A auth="" [a socks 0]`,
+		`hello from C auth="" [c cidr 0]`,
 		fmt.Sprintf("oma-sandbox egress: refused 127.0.0.1:%d: not in the allowlist\n [b 0]", b),
 		"oma-sandbox egress: refused example.invalid:80: not in the allowlist\n [invalid 0]",
 		"CONNECT tunnel failed, response 403",
@@ -109,7 +92,7 @@ func TestSecretThroughTheHostProxy(t *testing.T) {
 	srv.Start()
 	t.Cleanup(srv.Close)
 	a := l.Addr().(*net.TCPAddr).Port
-	c := hostServer(t, "127.0.0.2:0", "C")
+	c := testutil.LoopbackServer(t, "127.0.0.2:0", "C")
 	var allow []egress.Target
 	for _, s := range []string{"127.0.0.1:" + strconv.Itoa(a), "127.0.0.2"} {
 		tg, err := egress.ParseTarget(s)

@@ -1,0 +1,29 @@
+package testutil
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+)
+
+// LoopbackServer answers `hello from NAME auth="AUTHORIZATION"` on addr, a
+// loopback address of the host (the only network the tests may use), until
+// the test ends, and returns its port. It skips the test when addr cannot
+// be listened on.
+func LoopbackServer(t testing.TB, addr, name string) int {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("listen %s: %v", addr, err)
+	}
+	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello from %s auth=%q", name, r.Header.Get("Authorization"))
+	}))
+	s.Listener.Close()
+	s.Listener = l
+	s.Start()
+	t.Cleanup(s.Close)
+	return l.Addr().(*net.TCPAddr).Port
+}
