@@ -365,12 +365,13 @@ func writeStatus(c net.Conn, code int, body string) {
 		code, http.StatusText(code), len(body), body)
 }
 
-// pipe copies both ways until both directions end; br holds what the
-// client sent past the request.
-func pipe(c net.Conn, br *bufio.Reader, up net.Conn) {
+// pipe copies both ways until both directions end; from is what the
+// client sends (c itself, or a reader holding what it sent past the
+// request).
+func pipe(c net.Conn, from io.Reader, up net.Conn) {
 	done := make(chan struct{})
 	go func() {
-		_, _ = io.Copy(up, br)
+		_, _ = io.Copy(up, from)
 		closeWrite(up)
 		close(done)
 	}()

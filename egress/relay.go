@@ -90,15 +90,7 @@ func relayAccept(l net.Listener, sock string) {
 				return
 			}
 			defer up.Close()
-			done := make(chan struct{})
-			go func() {
-				_, _ = io.Copy(up, c)
-				closeWrite(up)
-				close(done)
-			}()
-			_, _ = io.Copy(c, up)
-			closeWrite(c)
-			<-done
+			pipe(c, c, up)
 		}()
 	}
 }
