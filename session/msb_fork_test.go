@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -149,4 +150,30 @@ func TestForkRefusesADiskVolume(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, list, 1, "no fork left")
 	require.NoError(t, src.Close(ctx))
+}
+
+// A caller that gives up while the fork's volume is looked up (the source
+// is stopped, the fork created): the fork is closed and the running source
+// started again, neither with the cancelled context.
+func TestForkCancelledMidCopy(t *testing.T) {
+	ctx := context.Background()
+	env := fakemsbtest.New(t)
+	src, err := session.Create(ctx, options(env))
+	require.NoError(t, err)
+	defer src.Close(ctx)
+	shellOut(t, src, `echo kept >note.txt`)
+
+	env.SetKnob("FAKEMSB_FAULTS", "volume-inspect#2=hang")
+	cctx, cancel := context.WithCancel(ctx)
+	go func() { time.Sleep(time.Second); cancel() }()
+	o := options(env)
+	o.SessionID = "fork"
+	fork, err := src.Fork(cctx, o)
+	require.Error(t, err)
+	assert.Nil(t, fork)
+	env.SetKnob("FAKEMSB_FAULTS", "")
+	assert.Equal(t, []string{src.Name()}, env.Sandboxes(t), "the fork is removed")
+	assert.Equal(t, []string{src.Names().Volume}, env.Volumes(t), "and its volume")
+	assert.Equal(t, "Running", sandboxStatus(t, env, src.Name()), "the source is started again")
+	assert.Equal(t, "kept\n", shellOut(t, src, `cat note.txt`))
 }
