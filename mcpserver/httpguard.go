@@ -116,12 +116,12 @@ const maxRefusedBody = 1 << 30
 func (g *guard) refuse(w http.ResponseWriter, rest io.Reader, head []byte) {
 	scan := &envelopeScanner{limit: g.maxBody}
 	_, _ = scan.Write(head)
-	if n, _ := io.CopyN(scan, rest, maxRefusedBody); n == maxRefusedBody {
-		w.Header().Set("Connection", "close")
-		http.Error(w, tooLargeText(scan.n, g.maxBody), http.StatusRequestEntityTooLarge)
-		return
+	var a *answer
+	if n, _ := io.CopyN(scan, rest, maxRefusedBody); n < maxRefusedBody {
+		a = scan.refusal()
+	} else {
+		w.Header().Set("Connection", "close") // the rest of the body is unread
 	}
-	a := scan.refusal()
 	if a == nil {
 		http.Error(w, tooLargeText(scan.n, g.maxBody), http.StatusRequestEntityTooLarge)
 		return
