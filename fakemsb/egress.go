@@ -14,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 
 	"github.com/oma-sandbox/oma-sandbox/egress"
 )
@@ -205,8 +204,7 @@ type egressExec struct {
 	done  chan struct{}
 	log   string
 
-	mu      sync.Mutex
-	refused []string
+	refused egress.Refusals
 }
 
 // startEgress serves sb's policy on a fresh socket in its egress directory
@@ -234,7 +232,7 @@ func (a *app) startEgress(sb *sandbox, pol egress.Policy) (*egressExec, []string
 		return nil, nil, nil, err
 	}
 	e := &egressExec{sock: sock, l: l, done: make(chan struct{}), log: filepath.Join(a.runDir(), sb.Name+".egress.log")}
-	e.proxy = &egress.Proxy{Policy: pol, Secrets: secrets, Refused: e.note, Resolve: a.resolver()}
+	e.proxy = &egress.Proxy{Policy: pol, Secrets: secrets, Refused: e.refused.Add, Resolve: a.resolver()}
 	go func() {
 		defer close(e.done)
 		_ = e.proxy.Serve(l)
@@ -274,12 +272,6 @@ func listenUnix(dir, name string) (*net.UnixListener, error) {
 	return l, nil
 }
 
-func (e *egressExec) note(dest, reason string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.refused = append(e.refused, "egress refused "+dest+": "+reason)
-}
-
 // stop ends the proxy and its connections, removes the socket and appends
 // the refusals to the sandbox's egress log (run/NAME.egress.log), as msb's
 // block-and-log logs secret violations.
@@ -288,13 +280,12 @@ func (e *egressExec) stop() {
 	e.proxy.Close()
 	<-e.done
 	_ = os.Remove(e.sock)
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if len(e.refused) == 0 {
+	notes := e.refused.Notes()
+	if len(notes) == 0 {
 		return
 	}
 	if f, err := os.OpenFile(e.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
-		_, _ = f.WriteString(strings.Join(e.refused, "\n") + "\n")
+		_, _ = f.WriteString(strings.Join(notes, "\n") + "\n")
 		f.Close()
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 
 	"github.com/oma-sandbox/oma-sandbox/egress"
 )
@@ -21,7 +20,6 @@ const (
 	guestSocket    = guestEgressDir + "/proxy.sock"
 	guestRelay     = guestEgressDir + "/" + egress.RelayName
 	relayAddr      = "127.0.0.1:3128"
-	maxEgressNotes = 20
 )
 
 // egressMounts are the host paths bound into a sandbox for its allowlist.
@@ -44,8 +42,7 @@ type egressCall struct {
 	proxy *egress.Proxy
 	done  chan struct{}
 
-	mu      sync.Mutex
-	refused []string
+	refused egress.Refusals
 }
 
 // startEgress serves pol on a unix socket in a fresh private directory
@@ -79,7 +76,7 @@ func startEgress(spec *bwrapSpec, name string, pol egress.Policy) (*egressCall, 
 		return nil, err
 	}
 	e := &egressCall{dir: dir, l: l, done: make(chan struct{})}
-	e.proxy = &egress.Proxy{Policy: pol, Refused: e.note, Secrets: secrets}
+	e.proxy = &egress.Proxy{Policy: pol, Refused: e.refused.Add, Secrets: secrets}
 	go func() {
 		defer close(e.done)
 		_ = e.proxy.Serve(l)
@@ -114,23 +111,11 @@ func secretValues(name string, secrets []egress.Secret) ([]egress.SecretValue, e
 	return out, nil
 }
 
-func (e *egressCall) note(dest, reason string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if len(e.refused) < maxEgressNotes {
-		e.refused = append(e.refused, "egress refused "+dest+": "+reason)
-	} else if len(e.refused) == maxEgressNotes {
-		e.refused = append(e.refused, "egress refused more destinations")
-	}
-}
-
 // stop ends the proxy and its connections and returns the refusals.
 func (e *egressCall) stop() []string {
 	e.l.Close()
 	e.proxy.Close()
 	<-e.done
 	os.RemoveAll(e.dir)
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.refused
+	return e.refused.Notes()
 }
