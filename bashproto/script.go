@@ -17,7 +17,6 @@ import (
 	"encoding/hex"
 	"path"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -339,13 +338,4 @@ exit 1
 // through its supervisor when there is one, else by the owner tag.
 func KillScript(id string) (string, []string) {
 	return killScript, []string{id}
-}
-
-// ValidID reports whether id has NewCall's shape, so a kill never targets a
-// pattern.
-func ValidID(id string) bool {
-	if len(id) != 32 {
-		return false
-	}
-	return strings.Trim(id, "0123456789abcdef") == ""
 }
