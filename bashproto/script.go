@@ -137,14 +137,15 @@ case $secret in
   '' | *[!0-9a-f]*) printf 'oma-sandbox: malformed bash request\n' >&2; exit 91 ;;
 esac
 log=$logdir/$id.log
-if ! { mkdir -p -m 700 -- "$logdir" && : > "$log"; } 2>/dev/null; then
+# fd 4 keeps the log itself: the command may put anything at its path.
+if ! { mkdir -p -m 700 -- "$logdir" && : > "$log" && exec 4< "$log"; } 2>/dev/null; then
   printf 'oma-sandbox: cannot create the output log %s\n' "$log" >&2
   exit 92
 fi
 printf '__OMA_DISPATCHED__:%s\n' "$secret"
 setsid env "` + OwnerEnv + `=$id" /bin/bash -c \
   'IFS= read -r -d "" __oma_command <&3; exec 3<&-; eval "unset __oma_command; $__oma_command"' \
-  bash 3<<<"$command" </dev/null >>"$log" 2>&1 &
+  bash 3<<<"$command" 4<&- </dev/null >>"$log" 2>&1 &
 pid=$!
 command=
 tail -c +1 -s 0.05 -f --pid="$pid" -- "$log" </dev/null 2>/dev/null &
@@ -250,9 +251,11 @@ done
 kill "$tick" "$follower" 2>/dev/null
 wait "$tick" "$follower" 2>/dev/null
 tick=
-set -- $(wc -lc < "$log" 2>/dev/null || echo 0 0)
+set -- $(wc -lc < /proc/self/fd/4 2>/dev/null || echo 0 0)
 if [ "$(( ${1:-0} + 1 ))" -gt "$maxlines" ] || [ "${2:-0}" -gt "$maxbytes" ]; then
-  if ! { mkdir -p -- "$keptdir" && cp -- "$log" "$keptdir/$id.log"; } 2>/dev/null; then
+  # Non-blocking: a FIFO planted at the copy's name fails the copy.
+  if ! { mkdir -p -- "$keptdir" &&
+    dd if=/proc/self/fd/4 of="$keptdir/$id.log" oflag=nonblock bs=1M status=none; } 2>/dev/null; then
     printf '\n[The full output could not be saved to %s]\n' "$keptdir/$id.log"
   fi
 fi

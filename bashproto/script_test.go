@@ -410,3 +410,38 @@ func requireEmptyDir(t *testing.T, dir string) {
 	require.NoError(t, err)
 	assert.Empty(t, entries, "files left behind")
 }
+
+// A FIFO the command plants where the supervisor reads or copies its log
+// (the live log swapped, or the kept copy's name taken in advance) does not
+// hold the supervisor past the command's end: the real status still comes.
+func TestScriptLogFIFOsDoNotHang(t *testing.T) {
+	requireSupported(t)
+	for name, command := range map[string]string{
+		"live": `l="$LIVE/$` + OwnerEnv + `.log"; rm -f "$l"; mkfifo "$l"; echo hi`,
+		"kept": `mkdir -p "$KEPT" && mkfifo "$KEPT/$` + OwnerEnv + `.log"; seq 3000`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, logs := NewCall(), testLogs(t)
+			t.Setenv("LIVE", logs.Live)
+			t.Setenv("KEPT", logs.Kept)
+			t.Cleanup(func() {
+				for _, p := range processesMentioning(t, c.ID) {
+					pid, _ := strconv.Atoi(p[:strings.IndexByte(p, ':')])
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			})
+			script, args, stdin := Script(c, command, 5*time.Second, logs, testLimits)
+			var out, errb bytes.Buffer
+			cmd := start(t, script, args, stdin, &out, &errb)
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case err := <-done:
+				assert.Equal(t, 0, exitCode(t, err))
+				assert.Contains(t, out.String(), terminalLine(c.Secret, "exit:0"))
+			case <-time.After(4 * time.Second):
+				t.Fatal("the supervisor hangs on a FIFO the command planted")
+			}
+		})
+	}
+}
