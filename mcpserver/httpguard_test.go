@@ -1,13 +1,17 @@
 package mcpserver
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
@@ -145,4 +149,27 @@ func TestHTTPMessageLimit(t *testing.T) {
 	assert.Contains(t, answer, `"isError":true}}`)
 
 	assert.Equal(t, "alive\n", c.mustCall(t, "bash", obj{"command": "echo alive"}))
+}
+
+// A connection that sent one request (refused here: no token) and then
+// nothing is closed by the server once idle, not kept for ever.
+func TestHTTPClosesIdleConnections(t *testing.T) {
+	defer func(d time.Duration) { httpIdleTimeout = d }(httpIdleTimeout)
+	httpIdleTimeout = 300 * time.Millisecond
+	_, tb, _ := hostServer(t)
+	endpoint, _, _ := httpServer(t, tb)
+	u, err := url.Parse(endpoint)
+	require.NoError(t, err)
+	conn, err := net.Dial("tcp", u.Host)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", u.Path, u.Host)
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+	_, err = conn.Read(make([]byte, 1))
+	assert.ErrorIs(t, err, io.EOF, "the idle connection was not closed by the server")
 }

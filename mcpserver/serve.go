@@ -98,6 +98,11 @@ func URL(ln net.Listener) string { return "http://" + ln.Addr().String() + HTTPP
 // refused as on stdio. Any number of clients may connect; they share the
 // Toolbox. It returns when serving fails, or nil when ctx ends, after
 // cancelling the tool calls still running and closing every connection.
+// httpIdleTimeout closes a connection that sends no next request, so a
+// client (with or without the token) cannot hold connections open for ever;
+// it applies only between requests, never to a stream in progress.
+var httpIdleTimeout = 2 * time.Minute
+
 func ServeHTTP(ctx context.Context, ln net.Listener, token string, opts Options) error {
 	if err := CheckToken(token); err != nil {
 		ln.Close()
@@ -116,7 +121,7 @@ func ServeHTTP(ctx context.Context, ln net.Listener, token string, opts Options)
 	mux := http.NewServeMux()
 	mux.Handle(HTTPPath, mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
 		&mcp.StreamableHTTPOptions{Logger: logger, MaxRequestBodyBytes: MaxMessageBytes}))
-	srv := &http.Server{Handler: newGuard(mux, tcp, token, MaxMessageBytes), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: newGuard(mux, tcp, token, MaxMessageBytes), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: httpIdleTimeout}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	logger.Info("serving MCP over streamable HTTP", "url", URL(ln))
