@@ -1,0 +1,276 @@
+package agentchan
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
+)
+
+// fakeAgent plays a (possibly lying) agent on the other end of pipes.
+type fakeAgent struct {
+	t      *testing.T
+	out    *io.PipeWriter    // what the agent writes
+	in     *agentwire.Reader // what the host wrote
+	inPipe *io.PipeReader
+}
+
+func openFake(t *testing.T) (*Conn, *fakeAgent) {
+	t.Helper()
+	hostR, agentW := io.Pipe()
+	agentR, hostW := io.Pipe()
+	f := &fakeAgent{t: t, out: agentW, in: agentwire.NewHostReader(agentR), inPipe: agentR}
+	go f.send(`{"type":"hello","version":1,"pid":42}`)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := Open(ctx, hostR, hostW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Close()
+		agentW.Close()
+		agentR.Close()
+	})
+	return c, f
+}
+
+// send writes lines as the agent; errors mean the host closed its end.
+func (f *fakeAgent) send(lines ...string) {
+	for _, l := range lines {
+		if _, err := io.WriteString(f.out, l+"\n"); err != nil {
+			return
+		}
+	}
+}
+
+// next returns the next frame the host sent.
+func (f *fakeAgent) next() agentwire.Frame {
+	f.t.Helper()
+	fr, err := f.in.Read()
+	if err != nil {
+		f.t.Errorf("reading the host's frames: %v", err)
+		return nil
+	}
+	return fr
+}
+
+type runResult struct {
+	res *Result
+	err error
+}
+
+func goRun(ctx context.Context, c *Conn, req Request, out Output) <-chan runResult {
+	done := make(chan runResult, 1)
+	go func() {
+		res, err := c.Run(ctx, req, out)
+		done <- runResult{res, err}
+	}()
+	return done
+}
+
+func wait(t *testing.T, done <-chan runResult) runResult {
+	t.Helper()
+	select {
+	case r := <-done:
+		return r
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return")
+		return runResult{}
+	}
+}
+
+func TestFakeHappyPath(t *testing.T) {
+	c, f := openFake(t)
+	if c.AgentPID() != 42 {
+		t.Fatalf("pid %d", c.AgentPID())
+	}
+	done := goRun(context.Background(), c, Request{Script: "x", Args: []string{"a\xff"}}, Output{})
+	run := f.next().(*agentwire.Run)
+	if string(run.Script) != "x" || string(run.Args[0]) != "a\xff" || run.MaxOutput != DefaultMaxOutput || run.Stdin {
+		t.Fatalf("run frame %+v", run)
+	}
+	f.send(`{"type":"out","id":1,"fd":1,"data":"aGk="}`, `{"type":"out","id":1,"fd":2,"data":"ZQ=="}`, `{"type":"exit","id":1,"code":7}`)
+	r := wait(t, done)
+	if r.err != nil || r.res.ExitCode != 7 || string(r.res.Stdout) != "hi" || string(r.res.Stderr) != "e" {
+		t.Fatalf("got %+v, %v", r.res, r.err)
+	}
+}
+
+// The host counts output itself: an agent ignoring max_output is cut off
+// at the cap and told to kill the call.
+func TestHostCountsOutput(t *testing.T) {
+	c, f := openFake(t)
+	done := goRun(context.Background(), c, Request{Script: "x", MaxOutput: 5}, Output{})
+	f.next()
+	f.send(`{"type":"out","id":1,"fd":1,"data":"MTIz"}`, `{"type":"out","id":1,"fd":1,"data":"NDU2Nzg5"}`)
+	r := wait(t, done)
+	if !errors.Is(r.err, ErrOutputOverflow) || string(r.res.Stdout) != "12345" {
+		t.Fatalf("got %+v, %v", r.res, r.err)
+	}
+	if k, ok := f.next().(*agentwire.Kill); !ok || k.ID != 1 {
+		t.Fatalf("no kill after the overflow")
+	}
+	// What it still sends for the call is dropped, then its exit.
+	f.send(`{"type":"out","id":1,"fd":1,"data":"MTIz"}`, `{"type":"exit","id":1,"code":255}`)
+	done = goRun(context.Background(), c, Request{Script: "y"}, Output{})
+	f.next()
+	f.send(`{"type":"exit","id":2,"code":0}`)
+	if r := wait(t, done); r.err != nil {
+		t.Fatalf("the channel died: %v", r.err)
+	}
+}
+
+// Every protocol violation kills the channel: the call in flight and every
+// later one fail with ErrBroken naming the reason.
+func TestViolationsBreakTheChannel(t *testing.T) {
+	cases := []struct{ name, line, want string }{
+		{"garbage", "garbage", "bad frame"},
+		{"never started", `{"type":"exit","id":9,"code":0}`, "call 9, which was never started"},
+		{"exit twice", `{"type":"exit","id":1,"code":0}` + "\n" + `{"type":"exit","id":1,"code":0}`, "call 1, which has ended"},
+		{"out after exit", `{"type":"exit","id":1,"code":0}` + "\n" + `{"type":"out","id":1,"fd":1,"data":"YQ=="}`, "call 1, which has ended"},
+		{"ack beyond stdin", `{"type":"ack","id":1,"n":3}`, "ack of 3 bytes"},
+		{"second hello", `{"type":"hello","version":1,"pid":42}`, "a second hello"},
+		{"overlong line", strings.Repeat("x", agentwire.MaxGuestLine+1), "too long"},
+		{"end of output", "", "output ended"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, f := openFake(t)
+			ctx := context.Background()
+			done := goRun(ctx, c, Request{Script: "x"}, Output{})
+			f.next()
+			if tc.line == "" {
+				f.out.Close()
+			} else {
+				go f.send(tc.line)
+			}
+			select {
+			case <-c.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("the channel lives on")
+			}
+			if !errors.Is(c.Err(), ErrBroken) || !strings.Contains(c.Err().Error(), tc.want) {
+				t.Fatalf("Err() = %v, want ErrBroken with %q", c.Err(), tc.want)
+			}
+			if r := wait(t, done); tc.name != "exit twice" && tc.name != "out after exit" && !errors.Is(r.err, ErrBroken) {
+				t.Fatalf("the call in flight: %v", r.err)
+			}
+			start := time.Now()
+			if _, err := c.Run(ctx, Request{Script: "y"}, Output{}); !errors.Is(err, ErrBroken) || time.Since(start) > time.Second {
+				t.Fatalf("a later Run: %v after %s", err, time.Since(start))
+			}
+		})
+	}
+}
+
+// ctx ending returns at once, tells the agent to kill the call, and what
+// the agent still sends for it is dropped.
+func TestContextEndGivesUp(t *testing.T) {
+	c, f := openFake(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := goRun(ctx, c, Request{Script: "x"}, Output{})
+	f.next()
+	cancel()
+	if r := wait(t, done); !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("got %v", r.err)
+	}
+	if k, ok := f.next().(*agentwire.Kill); !ok || k.ID != 1 {
+		t.Fatal("no kill")
+	}
+	f.send(`{"type":"out","id":1,"fd":1,"data":"YQ=="}`, `{"type":"exit","id":1,"code":255}`)
+	done = goRun(context.Background(), c, Request{Script: "y"}, Output{})
+	f.next()
+	f.send(`{"type":"exit","id":2,"code":0}`)
+	if r := wait(t, done); r.err != nil {
+		t.Fatal(r.err)
+	}
+	// After its exit, the call's id is no longer quietly accepted.
+	f.send(`{"type":"exit","id":1,"code":255}`)
+	<-c.Done()
+}
+
+func TestOpenRefuses(t *testing.T) {
+	for _, tc := range []struct{ name, first, want string }{
+		{"version", `{"type":"hello","version":2,"pid":1}`, "protocol version 2"},
+		{"not hello", `{"type":"exit","id":1,"code":0}`, "before hello"},
+		{"nothing", "", "waiting for the agent's hello"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hostR, agentW := io.Pipe()
+			agentR, hostW := io.Pipe()
+			defer agentW.Close()
+			defer agentR.Close()
+			if tc.first != "" {
+				go io.WriteString(agentW, tc.first+"\n")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			_, err := Open(ctx, hostR, hostW)
+			if !errors.Is(err, ErrBroken) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestRunRefusesBadRequests(t *testing.T) {
+	c, _ := openFake(t)
+	for _, req := range []Request{
+		{Script: "a\x00b"},
+		{Args: []string{"\x00"}},
+		{Workdir: "relative"},
+		{Timeout: -time.Second},
+		{MaxOutput: -1},
+		{Script: strings.Repeat("x", agentwire.MaxArgBytes+1)},
+	} {
+		if _, err := c.Run(context.Background(), req, Output{}); err == nil || errors.Is(err, ErrBroken) {
+			t.Fatalf("%.40v: got %v", req, err)
+		}
+	}
+	if c.Err() != nil {
+		t.Fatal(c.Err())
+	}
+}
+
+// Stdin is sent in chunks and never more than the window ahead of the
+// agent's acks.
+func TestStdinWindow(t *testing.T) {
+	c, f := openFake(t)
+	in := bytes.Repeat([]byte("s"), 3*agentwire.MaxStdinQueue)
+	done := goRun(context.Background(), c, Request{Script: "x", Stdin: bytes.NewReader(in)}, Output{})
+	if !f.next().(*agentwire.Run).Stdin {
+		t.Fatal("run frame without stdin")
+	}
+	var got []byte
+	outstanding := 0
+	for len(got) < len(in) {
+		fr := f.next()
+		s, ok := fr.(*agentwire.Stdin)
+		if !ok {
+			t.Fatalf("got %T", fr)
+		}
+		got = append(got, s.Data...)
+		outstanding += len(s.Data)
+		if outstanding > agentwire.MaxStdinQueue {
+			t.Fatalf("%d bytes unacknowledged", outstanding)
+		}
+		if outstanding == agentwire.MaxStdinQueue {
+			f.send(`{"type":"ack","id":1,"n":` + strconv.Itoa(outstanding) + `}`)
+			outstanding = 0
+		}
+	}
+	if _, ok := f.next().(*agentwire.EOF); !ok || !bytes.Equal(got, in) {
+		t.Fatal("stdin garbled or no eof")
+	}
+	f.send(`{"type":"exit","id":1,"code":0}`)
+	if r := wait(t, done); r.err != nil {
+		t.Fatal(r.err)
+	}
+}

@@ -1,0 +1,214 @@
+package agentwire
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestRoundTrip(t *testing.T) {
+	frames := []Frame{
+		&Run{ID: 1, Script: []byte("echo \"$1\""), Args: [][]byte{{0xff, 0xfe, '\n'}, []byte("é")}, User: "65534:65534",
+			Workdir: "/tmp", TimeoutMS: 1500, MaxOutput: 16 << 20, Stdin: true},
+		&Run{ID: 2, MaxOutput: 1},
+		&Stdin{ID: 1, Data: bytes.Repeat([]byte{0, 1, 2, 0xff}, MaxChunk/4)},
+		&EOF{ID: 1},
+		&Kill{ID: 9},
+		&Out{ID: 1, FD: 2, Data: []byte{0xc3}},
+		&Ack{ID: 1, N: MaxStdinQueue},
+		&Exit{ID: 1, Code: 255, TimedOut: true},
+		&Exit{ID: 3, Code: 1, Error: "user not found: nobody2"},
+	}
+	for _, f := range frames {
+		line, err := Append(nil, f)
+		if err != nil {
+			t.Fatalf("%#v: %v", f, err)
+		}
+		if bytes.Count(line, []byte("\n")) != 1 || line[len(line)-1] != '\n' {
+			t.Fatalf("%s: not one line: %q", Type(f), line)
+		}
+		got, err := Decode(line[:len(line)-1])
+		if err != nil {
+			t.Fatalf("%s: %v (%s)", Type(f), err, line)
+		}
+		if !reflect.DeepEqual(got, f) {
+			t.Fatalf("round trip of %s: got %#v, want %#v", Type(f), got, f)
+		}
+	}
+}
+
+func TestReaders(t *testing.T) {
+	var guest bytes.Buffer
+	w := NewWriter(&guest)
+	for _, f := range []Frame{&Hello{Version: Version, PID: 7}, &Out{ID: 1, FD: 1, Data: []byte("hi")}, &Exit{ID: 1}} {
+		if err := w.Write(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := NewGuestReader(&guest)
+	for _, want := range []string{"hello", "out", "exit"} {
+		f, err := r.Read()
+		if err != nil || Type(f) != want {
+			t.Fatalf("got %v, %v; want a %s frame", f, err, want)
+		}
+	}
+	if _, err := r.Read(); err != io.EOF {
+		t.Fatalf("at the end: %v, want io.EOF", err)
+	}
+
+	var host bytes.Buffer
+	w = NewWriter(&host)
+	big := &Run{ID: 1, Script: bytes.Repeat([]byte("x"), MaxArgBytes), MaxOutput: 1}
+	if err := w.Write(big); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewHostReader(&host).Read()
+	if err != nil || !reflect.DeepEqual(f, big) {
+		t.Fatalf("a run frame at the argument bound: %v", err)
+	}
+}
+
+// Every refusal names what was wrong.
+func TestRefusals(t *testing.T) {
+	long := `{"type":"out","id":1,"fd":1,"data":"` + strings.Repeat("A", MaxGuestLine) + `"}`
+	cases := []struct {
+		name, stream, want string
+		host               bool
+	}{
+		{"not json", "{\"type\":\"exit\",\"id\":1,\"code\":0\n", "bad frame", false},
+		{"missing type", `{"id":1}` + "\n", "missing type", false},
+		{"unknown type", `{"type":"boom","id":1}` + "\n", `unknown type "boom"`, false},
+		{"unknown field", `{"type":"hello","version":1,"pid":1,"extra":2}` + "\n", `unknown field "extra"`, false},
+		{"trailing data", `{"type":"hello","version":1,"pid":1} {}` + "\n", "after top-level value", false},
+		{"missing id", `{"type":"hello","version":1,"pid":1}` + "\n" + `{"type":"exit","code":0}` + "\n", "exit: missing id", false},
+		{"bad base64", hello + `{"type":"out","id":1,"fd":1,"data":"!!"}` + "\n", "illegal base64", false},
+		{"bad fd", hello + `{"type":"out","id":1,"fd":3,"data":"YQ=="}` + "\n", "fd 3 is neither 1 nor 2", false},
+		{"empty out", hello + `{"type":"out","id":1,"fd":1,"data":""}` + "\n", "missing data", false},
+		{"big chunk", hello + `{"type":"out","id":1,"fd":1,"data":"` + strings.Repeat("AAAA", MaxChunk/3+1) + `"}` + "\n", "more than 32768", false},
+		{"code range", hello + `{"type":"exit","id":1,"code":256}` + "\n", "code 256 is out of range", false},
+		{"two outcomes", hello + `{"type":"exit","id":1,"code":1,"timed_out":true,"overflow":true}` + "\n", "more than one of", false},
+		{"ack range", hello + `{"type":"ack","id":1,"n":0}` + "\n", "n 0 is out of range", false},
+		{"frame before hello", `{"type":"exit","id":1,"code":0}` + "\n", "exit frame before hello", false},
+		{"second hello", hello + hello, "a second hello", false},
+		{"bad version", `{"type":"hello","version":0,"pid":1}` + "\n", "bad version 0", false},
+		{"wrong way", hello + `{"type":"kill","id":1}` + "\n", "kill frame sent the wrong way", false},
+		{"overlong line", hello + long + "\n", "frame line too long", false},
+		{"overlong unterminated", hello + long, "frame line too long", false},
+		{"truncated", hello + `{"type":"exit"`, "stream ended inside a line", false},
+		{"empty line", hello + "\n", "empty line", false},
+		{"NUL in script", `{"type":"run","id":1,"script":"AGE=","max_output":1}` + "\n", "script contains a NUL byte", true},
+		{"NUL in arg", `{"type":"run","id":1,"script":"","args":["YQA="],"max_output":1}` + "\n", "argument 1 contains a NUL byte", true},
+		{"relative workdir", `{"type":"run","id":1,"script":"","workdir":"tmp","max_output":1}` + "\n", "not an absolute path", true},
+		{"no cap", `{"type":"run","id":1,"script":""}` + "\n", "max_output 0 is not positive", true},
+		{"negative timeout", `{"type":"run","id":1,"script":"","timeout_ms":-1,"max_output":1}` + "\n", "negative timeout_ms", true},
+		{"hello to guest", hello, "hello frame sent the wrong way", true},
+		{"null id", `{"type":"kill","id":null}` + "\n", "kill: missing id", true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var r *Reader
+			if c.host {
+				r = NewHostReader(strings.NewReader(c.stream))
+			} else {
+				r = NewGuestReader(strings.NewReader(c.stream))
+			}
+			var err error
+			for err == nil {
+				_, err = r.Read()
+			}
+			if err == io.EOF || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want an error containing %q", err, c.want)
+			}
+		})
+	}
+}
+
+const hello = `{"type":"hello","version":1,"pid":1}` + "\n"
+
+func TestAppendRefuses(t *testing.T) {
+	for _, f := range []Frame{
+		&Out{ID: 1, FD: 1},
+		&Run{ID: 1, Script: bytes.Repeat([]byte("x"), MaxArgBytes+1), MaxOutput: 1},
+		&Exit{ID: 1, Error: strings.Repeat("e", MaxErrorBytes+1)},
+		nil,
+	} {
+		if b, err := Append(nil, f); err == nil {
+			t.Fatalf("Append wrote %q", b)
+		}
+	}
+}
+
+// A reader never buffers past its bound, whatever the line.
+func TestReaderBound(t *testing.T) {
+	r := NewGuestReader(io.MultiReader(strings.NewReader(hello), endless{}))
+	if _, err := r.Read(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Read(); !errors.Is(err, ErrLineTooLong) {
+		t.Fatalf("got %v", err)
+	}
+	if cap(r.line) > 2*MaxGuestLine {
+		t.Fatalf("reader kept %d bytes", cap(r.line))
+	}
+}
+
+type endless struct{}
+
+func (endless) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = 'a'
+	}
+	return len(p), nil
+}
+
+// The host parses what a hostile guest writes: any input gives frames or
+// an error, never a panic, and every frame it accepts is valid and
+// encodes again.
+func FuzzGuestReader(f *testing.F) {
+	f.Add([]byte(hello + `{"type":"out","id":1,"fd":1,"data":"aGk="}` + "\n" + `{"type":"exit","id":1,"code":0}` + "\n"))
+	f.Add([]byte(hello + `{"type":"ack","id":2,"n":5}` + "\n"))
+	f.Add([]byte(hello + `{"type":"exit","id":1,"code":1,"error":"x"}` + "\n"))
+	f.Add([]byte(`{"type":"hello","version":1,"pid":1,"pid":2}` + "\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r := NewGuestReader(bytes.NewReader(data))
+		for {
+			fr, err := r.Read()
+			if err != nil {
+				return
+			}
+			if err := Validate(fr); err != nil {
+				t.Fatalf("accepted an invalid frame: %v", err)
+			}
+			if FromHost(fr) {
+				t.Fatalf("accepted a host frame %s", Type(fr))
+			}
+			if _, err := Append(nil, fr); err != nil {
+				t.Fatalf("accepted frame does not encode: %v", err)
+			}
+		}
+	})
+}
+
+// The agent parses what the host writes; the same properties hold.
+func FuzzHostReader(f *testing.F) {
+	f.Add([]byte(`{"type":"run","id":1,"script":"ZWNobw==","args":["YQ=="],"max_output":10,"stdin":true}` + "\n" +
+		`{"type":"stdin","id":1,"data":"eA=="}` + "\n" + `{"type":"eof","id":1}` + "\n" + `{"type":"kill","id":1}` + "\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r := NewHostReader(bytes.NewReader(data))
+		for {
+			fr, err := r.Read()
+			if err != nil {
+				return
+			}
+			if !FromHost(fr) {
+				t.Fatalf("accepted a guest frame %s", Type(fr))
+			}
+			if _, err := Append(nil, fr); err != nil {
+				t.Fatalf("accepted frame does not encode: %v", err)
+			}
+		}
+	})
+}

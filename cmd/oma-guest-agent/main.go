@@ -1,0 +1,61 @@
+//go:build linux
+
+// Command oma-guest-agent is the agent oma-sandbox places in each msb
+// sandbox: `oma-guest-agent serve` answers calls framed on its stdin and
+// stdout (docs/guest-agent.md) until its stdin ends.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
+	"github.com/oma-sandbox/oma-sandbox/guestagent"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "serve" {
+		if len(args) == 1 && args[0] == "version" {
+			fmt.Fprintf(stdout, "oma-guest-agent protocol %d\n", agentwire.Version)
+			return 0
+		}
+		fmt.Fprintln(stderr, "usage: oma-guest-agent serve [--default-user USER[:GROUP]] [--default-workdir DIR]\n       oma-guest-agent version")
+		return 2
+	}
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	user := fs.String("default-user", "", "user of a call that names none (msb's config.user); empty: the agent's own")
+	workdir := fs.String("default-workdir", "/workspace", "workdir of a call that names none")
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "oma-guest-agent: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	// A write to a host that went away must fail, not kill the agent
+	// before it has killed its calls. Notify, unlike ignoring the signal,
+	// is not inherited by the commands.
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	defer signal.Stop(pipe)
+
+	s := &guestagent.Server{
+		In: stdin, Out: stdout, Log: stderr,
+		DefaultUser: *user, DefaultWorkdir: *workdir,
+		Etc: "/etc", Shell: "/bin/bash",
+	}
+	if err := s.Serve(); err != nil {
+		fmt.Fprintf(stderr, "oma-guest-agent: %v\n", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,51 @@
+// Package agenttest gives tests a freshly built oma-guest-agent without
+// make.
+package agenttest
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+)
+
+var (
+	once  sync.Once
+	dir   string
+	bin   string
+	built error
+	out   []byte
+)
+
+// AgentBinary builds cmd/oma-guest-agent for linux and this GOARCH, once
+// per test process, and returns its path. It fails t when the build does.
+// Call Cleanup when the tests are done (goleak.Cleanup in TestMain, say).
+func AgentBinary(t testing.TB) string {
+	t.Helper()
+	once.Do(func() {
+		if dir, built = os.MkdirTemp("", "oma-guest-agent-"); built != nil {
+			return
+		}
+		bin = filepath.Join(dir, "oma-guest-agent")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "github.com/oma-sandbox/oma-sandbox/cmd/oma-guest-agent")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
+		out, built = cmd.CombinedOutput()
+	})
+	if built != nil {
+		t.Fatalf("building oma-guest-agent: %v\n%s", built, out)
+	}
+	// The directory must be reachable by the users a test runs calls as.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// Cleanup removes what AgentBinary built.
+func Cleanup() {
+	if dir != "" {
+		_ = os.RemoveAll(dir)
+	}
+}
