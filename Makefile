@@ -2,11 +2,21 @@ GO      ?= go
 BIN     := bin/oma-sandbox
 FAKEMSB := bin/fakemsb
 
-.PHONY: all build deps run test vet cross image e2e-real fuzz bench mutate clean
+# The guest agent, embedded by guestagent/bundle (static, for both guest
+# architectures).
+AGENT_DIR := guestagent/bundle/bin
+
+.PHONY: all agent build deps run test vet cross image e2e-real fuzz bench mutate clean
 
 all: build
 
-build:
+agent:
+	for arch in amd64 arm64; do \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w" \
+			-o $(AGENT_DIR)/oma-guest-agent-linux-$$arch ./cmd/oma-guest-agent || exit 1; \
+	done
+
+build: agent
 	$(GO) build -o $(BIN) ./cmd/oma-sandbox
 	$(GO) build -o $(FAKEMSB) ./fakemsb
 
@@ -32,7 +42,7 @@ cross:
 	GOOS=windows $(GO) build ./...
 	GOOS=windows $(GO) vet ./...
 
-test: deps vet
+test: deps vet agent
 	$(GO) test -race -count=1 -timeout 20m ./...
 	./scripts/fuzz-smoke.sh 3s
 
@@ -52,7 +62,7 @@ e2e-real: deps
 fuzz:
 	./scripts/fuzz-smoke.sh 30s
 
-bench: deps build
+bench: deps agent build
 	./scripts/bench.sh
 
 # Mutation testing of the pure packages (slow); docs/TESTING.md has the
@@ -61,4 +71,4 @@ mutate:
 	./scripts/mutate.sh $(PKGS)
 
 clean:
-	rm -rf bin outputs
+	rm -rf bin outputs $(AGENT_DIR)/oma-guest-agent-linux-*

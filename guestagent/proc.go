@@ -27,8 +27,6 @@ type proc struct {
 	killOnce sync.Once
 	killed   chan struct{} // closed by kill
 	timedOut bool          // set before killed closes
-	started  chan struct{} // closed once cmd started, or failed to
-	cmd      *exec.Cmd     // set before started closes; nil if it failed
 
 	outMu    sync.Mutex
 	total    int64
@@ -37,23 +35,17 @@ type proc struct {
 }
 
 func (s *Server) newProc(run *agentwire.Run) *proc {
-	p := &proc{s: s, run: run, killed: make(chan struct{}), started: make(chan struct{})}
+	p := &proc{s: s, run: run, killed: make(chan struct{})}
 	p.stdin = newStdinQueue(run.Stdin)
 	return p
 }
 
-// kill kills the call's processes (once); the call then ends as soon as
-// the processes have died.
+// kill asks for the call's processes to be killed (the first time);
+// serve does it, and the call ends once they have died. It never blocks.
 func (p *proc) kill(timedOut bool) {
 	p.killOnce.Do(func() {
 		p.timedOut = timedOut
 		close(p.killed)
-		go func() {
-			<-p.started
-			if p.cmd != nil {
-				killTree(p.cmd.Process, p.cmd.Process.Pid)
-			}
-		}()
 	})
 }
 
@@ -75,7 +67,6 @@ func (p *proc) serve() {
 
 func (p *proc) execute() *agentwire.Exit {
 	startFailed := func(err error) *agentwire.Exit {
-		close(p.started)
 		p.stdin.abandon()
 		return &agentwire.Exit{Code: 1, Error: truncate(err.Error(), agentwire.MaxErrorBytes)}
 	}
@@ -99,7 +90,6 @@ func (p *proc) execute() *agentwire.Exit {
 	}
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		// msb's own agent dies on a missing workdir: exit 255, no output.
-		close(p.started)
 		p.stdin.abandon()
 		return &agentwire.Exit{Code: 255}
 	}
@@ -142,8 +132,6 @@ func (p *proc) execute() *agentwire.Exit {
 		}
 		return startFailed(fmt.Errorf("starting %s: %w", p.s.Shell, err))
 	}
-	p.cmd = cmd
-	close(p.started)
 	if cmd.Stdin != nil {
 		cmd.Stdin.(*os.File).Close()
 	}
@@ -179,6 +167,7 @@ func (p *proc) execute() *agentwire.Exit {
 	select {
 	case <-drained:
 	case <-p.killed:
+		killTree(cmd.Process, cmd.Process.Pid)
 		<-exited
 		select {
 		case <-drained:
