@@ -1,0 +1,176 @@
+//go:build linux
+
+package guestagent
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestLookupUser(t *testing.T) {
+	etc := t.TempDir()
+	write := func(name, text string) {
+		if err := os.WriteFile(filepath.Join(etc, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("passwd", "root:x:0:0:root:/root:/bin/bash\nbroken\nagent:x:1000:1001::/home/agent:/bin/sh\nbad:x:12:notanumber::/:/bin/sh\n")
+	write("group", "root:x:0:\nstaff:x:50:agent\n")
+	for _, tc := range []struct {
+		spec     string
+		uid, gid uint32
+		err      string
+	}{
+		{spec: "root", uid: 0, gid: 0},
+		{spec: "0", uid: 0, gid: 0},
+		{spec: "agent", uid: 1000, gid: 1001},
+		{spec: "1000", uid: 1000, gid: 1001},
+		{spec: "4242", uid: 4242, gid: 4242},
+		{spec: "agent:staff", uid: 1000, gid: 50},
+		{spec: "agent:7", uid: 1000, gid: 7},
+		{spec: "65534:65534", uid: 65534, gid: 65534},
+		{spec: "nobody", err: "user not found: nobody"},
+		{spec: "bad", err: "user not found: bad"},
+		{spec: "agent:wheel", err: "group not found: wheel"},
+		{spec: "", err: "bad user"},
+		{spec: "agent:", err: "bad user"},
+		{spec: "4294967295", err: "user not found"},
+		{spec: "-1", err: "user not found"},
+	} {
+		id, err := lookupUser(etc, tc.spec)
+		switch {
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%q: got %v, %v; want error %q", tc.spec, id, err, tc.err)
+		case tc.err == "" && (err != nil || id != identity{tc.uid, tc.gid}):
+			t.Errorf("%q: got %v, %v; want %d:%d", tc.spec, id, err, tc.uid, tc.gid)
+		}
+	}
+}
+
+// pause, among serveHost's lines, waits before the next.
+const pause = "(pause)"
+
+// serveHost runs a Server in this process on pipes; frames the host wants
+// to send are lines, and it returns Serve's error and what the agent wrote.
+func serveHost(t *testing.T, lines ...string) (error, []agentwire.Frame) {
+	t.Helper()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	s := &Server{In: inR, Out: outW, DefaultWorkdir: t.TempDir(), Etc: "/etc", Shell: "/bin/bash"}
+	served := make(chan error, 1)
+	go func() {
+		served <- s.Serve()
+		outW.Close()
+	}()
+	got := make(chan []agentwire.Frame, 1)
+	go func() {
+		var frames []agentwire.Frame
+		r := agentwire.NewGuestReader(outR)
+		for {
+			f, err := r.Read()
+			if err != nil {
+				got <- frames
+				return
+			}
+			frames = append(frames, f)
+		}
+	}()
+	go func() {
+		for _, l := range lines {
+			if l == pause {
+				time.Sleep(300 * time.Millisecond)
+				continue
+			}
+			if _, err := io.WriteString(inW, l+"\n"); err != nil {
+				return
+			}
+		}
+		time.Sleep(300 * time.Millisecond)
+		inW.Close()
+	}()
+	select {
+	case err := <-served:
+		inR.Close()
+		return err, <-got
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return")
+		return nil, nil
+	}
+}
+
+func runLine(id int, script string, stdin bool) string {
+	b, _ := agentwire.Append(nil, &agentwire.Run{ID: uint64(id), Script: []byte(script), MaxOutput: 1 << 20, Stdin: stdin})
+	return strings.TrimSuffix(string(b), "\n")
+}
+
+func stdinLine(id, n int) string {
+	b, _ := agentwire.Append(nil, &agentwire.Stdin{ID: uint64(id), Data: bytes.Repeat([]byte("x"), n)})
+	return strings.TrimSuffix(string(b), "\n")
+}
+
+// A host that breaks the protocol ends the agent with an error naming it,
+// after the calls in flight were killed and reported.
+func TestServeRefusesABadHost(t *testing.T) {
+	flood := []string{runLine(1, "sleep 5", true)}
+	// The pipe and the chunk being written hold some more than the queue.
+	for range agentwire.MaxStdinQueue/agentwire.MaxChunk + 12 {
+		flood = append(flood, stdinLine(1, agentwire.MaxChunk))
+	}
+	for _, tc := range []struct {
+		name  string
+		lines []string
+		want  string
+	}{
+		{"id not increasing", []string{runLine(2, "sleep 5", false), runLine(1, "true", false)}, "run frame for call 1 after call 2"},
+		{"never started", []string{runLine(1, "sleep 5", false), `{"type":"kill","id":2}`}, "kill frame for call 2, which was never started"},
+		{"stdin not announced", []string{runLine(1, "sleep 5", false), stdinLine(1, 1)}, "started without stdin"},
+		{"stdin beyond the queue", flood, "stdin beyond the 262144 bytes"},
+		{"stdin after eof", []string{runLine(1, "sleep 5", true), `{"type":"eof","id":1}`, stdinLine(1, 1)}, "stdin frame after eof"},
+		{"garbage", []string{"{"}, "bad frame"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			err, frames := serveHost(t, tc.lines...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Serve returned %v, want %q", err, tc.want)
+			}
+			if time.Since(start) > 3*time.Second {
+				t.Fatalf("the call in flight was not killed (%s)", time.Since(start))
+			}
+			if _, ok := frames[0].(*agentwire.Hello); !ok {
+				t.Fatalf("first frame %T", frames[0])
+			}
+		})
+	}
+}
+
+// Frames for a call that already ended are ignored (they cross its exit),
+// and the end of the input ends Serve cleanly.
+func TestServeIgnoresFramesForEndedCalls(t *testing.T) {
+	err, frames := serveHost(t, runLine(1, "echo hi", true), `{"type":"eof","id":1}`, pause,
+		`{"type":"kill","id":1}`, stdinLine(1, 1), `{"type":"eof","id":1}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, f := range frames {
+		types = append(types, agentwire.Type(f))
+	}
+	if got := strings.Join(types, " "); got != "hello out exit" {
+		t.Fatalf("frames: %s", got)
+	}
+	if e := frames[len(frames)-1].(*agentwire.Exit); e.Code != 0 || e.TimedOut || e.Overflow || e.Error != "" {
+		t.Fatalf("exit %+v", e)
+	}
+}
