@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"time"
 
 	"github.com/oma-sandbox/oma-sandbox/agentwire"
@@ -155,7 +154,11 @@ func runFrame(req Request) (*agentwire.Run, error) {
 		run.MaxOutput = DefaultMaxOutput
 	}
 	if req.Timeout > 0 {
-		run.TimeoutMS = max(1, int64(math.Ceil(float64(req.Timeout)/float64(time.Millisecond))))
+		// Rounded up: a guest timer never fires before the one asked for.
+		run.TimeoutMS = int64(req.Timeout / time.Millisecond)
+		if req.Timeout%time.Millisecond != 0 {
+			run.TimeoutMS++
+		}
 	}
 	for _, a := range req.Args {
 		run.Args = append(run.Args, []byte(a))

@@ -274,3 +274,38 @@ func TestStdinWindow(t *testing.T) {
 		t.Fatal(r.err)
 	}
 }
+
+func TestTimeoutRoundsUp(t *testing.T) {
+	c, f := openFake(t)
+	for i, tc := range []struct {
+		d    time.Duration
+		want int64
+	}{{time.Nanosecond, 1}, {1500 * time.Microsecond, 2}, {2 * time.Second, 2000}, {0, 0}} {
+		done := goRun(context.Background(), c, Request{Script: "x", Timeout: tc.d}, Output{})
+		if got := f.next().(*agentwire.Run).TimeoutMS; got != tc.want {
+			t.Fatalf("%s gave timeout_ms %d, want %d", tc.d, got, tc.want)
+		}
+		f.send(`{"type":"exit","id":` + strconv.Itoa(i+1) + `,"code":0}`)
+		wait(t, done)
+	}
+}
+
+type failingReader struct{}
+
+func (failingReader) Read([]byte) (int, error) { return 0, errors.New("disk on fire") }
+
+// A Stdin that fails fails the call and kills it in the guest.
+func TestStdinReadError(t *testing.T) {
+	c, f := openFake(t)
+	done := goRun(context.Background(), c, Request{Script: "x", Stdin: failingReader{}}, Output{})
+	f.next()
+	if r := wait(t, done); r.err == nil || !strings.Contains(r.err.Error(), "reading stdin: disk on fire") {
+		t.Fatalf("got %v", r.err)
+	}
+	if k, ok := f.next().(*agentwire.Kill); !ok || k.ID != 1 {
+		t.Fatal("no kill")
+	}
+	if c.Err() != nil {
+		t.Fatal(c.Err())
+	}
+}

@@ -15,6 +15,8 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"strings"
+	"unicode/utf8"
 )
 
 // Version is the protocol version the agent announces in its hello.
@@ -33,6 +35,7 @@ const (
 	MaxUserBytes  = 256      // a run frame's user
 	MaxPathBytes  = 4096     // a run frame's workdir (PATH_MAX)
 	MaxStdinQueue = 256 << 10
+	MaxTimeoutMS  = 1 << 40 // about 35 years: far below time.Duration's range
 )
 
 // Frame is one message; its concrete type is one of the pointer types
@@ -146,14 +149,14 @@ func Validate(f Frame) error {
 		if n > MaxArgBytes {
 			return fmt.Errorf("run %d: script and arguments are %d bytes, more than %d", f.ID, n, MaxArgBytes)
 		}
-		if len(f.User) > MaxUserBytes || containsNUL(f.User) {
+		if len(f.User) > MaxUserBytes || !cleanText(f.User) {
 			return fmt.Errorf("run %d: bad user %.64q", f.ID, f.User)
 		}
-		if f.Workdir != "" && (!path.IsAbs(f.Workdir) || len(f.Workdir) > MaxPathBytes || containsNUL(f.Workdir)) {
-			return fmt.Errorf("run %d: workdir %.64q is not an absolute path", f.ID, f.Workdir)
+		if f.Workdir != "" && (!path.IsAbs(f.Workdir) || len(f.Workdir) > MaxPathBytes || !cleanText(f.Workdir)) {
+			return fmt.Errorf("run %d: workdir %.64q is not an absolute path in UTF-8", f.ID, f.Workdir)
 		}
-		if f.TimeoutMS < 0 {
-			return fmt.Errorf("run %d: negative timeout_ms %d", f.ID, f.TimeoutMS)
+		if f.TimeoutMS < 0 || f.TimeoutMS > MaxTimeoutMS {
+			return fmt.Errorf("run %d: timeout_ms %d is out of range", f.ID, f.TimeoutMS)
 		}
 		if f.MaxOutput <= 0 {
 			return fmt.Errorf("run %d: max_output %d is not positive", f.ID, f.MaxOutput)
@@ -207,6 +210,9 @@ func Validate(f Frame) error {
 		if len(f.Error) > MaxErrorBytes {
 			return fmt.Errorf("exit %d: error text is %d bytes, more than %d", f.ID, len(f.Error), MaxErrorBytes)
 		}
+		if !utf8.ValidString(f.Error) {
+			return fmt.Errorf("exit %d: error text is not UTF-8", f.ID)
+		}
 		if n := btoi(f.TimedOut) + btoi(f.Overflow) + btoi(f.Error != ""); n > 1 {
 			return fmt.Errorf("exit %d: more than one of timed_out, overflow and error", f.ID)
 		}
@@ -228,7 +234,9 @@ func checkChunk(data []byte) error {
 	return nil
 }
 
-func containsNUL(s string) bool { return bytes.IndexByte([]byte(s), 0) >= 0 }
+// cleanText tells whether s survives JSON unchanged (valid UTF-8) and
+// holds no NUL byte.
+func cleanText(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
 
 func btoi(b bool) int {
 	if b {

@@ -103,7 +103,8 @@ func TestRefusals(t *testing.T) {
 		{"NUL in arg", `{"type":"run","id":1,"script":"","args":["YQA="],"max_output":1}` + "\n", "argument 1 contains a NUL byte", true},
 		{"relative workdir", `{"type":"run","id":1,"script":"","workdir":"tmp","max_output":1}` + "\n", "not an absolute path", true},
 		{"no cap", `{"type":"run","id":1,"script":""}` + "\n", "max_output 0 is not positive", true},
-		{"negative timeout", `{"type":"run","id":1,"script":"","timeout_ms":-1,"max_output":1}` + "\n", "negative timeout_ms", true},
+		{"negative timeout", `{"type":"run","id":1,"script":"","timeout_ms":-1,"max_output":1}` + "\n", "timeout_ms -1 is out of range", true},
+		{"huge timeout", `{"type":"run","id":1,"script":"","timeout_ms":9223372036854775807,"max_output":1}` + "\n", "is out of range", true},
 		{"hello to guest", hello, "hello frame sent the wrong way", true},
 		{"null id", `{"type":"kill","id":null}` + "\n", "kill: missing id", true},
 	}
@@ -130,6 +131,9 @@ const hello = `{"type":"hello","version":1,"pid":1}` + "\n"
 
 func TestAppendRefuses(t *testing.T) {
 	for _, f := range []Frame{
+		&Run{ID: 1, User: "\xff", MaxOutput: 1},
+		&Run{ID: 1, Workdir: "/\xff", MaxOutput: 1},
+		&Exit{ID: 1, Error: "\xc3"},
 		&Out{ID: 1, FD: 1},
 		&Run{ID: 1, Script: bytes.Repeat([]byte("x"), MaxArgBytes+1), MaxOutput: 1},
 		&Exit{ID: 1, Error: strings.Repeat("e", MaxErrorBytes+1)},
@@ -185,11 +189,25 @@ func FuzzGuestReader(f *testing.F) {
 			if FromHost(fr) {
 				t.Fatalf("accepted a host frame %s", Type(fr))
 			}
-			if _, err := Append(nil, fr); err != nil {
-				t.Fatalf("accepted frame does not encode: %v", err)
-			}
+			roundTrip(t, fr)
 		}
 	})
+}
+
+// roundTrip checks that an accepted frame encodes, and decodes to a frame
+// that encodes the same.
+func roundTrip(t *testing.T, fr Frame) {
+	line, err := Append(nil, fr)
+	if err != nil {
+		t.Fatalf("accepted frame does not encode: %v", err)
+	}
+	again, err := Decode(line[:len(line)-1])
+	if err != nil {
+		t.Fatalf("re-encoded frame %q refused: %v", line, err)
+	}
+	if line2, _ := Append(nil, again); !bytes.Equal(line, line2) {
+		t.Fatalf("accepted frame changes through a round trip: %q, then %q", line, line2)
+	}
 }
 
 // The agent parses what the host writes; the same properties hold.
@@ -206,9 +224,7 @@ func FuzzHostReader(f *testing.F) {
 			if !FromHost(fr) {
 				t.Fatalf("accepted a guest frame %s", Type(fr))
 			}
-			if _, err := Append(nil, fr); err != nil {
-				t.Fatalf("accepted frame does not encode: %v", err)
-			}
+			roundTrip(t, fr)
 		}
 	})
 }

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/oma-sandbox/oma-sandbox/agentwire"
 )
@@ -68,7 +70,7 @@ func (p *proc) serve() {
 func (p *proc) execute() *agentwire.Exit {
 	startFailed := func(err error) *agentwire.Exit {
 		p.stdin.abandon()
-		return &agentwire.Exit{Code: 1, Error: truncate(err.Error(), agentwire.MaxErrorBytes)}
+		return &agentwire.Exit{Code: 1, Error: errorText(err, agentwire.MaxErrorBytes)}
 	}
 	user := p.run.User
 	if user == "" {
@@ -279,11 +281,15 @@ func credential(id identity) *syscall.Credential {
 	return &syscall.Credential{Uid: id.uid, Gid: id.gid, Groups: []uint32{}}
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
+// errorText makes err fit an exit frame: valid UTF-8 (JSON would change
+// other bytes) and at most n bytes, cut at a rune boundary.
+func errorText(err error, n int) string {
+	s := strings.ToValidUTF8(err.Error(), "?")
+	for len(s) > n {
+		_, size := utf8.DecodeLastRuneInString(s)
+		s = s[:len(s)-size]
 	}
-	return s[:n]
+	return s
 }
 
 // stdinQueue holds a call's stdin between the frame reader, which must

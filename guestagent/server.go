@@ -31,11 +31,17 @@ type Server struct {
 	Etc string
 	// Shell runs each call's script: Shell -c SCRIPT bash ARGS...
 	Shell string
+	// MaxCalls bounds the calls in flight, and so what the host can make
+	// the agent hold; a run beyond it answers an exit error.
+	MaxCalls int
 
 	out   frameWriter
 	mu    sync.Mutex
 	calls map[uint64]*proc
 }
+
+// DefaultMaxCalls is Server.MaxCalls when it is 0.
+const DefaultMaxCalls = 256
 
 // drainTimeout bounds how long Serve waits, once its input ended, for the
 // calls it killed to report.
@@ -72,6 +78,10 @@ func (s *Server) Serve() error {
 
 func (s *Server) loop(running *sync.WaitGroup) error {
 	r := agentwire.NewHostReader(s.In)
+	maxCalls := s.MaxCalls
+	if maxCalls <= 0 {
+		maxCalls = DefaultMaxCalls
+	}
 	var lastID uint64
 	for {
 		f, err := r.Read()
@@ -85,8 +95,18 @@ func (s *Server) loop(running *sync.WaitGroup) error {
 			lastID = run.ID
 			p := s.newProc(run)
 			s.mu.Lock()
-			s.calls[run.ID] = p
+			full := len(s.calls) >= maxCalls
+			if !full {
+				s.calls[run.ID] = p
+			}
 			s.mu.Unlock()
+			if full {
+				msg := fmt.Sprintf("more than %d calls in flight", maxCalls)
+				if err := s.out.write(&agentwire.Exit{ID: run.ID, Code: 1, Error: msg}); err != nil {
+					s.logf("call %d: writing its exit: %v", run.ID, err)
+				}
+				continue
+			}
 			running.Add(1)
 			go func() {
 				defer running.Done()

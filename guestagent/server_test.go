@@ -4,6 +4,7 @@ package guestagent
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -65,9 +66,14 @@ const pause = "(pause)"
 // to send are lines, and it returns Serve's error and what the agent wrote.
 func serveHost(t *testing.T, lines ...string) (error, []agentwire.Frame) {
 	t.Helper()
+	return serveHostWith(t, &Server{}, lines...)
+}
+
+func serveHostWith(t *testing.T, s *Server, lines ...string) (error, []agentwire.Frame) {
+	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	s := &Server{In: inR, Out: outW, DefaultWorkdir: t.TempDir(), Etc: "/etc", Shell: "/bin/bash"}
+	s.In, s.Out, s.DefaultWorkdir, s.Etc, s.Shell = inR, outW, t.TempDir(), "/etc", "/bin/bash"
 	served := make(chan error, 1)
 	go func() {
 		served <- s.Serve()
@@ -172,5 +178,39 @@ func TestServeIgnoresFramesForEndedCalls(t *testing.T) {
 	}
 	if e := frames[len(frames)-1].(*agentwire.Exit); e.Code != 0 || e.TimedOut || e.Overflow || e.Error != "" {
 		t.Fatalf("exit %+v", e)
+	}
+}
+
+// Calls beyond MaxCalls are refused; the others run.
+func TestServeBoundsCalls(t *testing.T) {
+	err, frames := serveHostWith(t, &Server{MaxCalls: 2},
+		runLine(1, "sleep 5", false), runLine(2, "sleep 5", false), runLine(3, "echo 3", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused []uint64
+	for _, f := range frames {
+		if e, ok := f.(*agentwire.Exit); ok && e.Error != "" {
+			if e.Error != "more than 2 calls in flight" {
+				t.Fatalf("exit %+v", e)
+			}
+			refused = append(refused, e.ID)
+		}
+	}
+	if len(refused) != 1 || refused[0] != 3 || len(frames) != 4 {
+		t.Fatalf("refused %v among %d frames", refused, len(frames))
+	}
+}
+
+func TestErrorText(t *testing.T) {
+	long := errors.New(strings.Repeat("é", agentwire.MaxErrorBytes))
+	for _, err := range []error{long, errors.New("user not found: \xff\xfe"), errors.New("x\xc3")} {
+		s := errorText(err, agentwire.MaxErrorBytes)
+		if err := agentwire.Validate(&agentwire.Exit{ID: 1, Code: 1, Error: s}); err != nil {
+			t.Fatalf("%q: %v", s, err)
+		}
+		if _, err := agentwire.Append(nil, &agentwire.Exit{ID: 1, Code: 1, Error: s}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
