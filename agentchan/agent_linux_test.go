@@ -144,11 +144,11 @@ func TestAgentStdin(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if res := run(t, a.conn, Request{Script: "sleep 0.3; echo done", Stdin: bytes.NewReader(in)}); string(res.Stdout) != "done\n" {
+		if res := run(t, a.conn, Request{Script: "sleep 2; echo done", Stdin: bytes.NewReader(in)}); string(res.Stdout) != "done\n" {
 			t.Errorf("got %q", res.Stdout)
 		}
 	}()
-	if res := run(t, a.conn, Request{Script: "echo other"}); string(res.Stdout) != "other\n" || time.Since(start) > 250*time.Millisecond {
+	if res := run(t, a.conn, Request{Script: "echo other"}); string(res.Stdout) != "other\n" || time.Since(start) > 1500*time.Millisecond {
 		t.Errorf("another call took %s", time.Since(start))
 	}
 	wg.Wait()
@@ -276,9 +276,9 @@ func TestAgentConcurrentCalls(t *testing.T) {
 // open, but never other calls.
 func TestAgentBackgroundChildHoldsOnlyItsCall(t *testing.T) {
 	a := startAgent(t, t.TempDir())
-	done := goRun(context.Background(), a.conn, Request{Script: "(sleep 1; echo late) &"}, Output{})
+	done := goRun(context.Background(), a.conn, Request{Script: "(sleep 2; echo late) &"}, Output{})
 	start := time.Now()
-	if res := run(t, a.conn, Request{Script: "echo quick"}); string(res.Stdout) != "quick\n" || time.Since(start) > 500*time.Millisecond {
+	if res := run(t, a.conn, Request{Script: "echo quick"}); string(res.Stdout) != "quick\n" || time.Since(start) > 1500*time.Millisecond {
 		t.Fatalf("another call took %s", time.Since(start))
 	}
 	if r := wait(t, done); r.err != nil || string(r.res.Stdout) != "late\n" {
@@ -286,14 +286,34 @@ func TestAgentBackgroundChildHoldsOnlyItsCall(t *testing.T) {
 	}
 }
 
+// An agent that dies fails its calls at once, and takes their processes
+// with it (whatever user they run as) rather than leave them unwaited.
 func TestAgentKilledMidCall(t *testing.T) {
 	a := startAgent(t, t.TempDir())
-	done := goRun(context.Background(), a.conn, Request{Script: "sleep 100"}, Output{})
-	time.Sleep(100 * time.Millisecond)
+	users := []string{""}
+	if os.Geteuid() == 0 {
+		users = append(users, "65534")
+	}
+	var pids []int
+	var calls []<-chan runResult
+	for _, user := range users {
+		got := make(chan int, 1)
+		calls = append(calls, goRun(context.Background(), a.conn, Request{Script: "echo $$; exec sleep 100", User: user, Workdir: "/"},
+			Output{Stdout: func(b []byte) {
+				pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+				got <- pid
+			}}))
+		pids = append(pids, <-got)
+	}
 	_ = a.cmd.Process.Kill()
 	start := time.Now()
-	if r := wait(t, done); !errors.Is(r.err, ErrBroken) || time.Since(start) > 2*time.Second {
-		t.Fatalf("got %v after %s", r.err, time.Since(start))
+	for _, done := range calls {
+		if r := wait(t, done); !errors.Is(r.err, ErrBroken) || time.Since(start) > 2*time.Second {
+			t.Fatalf("got %v after %s", r.err, time.Since(start))
+		}
+	}
+	for _, pid := range pids {
+		requireGone(t, pid)
 	}
 }
 
