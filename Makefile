@@ -47,7 +47,7 @@ test: deps vet agent
 	./scripts/fuzz-smoke.sh 3s
 
 # The guest image sessions run on msb, built from Debian packages with
-# mmdebstrap and loaded into msb under session.DefaultImage (root needed).
+# mmdebstrap and loaded into msb under microvm.DefaultImage (root needed).
 image:
 	./scripts/build-image.sh
 

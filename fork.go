@@ -9,6 +9,7 @@ import (
 
 	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/session/local"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 )
 
 // Fork makes a new session whose workspace is a copy of this one's at this
@@ -36,9 +37,9 @@ func (s *Session) Fork(ctx context.Context, sessionID string) (*Session, error) 
 		err  error
 	)
 	switch src := s.sess.(type) {
-	case *session.MsbSession:
-		var f *session.MsbSession
-		f, err = src.Fork(ctx, session.Options{
+	case *microvm.Session:
+		var f *microvm.Session
+		f, err = src.Fork(ctx, microvm.Options{
 			Client: s.opts.client(), SessionID: sessionID, Image: s.opts.Image,
 			Network: s.opts.Network, IdleTimeout: s.opts.IdleTimeout, NoAutoResume: s.opts.NoAutoResume,
 			OperationTimeout: s.opts.OperationTimeout, Logger: s.opts.logger(),

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/oma-sandbox/oma-sandbox/msb"
-	"github.com/oma-sandbox/oma-sandbox/session"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 )
 
 // The msb versions oma-sandbox is tested with: its msb contract was written
@@ -27,7 +27,7 @@ const probeTimeout = 15 * time.Second
 // msbChecks are the msb backend's prerequisites: the binary, its version,
 // msb's own `doctor` verdict (it checks the CPU's virtualization, /dev/kvm
 // and libkrunfw), and the session image in msb's cache. Image "" means
-// session.DefaultImage, which must be cached; a named one may be pulled.
+// microvm.DefaultImage, which must be cached; a named one may be pulled.
 func msbChecks(ctx context.Context, o DoctorOptions) []Check {
 	p, err := exec.LookPath(o.msbBinary())
 	if err != nil {
@@ -46,7 +46,7 @@ func msbChecks(ctx context.Context, o DoctorOptions) []Check {
 	image := o.Image
 	explicit := image != ""
 	if !explicit {
-		image = session.DefaultImage
+		image = microvm.DefaultImage
 	}
 	_, err = run("image", "inspect", image, "--format", "json")
 	return append(out, imageCheck(image, explicit, err))

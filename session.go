@@ -15,6 +15,7 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/session/local"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 	"github.com/oma-sandbox/oma-sandbox/tools"
 )
 
@@ -141,8 +142,8 @@ func Open(ctx context.Context, o Options) (*Session, error) {
 	}
 	var s session.Session
 	if backend == BackendMsb {
-		var ms *session.MsbSession
-		if ms, err = session.Create(ctx, session.Options{
+		var ms *microvm.Session
+		if ms, err = microvm.Create(ctx, microvm.Options{
 			Client: o.client(), WorkspaceID: o.WorkspaceID, SessionID: o.SessionID,
 			Image: o.Image, CPUs: o.CPUs, Memory: o.Memory, Network: o.Network,
 			IdleTimeout: o.IdleTimeout, NoAutoResume: o.NoAutoResume,
@@ -183,7 +184,7 @@ func Open(ctx context.Context, o Options) (*Session, error) {
 func Attach(ctx context.Context, name string, o Options) (*Session, error) {
 	switch BackendOf(name) {
 	case BackendMsb:
-		s, err := session.Attach(o.client(), session.DefaultPrefix, name)
+		s, err := microvm.Attach(o.client(), session.DefaultPrefix, name)
 		if err != nil {
 			return nil, err
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 	"github.com/oma-sandbox/oma-sandbox/tools"
 )
 
@@ -67,8 +68,8 @@ func newClient(env *fakemsbtest.Env) *msb.Client {
 
 var sessionSeq atomic.Int64
 
-func createSession(ctx context.Context, client *msb.Client) (*session.MsbSession, error) {
-	return session.Create(ctx, session.Options{
+func createSession(ctx context.Context, client *msb.Client) (*microvm.Session, error) {
+	return microvm.Create(ctx, microvm.Options{
 		Client:      client,
 		WorkspaceID: "bench",
 		SessionID:   "s" + strconv.FormatInt(sessionSeq.Add(1), 10),
@@ -76,7 +77,7 @@ func createSession(ctx context.Context, client *msb.Client) (*session.MsbSession
 	})
 }
 
-func mustSession(b *testing.B, client *msb.Client) *session.MsbSession {
+func mustSession(b *testing.B, client *msb.Client) *microvm.Session {
 	b.Helper()
 	s, err := createSession(context.Background(), client)
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/oma-sandbox/oma-sandbox/msb"
-	"github.com/oma-sandbox/oma-sandbox/session"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 	"github.com/oma-sandbox/oma-sandbox/tools"
 )
 
@@ -58,7 +58,7 @@ func BenchmarkConcurrent(b *testing.B) {
 		goroutines := runtime.NumGoroutine()
 		// Creation is not what this row measures, and 64 preflights at once
 		// on two cores outlast their 10 s timeout: open a few at a time.
-		sessions := make([]*session.MsbSession, n)
+		sessions := make([]*microvm.Session, n)
 		var opening errgroup.Group
 		opening.SetLimit(4)
 		for i := range n {

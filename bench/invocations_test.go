@@ -9,7 +9,7 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/reaper"
-	"github.com/oma-sandbox/oma-sandbox/session"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 )
 
 // counts accumulates, per side of a row, the msb invocations fakemsb
@@ -61,7 +61,7 @@ func BenchmarkInvocations(b *testing.B) {
 		client := newClient(env)
 		c := newCounts(b, env)
 		for b.Loop() {
-			var ours *session.MsbSession
+			var ours *microvm.Session
 			var sd *seed
 			c.measure("ours", func() {
 				var err error

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/oma-sandbox/oma-sandbox/msb"
-	"github.com/oma-sandbox/oma-sandbox/session"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 	"github.com/oma-sandbox/oma-sandbox/tools"
 )
 
@@ -89,7 +89,7 @@ func toolRows(ws string) []toolRow {
 
 // toolFixture lays the fixture out in sess and returns the toolbox on it and
 // the seed replay pointed at the same sandbox.
-func toolFixture(b *testing.B, client *msb.Client, sess *session.MsbSession) (*tools.Toolbox, *seed) {
+func toolFixture(b *testing.B, client *msb.Client, sess *microvm.Session) (*tools.Toolbox, *seed) {
 	b.Helper()
 	mustShell(b, sess, fixtureScript)
 	names := sess.Names()

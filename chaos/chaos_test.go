@@ -29,6 +29,7 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/reaper"
 	"github.com/oma-sandbox/oma-sandbox/session"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 	"github.com/oma-sandbox/oma-sandbox/tools"
 )
 
@@ -296,9 +297,9 @@ func runSession(env *fakemsbtest.Env, rec *recorder, k int, rng *rand.Rand) {
 	faults := plan(rng, k, calls)
 	client := msb.NewClient(&watch{rec: rec, inner: &msb.CLI{Path: env.Bin, Env: []string{"FAKEMSB_FAULTS=" + faults}}})
 
-	var sess *session.MsbSession
+	var sess *microvm.Session
 	err := rec.op(rng, k, "create", createDeadline, func(ctx context.Context) (err error) {
-		sess, err = session.Create(ctx, session.Options{
+		sess, err = microvm.Create(ctx, microvm.Options{
 			Client: client, WorkspaceID: "chaos", SessionID: "s" + strconv.Itoa(k), Image: "debian",
 			OperationTimeout: opTimeout, StartupTimeout: startupTimeout,
 		})
@@ -354,7 +355,7 @@ func runSession(env *fakemsbtest.Env, rec *recorder, k int, rng *rand.Rand) {
 
 // checkKept checks that a poisoned session still has its workspace: the
 // volume's directory in fakemsb's state, with the file the session wrote.
-func (r *recorder) checkKept(env *fakemsbtest.Env, sess *session.MsbSession, wrote bool) {
+func (r *recorder) checkKept(env *fakemsbtest.Env, sess *microvm.Session, wrote bool) {
 	dir := filepath.Join(env.Home, "volumes", sess.Names().Volume)
 	_, dirErr := os.Stat(dir)
 	_, fileErr := os.Stat(filepath.Join(dir, "chaos", "notes.txt"))

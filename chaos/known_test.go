@@ -20,6 +20,7 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 	"github.com/oma-sandbox/oma-sandbox/tools"
 )
 
@@ -57,9 +58,9 @@ func knownIssueOf(op string, err error) string {
 func TestKnownIssues(t *testing.T) {
 	requireFakemsb(t)
 	ctx := context.Background()
-	open := func(t *testing.T, env *fakemsbtest.Env) (*session.MsbSession, *tools.Toolbox) {
+	open := func(t *testing.T, env *fakemsbtest.Env) (*microvm.Session, *tools.Toolbox) {
 		t.Helper()
-		s, err := session.Create(ctx, session.Options{
+		s, err := microvm.Create(ctx, microvm.Options{
 			Client: msb.NewClient(&msb.CLI{Path: env.Bin}), WorkspaceID: "known", SessionID: "s", Image: "debian",
 		})
 		if err != nil {
@@ -76,7 +77,7 @@ func TestKnownIssues(t *testing.T) {
 	t.Run("prepare-untyped", func(t *testing.T) {
 		env := fakemsbtest.New(t)
 		env.SetKnob("FAKEMSB_FAULTS", "exec#1=exit:1:error: exec failed: no such user")
-		_, err := session.Create(ctx, session.Options{
+		_, err := microvm.Create(ctx, microvm.Options{
 			Client: msb.NewClient(&msb.CLI{Path: env.Bin}), WorkspaceID: "known", SessionID: "s", Image: "debian",
 		})
 		if err == nil || classify(err) == untyped {

@@ -11,6 +11,7 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/session/local"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 	"github.com/oma-sandbox/oma-sandbox/tools"
 )
 
@@ -22,7 +23,7 @@ func TestRemovedSessionIsGone(t *testing.T) {
 	backends := map[string]func(t *testing.T) (served, remover session.Session){
 		"msb": func(t *testing.T) (session.Session, session.Session) {
 			env, s := msbSession(t)
-			other, err := session.Attach(msb.NewClient(&msb.CLI{Path: env.Bin}), "", s.Name())
+			other, err := microvm.Attach(msb.NewClient(&msb.CLI{Path: env.Bin}), "", s.Name())
 			require.NoError(t, err)
 			return s, other
 		},

@@ -22,6 +22,7 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/internal/sessiontest"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 	"github.com/oma-sandbox/oma-sandbox/tools"
 )
 
@@ -37,9 +38,9 @@ func pipeTransports() (server, client *mcp.IOTransport, hangUp func()) {
 }
 
 // msbSession creates a session on a private fakemsb.
-func msbSession(t *testing.T) (*fakemsbtest.Env, *session.MsbSession) {
+func msbSession(t *testing.T) (*fakemsbtest.Env, *microvm.Session) {
 	env := fakemsbtest.New(t)
-	s, err := session.Create(context.Background(), session.Options{
+	s, err := microvm.Create(context.Background(), microvm.Options{
 		Client: msb.NewClient(&msb.CLI{Path: env.Bin}), WorkspaceID: "ws-mcp", SessionID: strings.ToLower(t.Name()), Image: "debian",
 	})
 	require.NoError(t, err)

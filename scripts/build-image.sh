@@ -6,7 +6,7 @@
 #
 # Needs root (mmdebstrap's root mode; mmdebstrap is installed with apt-get
 # when missing) and a Debian mirror. Environment:
-#   OMA_IMAGE_REF    reference to load it as (default: session.DefaultImage)
+#   OMA_IMAGE_REF    reference to load it as (default: microvm.DefaultImage)
 #   OMA_IMAGE_SUITE  Debian suite (default bookworm)
 #   OMA_MSB          msb binary (default .tools/msb/bin/msb, else msb on PATH)
 #   OMA_IMAGE_NOLOAD set to 1 to write the archive only
@@ -15,8 +15,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-ref=${OMA_IMAGE_REF:-$(sed -n 's/^[[:space:]]*DefaultImage[[:space:]]*= "\(.*\)"$/\1/p' session/msb.go)}
-[ -n "$ref" ] || { echo "build-image: cannot find session.DefaultImage in session/msb.go" >&2; exit 1; }
+ref=${OMA_IMAGE_REF:-$(sed -n 's/^[[:space:]]*DefaultImage[[:space:]]*= "\(.*\)"$/\1/p' session/microvm/session.go)}
+[ -n "$ref" ] || { echo "build-image: cannot find microvm.DefaultImage in session/microvm/session.go" >&2; exit 1; }
 suite=${OMA_IMAGE_SUITE:-bookworm}
 archive=$root/bin/sandbox-image.tar
 msb=${OMA_MSB:-}

@@ -57,5 +57,3 @@ type Stats struct {
 
 	Uptime *time.Duration `json:"uptime_ns,omitempty"`
 }
-
-func ptr[T any](v T) *T { return &v }

@@ -1,6 +1,7 @@
 // Package session defines the Session seam between the agent tools and the
-// sandbox backends, and implements it on msb: one microVM per agent session
-// with a named volume as its persistent /workspace.
+// sandbox backends (session/microvm on msb, session/local on the host's OS
+// sandbox): the interface, the errors both report, and the names and labels
+// of msb resources the reaper recognises.
 package session
 
 import (
@@ -8,6 +9,16 @@ import (
 	"errors"
 	"io"
 	"time"
+)
+
+// Timing shared by every backend.
+const (
+	// DefaultOperationTimeout bounds every guest command that names no
+	// timeout of its own.
+	DefaultOperationTimeout = 10 * time.Second
+	// HostGrace is added to a guest timeout to form the host deadline, so the
+	// guest timer fires first and its answer is the one reported.
+	HostGrace = 2 * time.Second
 )
 
 // Errors shared by every backend. Callers test them with errors.Is.

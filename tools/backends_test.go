@@ -13,6 +13,7 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/session/local"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 )
 
 // backends is every Session implementation the tool suite runs against.
@@ -71,7 +72,7 @@ func (r *countingRunner) Run(ctx context.Context, c msb.Call) (*msb.Result, erro
 func openMsb(t *testing.T) (session.Session, func() int) {
 	env := fakemsbtest.New(t)
 	runner := &countingRunner{inner: &msb.CLI{Path: env.Bin}}
-	s, err := session.Create(context.Background(), session.Options{
+	s, err := microvm.Create(context.Background(), microvm.Options{
 		Client: msb.NewClient(runner), WorkspaceID: "ws-" + strings.ToLower(t.Name()), SessionID: "s1", Image: "debian",
 	})
 	require.NoError(t, err)

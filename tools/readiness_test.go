@@ -11,12 +11,13 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 	"github.com/oma-sandbox/oma-sandbox/tools"
 )
 
-func msbSession(t *testing.T) (*fakemsbtest.Env, *session.MsbSession, *tools.Toolbox) {
+func msbSession(t *testing.T) (*fakemsbtest.Env, *microvm.Session, *tools.Toolbox) {
 	env := fakemsbtest.New(t)
-	s, err := session.Create(context.Background(), session.Options{
+	s, err := microvm.Create(context.Background(), microvm.Options{
 		Client: msb.NewClient(&msb.CLI{Path: env.Bin}), WorkspaceID: "ws", SessionID: "s", Image: "debian",
 	})
 	require.NoError(t, err)
@@ -26,10 +27,10 @@ func msbSession(t *testing.T) (*fakemsbtest.Env, *session.MsbSession, *tools.Too
 
 // workspaceKept checks that a poisoned msb session still has the agent's
 // files: its volume is there and, attached again, shows the file.
-func workspaceKept(t *testing.T, env *fakemsbtest.Env, s *session.MsbSession) {
+func workspaceKept(t *testing.T, env *fakemsbtest.Env, s *microvm.Session) {
 	t.Helper()
 	assert.Equal(t, []string{s.Names().Volume}, env.Volumes(t), "poisoning keeps the workspace volume")
-	again, err := session.Attach(msb.NewClient(&msb.CLI{Path: env.Bin}), "", s.Name())
+	again, err := microvm.Attach(msb.NewClient(&msb.CLI{Path: env.Bin}), "", s.Name())
 	require.NoError(t, err)
 	assert.Equal(t, "kept\n", sh(t, again, `cat /workspace/notes.txt`), "and the agent's files in it")
 }

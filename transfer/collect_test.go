@@ -19,7 +19,7 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/outputs"
-	"github.com/oma-sandbox/oma-sandbox/session"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 	"github.com/oma-sandbox/oma-sandbox/transfer"
 )
 
@@ -358,7 +358,7 @@ func TestCollect100MiBFitsItsDeadline(t *testing.T) {
 		t.Skip("moves 100 MiB")
 	}
 	env := fakemsbtest.New(t)
-	s, err := session.Create(context.Background(), session.Options{
+	s, err := microvm.Create(context.Background(), microvm.Options{
 		Client: msb.NewClient(&msb.CLI{Path: env.Bin}), WorkspaceID: "w", SessionID: "big", Image: "debian",
 	})
 	require.NoError(t, err)

@@ -18,6 +18,7 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/session/local"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 	"github.com/oma-sandbox/oma-sandbox/transfer"
 )
 
@@ -63,7 +64,7 @@ func backends(t *testing.T, fn func(t *testing.T, s *counted)) {
 	t.Run("host", func(t *testing.T) { fn(t, &counted{Session: sessiontest.NewHost(t)}) })
 	t.Run("msb", func(t *testing.T) {
 		env := fakemsbtest.New(t)
-		s, err := session.Create(context.Background(), session.Options{
+		s, err := microvm.Create(context.Background(), microvm.Options{
 			Client: msb.NewClient(&msb.CLI{Path: env.Bin}), WorkspaceID: "w", SessionID: "s", Image: "debian",
 		})
 		require.NoError(t, err)

@@ -13,6 +13,7 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/egress"
 	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/session/local"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 )
 
 // Backends.
@@ -58,9 +59,9 @@ func (f *createFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.backend, "backend", backendAuto, "`backend`: auto (msb when doctor finds it usable, else local), msb or local")
 	fs.StringVar(&f.workspaceID, "workspace-id", "cli", "workspace `id` (labels and name)")
 	fs.StringVar(&f.sessionID, "session-id", "", "session `id` (default a fresh short uuid)")
-	fs.StringVar(&f.image, "image", "", "msb: OCI image `ref` (default "+session.DefaultImage+")")
-	fs.IntVar(&f.cpus, "cpus", 0, fmt.Sprintf("msb: virtual CPUs (default %d)", session.DefaultCPUs))
-	fs.StringVar(&f.memory, "memory", "", "msb: guest memory `size` such as 512M or 2G (default "+session.DefaultMemory+")")
+	fs.StringVar(&f.image, "image", "", "msb: OCI image `ref` (default "+microvm.DefaultImage+")")
+	fs.IntVar(&f.cpus, "cpus", 0, fmt.Sprintf("msb: virtual CPUs (default %d)", microvm.DefaultCPUs))
+	fs.StringVar(&f.memory, "memory", "", "msb: guest memory `size` such as 512M or 2G (default "+microvm.DefaultMemory+")")
 	fs.StringVar(&f.idleTimeout, "idle-timeout", "", "msb: stop (pause) the session after this `duration` without activity, such as 30m; the next call resumes it (default never)")
 	fs.StringVar(&f.mode, "mode", "", "local: filesystem `mode`: workspace-write (default), read-only or danger-full-access")
 	fs.StringVar(&f.network, "network", "", "`network`: deny (default), unrestricted, or allowlist (implied by --allow-net)")

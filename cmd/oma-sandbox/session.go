@@ -13,6 +13,7 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/session/local"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 )
 
 const sessionUsage = `Usage: oma-sandbox session create [flags]
@@ -72,7 +73,7 @@ func describe(s session.Session) sessionInfo {
 	p := s.Paths()
 	info := sessionInfo{Name: s.Name(), Backend: backendLocal, Sandbox: s.Name(),
 		Paths: sessionPaths{Workspace: p.Workspace, Uploads: p.Uploads, Outputs: p.Outputs, Skills: p.Skills}}
-	if ms, ok := s.(*session.MsbSession); ok {
+	if ms, ok := s.(*microvm.Session); ok {
 		info.Backend, info.Volume = backendMsb, ms.Names().Volume
 	}
 	return info

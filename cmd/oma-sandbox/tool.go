@@ -10,7 +10,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/oma-sandbox/oma-sandbox/session"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 	"github.com/oma-sandbox/oma-sandbox/tools"
 )
 
@@ -67,7 +67,7 @@ anything ran (unknown tool, malformed JSON, an invalid field).`)
 	if err != nil {
 		return err
 	}
-	if ms, ok := s.(*session.MsbSession); ok && *noResume {
+	if ms, ok := s.(*microvm.Session); ok && *noResume {
 		ms.SetAutoResume(false)
 	}
 	tb := tools.New(s, tools.Options{Logger: c.logger})

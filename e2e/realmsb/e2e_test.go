@@ -21,7 +21,7 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
 	"github.com/oma-sandbox/oma-sandbox/internal/realmsb"
 	"github.com/oma-sandbox/oma-sandbox/msb"
-	"github.com/oma-sandbox/oma-sandbox/session"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 )
 
 // imageArchive is where `make image` (scripts/build-image.sh) writes the
@@ -43,7 +43,7 @@ func TestRealMSBSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	switch err := ensureImage(context.Background(), cli, session.DefaultImage, archive); {
+	switch err := ensureImage(context.Background(), cli, microvm.DefaultImage, archive); {
 	case errors.Is(err, errNoArchive):
 		t.Skip(err.Error())
 	case err != nil:
@@ -60,7 +60,7 @@ func TestFakeMSBSession(t *testing.T) {
 		t.Fatalf("fakemsb's doctor: %q, %v; want it to pass", verdict, err)
 	}
 	cli := &msb.CLI{Path: env.Bin}
-	if err := ensureImage(context.Background(), cli, session.DefaultImage, filepath.Join(t.TempDir(), "none.tar")); err != nil {
+	if err := ensureImage(context.Background(), cli, microvm.DefaultImage, filepath.Join(t.TempDir(), "none.tar")); err != nil {
 		t.Fatal(err)
 	}
 	lifecycle(t, msb.NewClient(cli))

@@ -19,6 +19,7 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/reaper"
 	"github.com/oma-sandbox/oma-sandbox/session"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 	"github.com/oma-sandbox/oma-sandbox/tools"
 	"github.com/oma-sandbox/oma-sandbox/transfer"
 )
@@ -33,8 +34,8 @@ func lifecycle(t *testing.T, client *msb.Client) {
 	ctx := context.Background()
 	require.NoError(t, client.VolumeCreate(ctx, msb.VolumeCreateOptions{Name: foreignVolume}))
 
-	s, err := session.Create(ctx, session.Options{Client: client, WorkspaceID: "e2e", SessionID: "lifecycle"})
-	require.NoError(t, err, "create a session on %s", session.DefaultImage)
+	s, err := microvm.Create(ctx, microvm.Options{Client: client, WorkspaceID: "e2e", SessionID: "lifecycle"})
+	require.NoError(t, err, "create a session on %s", microvm.DefaultImage)
 	t.Cleanup(func() { _ = s.Close(context.WithoutCancel(ctx)) })
 	tb := tools.New(s, tools.Options{})
 	call := func(name string, input any) string {
@@ -91,7 +92,7 @@ func lifecycle(t *testing.T, client *msb.Client) {
 
 	// A session whose process died: nobody closes it. The reaper, with a
 	// clock an hour ahead, removes its sandbox and volume and nothing else.
-	abandoned, err := session.Create(ctx, session.Options{Client: client, WorkspaceID: "e2e", SessionID: "abandoned"})
+	abandoned, err := microvm.Create(ctx, microvm.Options{Client: client, WorkspaceID: "e2e", SessionID: "abandoned"})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = abandoned.Close(context.WithoutCancel(ctx)) })
 	rep, err := reaper.Reap(ctx, client, reaper.Options{

@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oma-sandbox/oma-sandbox/internal/realmsb"
-	"github.com/oma-sandbox/oma-sandbox/session"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 )
 
 // rootfs returns a small root filesystem tar as mmdebstrap writes one.
@@ -46,7 +46,7 @@ func build(t *testing.T, layer []byte) string {
 	layerPath := filepath.Join(dir, "rootfs.tar")
 	require.NoError(t, os.WriteFile(layerPath, layer, 0o644))
 	out := filepath.Join(dir, "image.tar")
-	require.NoError(t, run(layerPath, session.DefaultImage, "amd64", "2026-11-30T12:00:00Z", out))
+	require.NoError(t, run(layerPath, microvm.DefaultImage, "amd64", "2026-11-30T12:00:00Z", out))
 	return out
 }
 
@@ -75,7 +75,7 @@ func TestArchiveFormat(t *testing.T) {
 	require.NoError(t, json.Unmarshal(files["manifest.json"], &manifest))
 	require.Len(t, manifest, 1)
 	m := manifest[0]
-	assert.Equal(t, []string{session.DefaultImage}, m.RepoTags)
+	assert.Equal(t, []string{microvm.DefaultImage}, m.RepoTags)
 	require.Len(t, m.Layers, 1)
 	assert.Equal(t, layer, files[m.Layers[0]], "the layer is the rootfs tar unchanged")
 
@@ -117,11 +117,11 @@ func TestRefusals(t *testing.T) {
 func TestRealMsbLoads(t *testing.T) {
 	env := realmsb.New(t)
 	archive := build(t, rootfs(t))
-	load := exec.Command(env.Bin, "load", "-q", "-t", session.DefaultImage, "-i", archive)
+	load := exec.Command(env.Bin, "load", "-q", "-t", microvm.DefaultImage, "-i", archive)
 	load.Env = append(os.Environ(), env.Environ()...)
 	out, err := load.CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	inspect := exec.Command(env.Bin, "image", "inspect", session.DefaultImage, "--format", "json")
+	inspect := exec.Command(env.Bin, "image", "inspect", microvm.DefaultImage, "--format", "json")
 	inspect.Env = load.Env
 	out, err = inspect.Output()
 	require.NoError(t, err)
@@ -135,7 +135,7 @@ func TestRealMsbLoads(t *testing.T) {
 		LayerCount int `json:"layer_count"`
 	}
 	require.NoError(t, json.Unmarshal(out, &got), "%s", out)
-	assert.Equal(t, session.DefaultImage, got.Reference)
+	assert.Equal(t, microvm.DefaultImage, got.Reference)
 	assert.Equal(t, "65534:65534", got.Config.User)
 	assert.Equal(t, "/workspace", got.Config.WorkingDir)
 	assert.Contains(t, got.Config.Env, "HOME=/workspace")

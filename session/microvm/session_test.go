@@ -1,9 +1,10 @@
-package session_test
+package microvm_test
 
 import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,8 +22,8 @@ import (
 
 var fixedNow = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
-func options(env *fakemsbtest.Env) session.Options {
-	return session.Options{
+func options(env *fakemsbtest.Env) microvm.Options {
+	return microvm.Options{
 		Client:      msb.NewClient(&msb.CLI{Path: env.Bin}),
 		WorkspaceID: "Workspace 42",
 		SessionID:   "sess/7",
@@ -42,7 +43,7 @@ func argvs(t *testing.T, env *fakemsbtest.Env) [][]string {
 
 func TestCreateArgvAndBudget(t *testing.T) {
 	env := fakemsbtest.New(t)
-	s, err := session.Create(context.Background(), options(env))
+	s, err := microvm.Create(context.Background(), options(env))
 	require.NoError(t, err)
 	defer s.Close(context.Background())
 
@@ -81,15 +82,15 @@ func TestCreateArgvAndBudget(t *testing.T) {
 func TestCreateFailureCleansUp(t *testing.T) {
 	cases := []struct {
 		name, faults, want string
-		opts               func(*session.Options)
+		opts               func(*microvm.Options)
 	}{
 		{name: "create fails", faults: "create#1=exit:1:error: image pull failed", want: "image pull failed"},
 		{name: "create hangs", faults: "create#1=hang", want: "host deadline exceeded",
-			opts: func(o *session.Options) { o.StartupTimeout = time.Second }},
+			opts: func(o *microvm.Options) { o.StartupTimeout = time.Second }},
 		{name: "prepare fails", faults: "exec#1=exit:1:error: guest agent unreachable", want: "guest agent unreachable"},
 		{name: "preflight fails", faults: "exec#1=exit:3:grep preflight: no match exits 2, not 1", want: "grep preflight: no match exits 2, not 1"},
 		{name: "prepare hangs", faults: "exec#1=hang", want: "host deadline exceeded",
-			opts: func(o *session.Options) { o.OperationTimeout = time.Second }},
+			opts: func(o *microvm.Options) { o.OperationTimeout = time.Second }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -99,7 +100,7 @@ func TestCreateFailureCleansUp(t *testing.T) {
 			if c.opts != nil {
 				c.opts(&o)
 			}
-			_, err := session.Create(context.Background(), o)
+			_, err := microvm.Create(context.Background(), o)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), c.want)
 			env.SetKnob("FAKEMSB_FAULTS", "")
@@ -117,14 +118,14 @@ func TestCreateKeepsTheOriginalErrorWhenCleanupFails(t *testing.T) {
 	env.SetKnob("FAKEMSB_FAULTS", "exec#1=exit:1:error: guest agent unreachable;remove#1=exit:1:error: disk busy;remove#2=exit:1:error: disk busy")
 	o := options(env)
 	o.OperationTimeout = time.Second
-	_, err := session.Create(context.Background(), o)
+	_, err := microvm.Create(context.Background(), o)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "guest agent unreachable", "the create's own error")
 	assert.Contains(t, err.Error(), "disk busy", "the cleanup's error beside it")
 
 	env.SetKnob("FAKEMSB_FAULTS", "create#1=hang;remove=exit:1:error: disk busy")
 	o.StartupTimeout = time.Second
-	_, err = session.Create(context.Background(), o)
+	_, err = microvm.Create(context.Background(), o)
 	assert.ErrorIs(t, err, msb.ErrHostTimeout, "the create's kind survives a failed cleanup")
 	assert.Contains(t, err.Error(), "disk busy")
 }
@@ -138,7 +139,7 @@ func TestFailedCreateRetriesItsCleanup(t *testing.T) {
 			env.SetKnob("FAKEMSB_FAULTS", "exec#1=exit:1:error: guest agent unreachable;"+fault)
 			o := options(env)
 			o.OperationTimeout = time.Second
-			_, err := session.Create(context.Background(), o)
+			_, err := microvm.Create(context.Background(), o)
 			require.Error(t, err)
 			assert.NotContains(t, err.Error(), "disk busy", "the retry succeeded")
 			env.SetKnob("FAKEMSB_FAULTS", "")
@@ -175,7 +176,7 @@ func TestFailedCreateRemovesItsVolume(t *testing.T) {
 	env.SetKnob("FAKEMSB_FAULTS", "create#1=exit:1:error: failed to start the VM")
 	o := options(env)
 	o.Client = msb.NewClient(volumeFirst{inner: &msb.CLI{Path: env.Bin}})
-	_, err := session.Create(context.Background(), o)
+	_, err := microvm.Create(context.Background(), o)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "failed to start the VM")
 	assert.Empty(t, env.Sandboxes(t))
@@ -184,7 +185,7 @@ func TestFailedCreateRemovesItsVolume(t *testing.T) {
 
 func TestShellOutcomes(t *testing.T) {
 	env := fakemsbtest.New(t)
-	s, err := session.Create(context.Background(), options(env))
+	s, err := microvm.Create(context.Background(), options(env))
 	require.NoError(t, err)
 	defer s.Close(context.Background())
 	ctx := context.Background()
@@ -227,7 +228,7 @@ func TestShellOutcomes(t *testing.T) {
 
 func TestCloseOrderAndIdempotence(t *testing.T) {
 	env := fakemsbtest.New(t)
-	s, err := session.Create(context.Background(), options(env))
+	s, err := microvm.Create(context.Background(), options(env))
 	require.NoError(t, err)
 	env.ResetLog(t)
 
@@ -251,7 +252,7 @@ func TestCloseOrderAndIdempotence(t *testing.T) {
 // where the files are and how to remove them.
 func TestPoisonKeepsTheWorkspace(t *testing.T) {
 	env := fakemsbtest.New(t)
-	s, err := session.Create(context.Background(), options(env))
+	s, err := microvm.Create(context.Background(), options(env))
 	require.NoError(t, err)
 	_, err = s.Shell(context.Background(), session.Command{Script: `echo kept > /workspace/notes.txt; sleep 300 >/dev/null 2>&1 & echo started`}, session.ShellOptions{})
 	require.NoError(t, err)
@@ -291,7 +292,7 @@ func TestPoisonKeepsTheWorkspace(t *testing.T) {
 func TestAttachToPoisonedSession(t *testing.T) {
 	env := fakemsbtest.New(t)
 	client := msb.NewClient(&msb.CLI{Path: env.Bin})
-	s, err := session.Create(context.Background(), options(env))
+	s, err := microvm.Create(context.Background(), options(env))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
 	failedStart := `error: failed to start "` + s.Name() + `"`
@@ -305,17 +306,17 @@ func TestAttachToPoisonedSession(t *testing.T) {
 	env.SetKnob("FAKEMSB_FAULTS", "exec=exit:1:"+failedStart+";copy=exit:1:"+failedStart)
 	for _, call := range []struct {
 		name string
-		run  func(s *session.MsbSession) error
+		run  func(s *microvm.Session) error
 	}{
-		{"exec", func(s *session.MsbSession) error {
+		{"exec", func(s *microvm.Session) error {
 			_, err := s.Shell(context.Background(), session.Command{Script: `cat /workspace/notes.txt`}, session.ShellOptions{})
 			return err
 		}},
-		{"copy", func(s *session.MsbSession) error {
+		{"copy", func(s *microvm.Session) error {
 			return s.CopyIn(context.Background(), "/etc/hostname", "/workspace/x")
 		}},
 	} {
-		other, err := session.Attach(client, "", s.Name())
+		other, err := microvm.Attach(client, "", s.Name())
 		require.NoError(t, err)
 		env.ResetLog(t)
 		err = call.run(other)
@@ -331,7 +332,7 @@ func TestAttachToPoisonedSession(t *testing.T) {
 	assert.Equal(t, []string{s.Name()}, env.Sandboxes(t))
 	assert.Equal(t, []string{s.Names().Volume}, env.Volumes(t))
 
-	other, err := session.Attach(client, "", s.Name())
+	other, err := microvm.Attach(client, "", s.Name())
 	require.NoError(t, err)
 	require.NoError(t, other.Close(context.Background()), "session rm removes it")
 	assert.Empty(t, env.Sandboxes(t))
@@ -344,7 +345,7 @@ func TestAttachToPoisonedSession(t *testing.T) {
 func TestPoisonWhenTheStopFails(t *testing.T) {
 	t.Run("stop fails", func(t *testing.T) {
 		env := fakemsbtest.New(t)
-		s, err := session.Create(context.Background(), options(env))
+		s, err := microvm.Create(context.Background(), options(env))
 		require.NoError(t, err)
 		env.SetKnob("FAKEMSB_FAULTS", "stop#1=exit:1:error: stuck")
 		err = s.Poison(context.Background(), errors.New("cleanup failed"))
@@ -358,7 +359,7 @@ func TestPoisonWhenTheStopFails(t *testing.T) {
 	})
 	t.Run("stop and remove fail", func(t *testing.T) {
 		env := fakemsbtest.New(t)
-		s, err := session.Create(context.Background(), options(env))
+		s, err := microvm.Create(context.Background(), options(env))
 		require.NoError(t, err)
 		env.SetKnob("FAKEMSB_FAULTS", "stop#1=exit:1:error: stuck;remove#1=exit:1:error: disk busy")
 		err = s.Poison(context.Background(), errors.New("cleanup failed"))
@@ -380,7 +381,7 @@ func TestPoisonWhenTheStopFails(t *testing.T) {
 // failed is retried.
 func TestCloseRetriesFailedRemoval(t *testing.T) {
 	env := fakemsbtest.New(t)
-	s, err := session.Create(context.Background(), options(env))
+	s, err := microvm.Create(context.Background(), options(env))
 	require.NoError(t, err)
 	env.SetKnob("FAKEMSB_FAULTS", "volume-remove#1=exit:1:error: disk busy")
 
@@ -399,11 +400,11 @@ func TestCloseRetriesFailedRemoval(t *testing.T) {
 func TestAttach(t *testing.T) {
 	env := fakemsbtest.New(t)
 	client := msb.NewClient(&msb.CLI{Path: env.Bin})
-	created, err := session.Create(context.Background(), options(env))
+	created, err := microvm.Create(context.Background(), options(env))
 	require.NoError(t, err)
 	env.ResetLog(t)
 
-	s, err := session.Attach(client, "", created.Name())
+	s, err := microvm.Attach(client, "", created.Name())
 	require.NoError(t, err)
 	assert.Empty(t, env.Invocations(t), "attaching costs no msb invocation")
 	assert.Equal(t, created.Names(), s.Names())
@@ -415,10 +416,10 @@ func TestAttach(t *testing.T) {
 	assert.Empty(t, env.Sandboxes(t))
 	assert.Empty(t, env.Volumes(t))
 
-	_, err = session.Attach(client, "", "someone-elses-box")
+	_, err = microvm.Attach(client, "", "someone-elses-box")
 	assert.ErrorIs(t, err, session.ErrInvalid)
 
-	gone, err := session.Attach(client, "", created.Name())
+	gone, err := microvm.Attach(client, "", created.Name())
 	require.NoError(t, err)
 	_, err = gone.Shell(context.Background(), session.Command{Script: "true"}, session.ShellOptions{})
 	assert.ErrorIs(t, err, session.ErrGone)
@@ -427,15 +428,15 @@ func TestAttach(t *testing.T) {
 
 func TestCreateRefusesBadOptions(t *testing.T) {
 	env := fakemsbtest.New(t)
-	for _, mod := range []func(*session.Options){
-		func(o *session.Options) { o.WorkspaceID = "" },
-		func(o *session.Options) { o.Memory = "1Gi" },
-		func(o *session.Options) { o.Image = "-evil" },
-		func(o *session.Options) { o.MaxDuration = "1h30m" },
+	for _, mod := range []func(*microvm.Options){
+		func(o *microvm.Options) { o.WorkspaceID = "" },
+		func(o *microvm.Options) { o.Memory = "1Gi" },
+		func(o *microvm.Options) { o.Image = "-evil" },
+		func(o *microvm.Options) { o.MaxDuration = "1h30m" },
 	} {
 		o := options(env)
 		mod(&o)
-		_, err := session.Create(context.Background(), o)
+		_, err := microvm.Create(context.Background(), o)
 		assert.ErrorIs(t, err, session.ErrInvalid)
 	}
 	assert.Empty(t, env.Invocations(t), "bad options start nothing")

@@ -1,7 +1,8 @@
-package session_test
+package microvm_test
 
 import (
 	"context"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 	"slices"
 	"strings"
 	"testing"
@@ -58,7 +59,7 @@ func TestCreateMapsTheNetworkPolicy(t *testing.T) {
 			env := fakemsbtest.New(t)
 			o := options(env)
 			o.Network = c.p
-			s, err := session.Create(context.Background(), o)
+			s, err := microvm.Create(context.Background(), o)
 			require.NoError(t, err)
 			defer s.Close(context.Background())
 			assert.Equal(t, c.want, netFlags(argvs(t, env)[0]))
@@ -85,7 +86,7 @@ func TestCreateRefusesBadNetworkPolicies(t *testing.T) {
 			env := fakemsbtest.New(t)
 			o := options(env)
 			o.Network = c.p
-			_, err := session.Create(context.Background(), o)
+			_, err := microvm.Create(context.Background(), o)
 			require.ErrorIs(t, err, session.ErrInvalid)
 			assert.Contains(t, err.Error(), c.want)
 			assert.Empty(t, argvs(t, env), "msb ran")

@@ -1,4 +1,4 @@
-package session
+package microvm
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/oma-sandbox/oma-sandbox/session"
 	"log/slog"
 	"os"
 	"strings"
@@ -19,25 +20,21 @@ import (
 
 // Defaults of a session on msb (the seed's, but memory 1G and --root-disk).
 const (
-	DefaultImage            = "ghcr.io/oma-sandbox/sandbox:latest"
-	DefaultCPUs             = 1
-	DefaultMemory           = "1G"
-	DefaultRootDisk         = "1G"
-	DefaultMaxDuration      = "2h"
-	DefaultSecurity         = "restricted"
-	DefaultPull             = "if-missing"
-	DefaultOperationTimeout = 10 * time.Second
-	DefaultStartupTimeout   = 5 * time.Minute
-	// HostGrace is added to a guest timeout to form the host deadline, so the
-	// guest timer fires first and its answer is the one reported.
-	HostGrace = 2 * time.Second
+	DefaultImage          = "ghcr.io/oma-sandbox/sandbox:latest"
+	DefaultCPUs           = 1
+	DefaultMemory         = "1G"
+	DefaultRootDisk       = "1G"
+	DefaultMaxDuration    = "2h"
+	DefaultSecurity       = "restricted"
+	DefaultPull           = "if-missing"
+	DefaultStartupTimeout = 5 * time.Minute
 
 	uploadsTmpfsSize = "64M"
 	outputsTmpfsSize = "100M"
 )
 
 // Guest paths of every msb session.
-var msbPaths = Paths{
+var msbPaths = session.Paths{
 	Workspace: "/workspace",
 	Uploads:   "/mnt/session/uploads",
 	Outputs:   "/mnt/session/outputs",
@@ -104,10 +101,10 @@ func (o *Options) setDefaults() {
 		o.Pull = DefaultPull
 	}
 	if o.Prefix == "" {
-		o.Prefix = DefaultPrefix
+		o.Prefix = session.DefaultPrefix
 	}
 	if o.OperationTimeout <= 0 {
-		o.OperationTimeout = DefaultOperationTimeout
+		o.OperationTimeout = session.DefaultOperationTimeout
 	}
 	if o.StartupTimeout <= 0 {
 		o.StartupTimeout = DefaultStartupTimeout
@@ -129,10 +126,10 @@ func randomUint64() uint64 {
 	return binary.LittleEndian.Uint64(b[:])
 }
 
-// MsbSession is a Session backed by one msb sandbox and its workspace volume.
-type MsbSession struct {
+// Session is a Session backed by one msb sandbox and its workspace volume.
+type Session struct {
 	client    *msb.Client
-	names     Names
+	names     session.Names
 	opTimeout time.Duration
 	logger    *slog.Logger
 
@@ -143,13 +140,13 @@ type MsbSession struct {
 	sandboxRemoved bool
 	volumeRemoved  bool
 
-	life lifecycle // paused or running; see msb_lifecycle.go
+	life lifecycle // paused or running; see lifecycle.go
 }
 
-var _ Session = (*MsbSession)(nil)
+var _ session.Session = (*Session)(nil)
 
 // createOptions are the `msb create` flags of a session.
-func createOptions(o Options, names Names) (msb.CreateOptions, error) {
+func createOptions(o Options, names session.Names) (msb.CreateOptions, error) {
 	now := o.Now().UTC()
 	c := msb.CreateOptions{
 		Image:  o.Image,
@@ -168,14 +165,14 @@ func createOptions(o Options, names Names) (msb.CreateOptions, error) {
 		Security:    o.Security,
 		Pull:        o.Pull,
 		Quiet:       true,
-		Labels: append(OwnerLabels(),
-			msb.Label{Key: LabelWorkspaceID, Value: o.WorkspaceID},
-			msb.Label{Key: LabelSessionID, Value: o.SessionID},
-			msb.Label{Key: LabelCreatedAt, Value: now.Format("2006-01-02T15:04:05.000Z")},
+		Labels: append(session.OwnerLabels(),
+			msb.Label{Key: session.LabelWorkspaceID, Value: o.WorkspaceID},
+			msb.Label{Key: session.LabelSessionID, Value: o.SessionID},
+			msb.Label{Key: session.LabelCreatedAt, Value: now.Format("2006-01-02T15:04:05.000Z")},
 		),
 	}
 	if o.parent != "" {
-		c.Labels = append(c.Labels, msb.Label{Key: LabelParent, Value: o.parent})
+		c.Labels = append(c.Labels, msb.Label{Key: session.LabelParent, Value: o.parent})
 	}
 	return c, applyNetwork(o.Network, &c)
 }
@@ -198,12 +195,12 @@ exec /bin/bash -c "$preflight" bash "$@"
 // invocations (create with --mount-named, which makes the volume; one exec
 // that prepares the mounts and runs the ripgrep preflight). Any failure
 // removes what was made and returns the original error.
-func Create(ctx context.Context, o Options) (*MsbSession, error) {
+func Create(ctx context.Context, o Options) (*Session, error) {
 	o.setDefaults()
 	if o.WorkspaceID == "" || o.SessionID == "" {
-		return nil, fmt.Errorf("%w: workspace id and session id are required", ErrInvalid)
+		return nil, fmt.Errorf("%w: workspace id and session id are required", session.ErrInvalid)
 	}
-	names := NewNames(o.Prefix, o.WorkspaceID, o.SessionID, o.Now(), o.Random())
+	names := session.NewNames(o.Prefix, o.WorkspaceID, o.SessionID, o.Now(), o.Random())
 	createOpts, err := createOptions(o, names)
 	if err == nil {
 		_, err = createOpts.Args()
@@ -212,9 +209,9 @@ func Create(ctx context.Context, o Options) (*MsbSession, error) {
 		err = o.Network.CheckSet(os.LookupEnv) // msb reads them when the sandbox starts
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %w", session.ErrInvalid, err)
 	}
-	s := &MsbSession{client: o.Client, names: names, opTimeout: o.OperationTimeout, logger: o.Logger}
+	s := &Session{client: o.Client, names: names, opTimeout: o.OperationTimeout, logger: o.Logger}
 	s.life.state = stateRunning
 	s.SetAutoResume(!o.NoAutoResume)
 
@@ -239,7 +236,7 @@ func Create(ctx context.Context, o Options) (*MsbSession, error) {
 // no session to Close, so a removal that fails is tried once more (only
 // what failed: a busy volume or a slow msb usually gives way) before the
 // rest is left to the reaper.
-func (s *MsbSession) cleanupFailedCreate(ctx context.Context) error {
+func (s *Session) cleanupFailedCreate(ctx context.Context) error {
 	err := s.remove(ctx)
 	if err == nil {
 		return nil
@@ -251,15 +248,15 @@ func (s *MsbSession) cleanupFailedCreate(ctx context.Context) error {
 	return err
 }
 
-func (s *MsbSession) prepare(ctx context.Context) error {
+func (s *Session) prepare(ctx context.Context) error {
 	preflight, preflightArgs := grep.PreflightScript()
 	args := append([]string{msbPaths.Uploads, msbPaths.Outputs, msbPaths.Workspace, preflight}, preflightArgs...)
-	res, err := s.exec(ctx, Command{Script: prepareScript, Args: args}, ShellOptions{User: "0", GuestTimeout: s.opTimeout})
+	res, err := s.exec(ctx, session.Command{Script: prepareScript, Args: args}, session.ShellOptions{User: "0", GuestTimeout: s.opTimeout})
 	if err != nil {
 		return fmt.Errorf("prepare mounts and ripgrep preflight: %w", err)
 	}
 	if res.ExitCode != 0 {
-		return fmt.Errorf("%w: prepare mounts and ripgrep preflight: exit %d: %s", ErrCannotStart, res.ExitCode, tail(res.Stderr))
+		return fmt.Errorf("%w: prepare mounts and ripgrep preflight: exit %d: %s", session.ErrCannotStart, res.ExitCode, tail(res.Stderr))
 	}
 	return nil
 }
@@ -269,56 +266,56 @@ func (s *MsbSession) prepare(ctx context.Context) error {
 // refused; a sandbox that no longer exists surfaces as ErrGone on first use,
 // and one that is stopped (as Poison left it, in another process) as
 // ErrPoisoned (see stoppedError).
-func Attach(client *msb.Client, prefix, sandbox string) (*MsbSession, error) {
+func Attach(client *msb.Client, prefix, sandbox string) (*Session, error) {
 	if prefix == "" {
-		prefix = DefaultPrefix
+		prefix = session.DefaultPrefix
 	}
-	stem, ok := SandboxStem(prefix, sandbox)
+	stem, ok := session.SandboxStem(prefix, sandbox)
 	if !ok {
-		return nil, fmt.Errorf("%w: %q is not a session sandbox name with prefix %q", ErrInvalid, sandbox, prefix)
+		return nil, fmt.Errorf("%w: %q is not a session sandbox name with prefix %q", session.ErrInvalid, sandbox, prefix)
 	}
 	if client == nil {
 		client = msb.NewClient(&msb.CLI{})
 	}
-	return &MsbSession{
+	return &Session{
 		client:    client,
-		names:     NamesFromStem(stem),
-		opTimeout: DefaultOperationTimeout,
+		names:     session.NamesFromStem(stem),
+		opTimeout: session.DefaultOperationTimeout,
 		logger:    slog.New(slog.DiscardHandler),
 	}, nil
 }
 
 // Name is the sandbox name.
-func (s *MsbSession) Name() string { return s.names.Sandbox }
+func (s *Session) Name() string { return s.names.Sandbox }
 
 // Names are the session's msb resources.
-func (s *MsbSession) Names() Names { return s.names }
+func (s *Session) Names() session.Names { return s.names }
 
 // Paths are the guest paths.
-func (s *MsbSession) Paths() Paths { return msbPaths }
+func (s *Session) Paths() session.Paths { return msbPaths }
 
 // Poisoned reports whether the session's state became unknown.
-func (s *MsbSession) Poisoned() bool {
+func (s *Session) Poisoned() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.poisonCause != nil
 }
 
-func (s *MsbSession) usable() error {
+func (s *Session) usable() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
 	case s.poisonCause != nil:
 		return s.poisonedError()
 	case s.closed:
-		return ErrClosed
+		return session.ErrClosed
 	}
 	return nil
 }
 
 // Shell runs a bash script in the sandbox: one msb exec (after one msb
 // start when the session is paused, see enter).
-func (s *MsbSession) Shell(ctx context.Context, cmd Command, opts ShellOptions) (*Result, error) {
+func (s *Session) Shell(ctx context.Context, cmd session.Command, opts session.ShellOptions) (*session.Result, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
@@ -330,8 +327,8 @@ func (s *MsbSession) Shell(ctx context.Context, cmd Command, opts ShellOptions) 
 	return s.exec(ctx, cmd, opts)
 }
 
-func (s *MsbSession) exec(ctx context.Context, cmd Command, opts ShellOptions) (*Result, error) {
-	hostTimeout := s.opTimeout + HostGrace
+func (s *Session) exec(ctx context.Context, cmd session.Command, opts session.ShellOptions) (*session.Result, error) {
+	hostTimeout := s.opTimeout + session.HostGrace
 	execOpts := msb.ExecOptions{
 		Name:    s.names.Sandbox,
 		Argv:    append([]string{"/bin/bash", "-c", cmd.Script, "bash"}, cmd.Args...),
@@ -344,7 +341,7 @@ func (s *MsbSession) exec(ctx context.Context, cmd Command, opts ShellOptions) (
 	}
 	if opts.GuestTimeout > 0 {
 		execOpts.Timeout = msb.FormatDuration(opts.GuestTimeout)
-		hostTimeout = opts.GuestTimeout + HostGrace
+		hostTimeout = opts.GuestTimeout + session.HostGrace
 	}
 	ctx, cancel := context.WithTimeout(ctx, hostTimeout)
 	defer cancel()
@@ -367,7 +364,7 @@ func (s *MsbSession) exec(ctx context.Context, cmd Command, opts ShellOptions) (
 // crashed sandbox marks the session poisoned instead, and the error names
 // the kept volume and how to remove it. The guest can print that message
 // too, so one msb inspect confirms it; nil means err stands as it is.
-func (s *MsbSession) stoppedError(ctx context.Context, err error) error {
+func (s *Session) stoppedError(ctx context.Context, err error) error {
 	var exitErr *msb.ExitError
 	if !errors.As(err, &exitErr) || !strings.HasPrefix(exitErr.Message, `failed to start "`+s.names.Sandbox+`"`) {
 		return nil
@@ -391,10 +388,10 @@ func (s *MsbSession) stoppedError(ctx context.Context, err error) error {
 
 // shellResult maps msb's outcome onto the Session contract: a guest's own
 // exit code is a result; everything that kept it from running is an error.
-func shellResult(res *msb.Result, err error) (*Result, error) {
-	var out *Result
+func shellResult(res *msb.Result, err error) (*session.Result, error) {
+	var out *session.Result
 	if res != nil {
-		out = &Result{ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr}
+		out = &session.Result{ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr}
 	}
 	if err == nil {
 		return out, nil
@@ -415,16 +412,16 @@ func shellResult(res *msb.Result, err error) (*Result, error) {
 }
 
 var errorMap = []struct{ from, to error }{
-	{msb.ErrHostTimeout, ErrHostTimeout},
-	{msb.ErrAborted, ErrAborted},
-	{msb.ErrOutputOverflow, ErrOutputOverflow},
-	{msb.ErrExecTimedOut, ErrGuestTimeout},
-	{msb.ErrCannotStart, ErrCannotStart},
-	{msb.ErrSandboxNotFound, ErrGone},
+	{msb.ErrHostTimeout, session.ErrHostTimeout},
+	{msb.ErrAborted, session.ErrAborted},
+	{msb.ErrOutputOverflow, session.ErrOutputOverflow},
+	{msb.ErrExecTimedOut, session.ErrGuestTimeout},
+	{msb.ErrCannotStart, session.ErrCannotStart},
+	{msb.ErrSandboxNotFound, session.ErrGone},
 }
 
 // CopyIn copies a host file or directory to an absolute guest path: one msb copy.
-func (s *MsbSession) CopyIn(ctx context.Context, hostPath, guestPath string) error {
+func (s *Session) CopyIn(ctx context.Context, hostPath, guestPath string) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
@@ -435,7 +432,7 @@ func (s *MsbSession) CopyIn(ctx context.Context, hostPath, guestPath string) err
 	defer release()
 	ref, err := msb.PathRef(s.names.Sandbox, guestPath)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
+		return fmt.Errorf("%w: %w", session.ErrInvalid, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
@@ -454,7 +451,7 @@ func (s *MsbSession) CopyIn(ctx context.Context, hostPath, guestPath string) err
 // removing the sandbox). The volume, with the agent's files, is kept until
 // Close or the reaper. The returned error wraps ErrPoisoned and says so; a
 // failure to end the sandbox is joined to it and Close retries the removal.
-func (s *MsbSession) Poison(ctx context.Context, cause error) error {
+func (s *Session) Poison(ctx context.Context, cause error) error {
 	if cause == nil {
 		cause = errors.New("state unknown")
 	}
@@ -476,7 +473,7 @@ func (s *MsbSession) Poison(ctx context.Context, cause error) error {
 
 // poisonedError tells the caller what poisoning did and how to get rid of
 // what it kept; s.mu must be held.
-func (s *MsbSession) poisonedError() error {
+func (s *Session) poisonedError() error {
 	ended, removal := "is used no more", "oma-sandbox session rm "+s.names.Sandbox
 	switch {
 	case s.sandboxRemoved:
@@ -485,12 +482,12 @@ func (s *MsbSession) poisonedError() error {
 		ended = "is stopped and used no more"
 	}
 	return fmt.Errorf("%w (%v): sandbox %s %s; the agent's files are kept in msb volume %s until the session is removed (%s)",
-		ErrPoisoned, s.poisonCause, s.names.Sandbox, ended, s.names.Volume, removal)
+		session.ErrPoisoned, s.poisonCause, s.names.Sandbox, ended, s.names.Volume, removal)
 }
 
 // endSandbox stops the sandbox, or force-removes it if the stop fails, so
 // nothing the guest started runs on. It never touches the volume.
-func (s *MsbSession) endSandbox(ctx context.Context) error {
+func (s *Session) endSandbox(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.sandboxStopped || s.sandboxRemoved {
@@ -515,7 +512,7 @@ func (s *MsbSession) endSandbox(ctx context.Context) error {
 
 // Close removes the sandbox, then the volume. It is idempotent; a removal
 // that failed before is tried again.
-func (s *MsbSession) Close(ctx context.Context) error {
+func (s *Session) Close(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
@@ -528,7 +525,7 @@ func (s *MsbSession) Close(ctx context.Context) error {
 // remove force-removes whatever of the sandbox and volume is still there,
 // sandbox first (msb refuses to remove a volume attached to a live sandbox).
 // Already-gone resources count as removed.
-func (s *MsbSession) remove(ctx context.Context) error {
+func (s *Session) remove(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.sandboxRemoved {

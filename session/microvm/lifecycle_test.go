@@ -1,8 +1,9 @@
-package session_test
+package microvm_test
 
 import (
 	"context"
 	"errors"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -39,7 +40,7 @@ func commands(t *testing.T, env *fakemsbtest.Env) []string {
 func TestPauseResumeOnUse(t *testing.T) {
 	ctx := context.Background()
 	env := fakemsbtest.New(t)
-	s, err := session.Create(ctx, options(env))
+	s, err := microvm.Create(ctx, options(env))
 	require.NoError(t, err)
 	name := s.Names().Sandbox
 	_, err = s.Shell(ctx, session.Command{Script: `echo kept >note.txt`}, session.ShellOptions{})
@@ -66,9 +67,9 @@ func TestPauseResumeOnUse(t *testing.T) {
 
 	// The hot path: a call on a running session, created or attached with
 	// auto-resume, is one msb exec and nothing else (no inspect).
-	other, err := session.Attach(msb.NewClient(&msb.CLI{Path: env.Bin}), "", name)
+	other, err := microvm.Attach(msb.NewClient(&msb.CLI{Path: env.Bin}), "", name)
 	require.NoError(t, err)
-	for _, sess := range []*session.MsbSession{s, other} {
+	for _, sess := range []*microvm.Session{s, other} {
 		env.ResetLog(t)
 		_, err = sess.Shell(ctx, session.Command{Script: `true`}, session.ShellOptions{})
 		require.NoError(t, err)
@@ -88,7 +89,7 @@ func TestPausedWithoutAutoResume(t *testing.T) {
 	env := fakemsbtest.New(t)
 	o := options(env)
 	o.NoAutoResume = true
-	s, err := session.Create(ctx, o)
+	s, err := microvm.Create(ctx, o)
 	require.NoError(t, err)
 	defer s.Close(ctx)
 	require.NoError(t, s.Pause(ctx))
@@ -116,13 +117,13 @@ func TestPausedWithoutAutoResume(t *testing.T) {
 func TestAttachedPausedSession(t *testing.T) {
 	ctx := context.Background()
 	env := fakemsbtest.New(t)
-	s, err := session.Create(ctx, options(env))
+	s, err := microvm.Create(ctx, options(env))
 	require.NoError(t, err)
 	defer s.Close(ctx)
 	require.NoError(t, s.Pause(ctx))
 
 	client := msb.NewClient(&msb.CLI{Path: env.Bin})
-	other, err := session.Attach(client, "", s.Name())
+	other, err := microvm.Attach(client, "", s.Name())
 	require.NoError(t, err)
 	other.SetAutoResume(false)
 	env.ResetLog(t)
@@ -130,7 +131,7 @@ func TestAttachedPausedSession(t *testing.T) {
 	assert.ErrorIs(t, err, session.ErrPaused)
 	assert.Equal(t, []string{"inspect"}, commands(t, env))
 
-	third, err := session.Attach(client, "", s.Name())
+	third, err := microvm.Attach(client, "", s.Name())
 	require.NoError(t, err)
 	env.ResetLog(t)
 	require.NoError(t, third.Resume(ctx))
@@ -156,7 +157,7 @@ func TestAttachedPausedSession(t *testing.T) {
 func TestPauseGoneAndClosed(t *testing.T) {
 	ctx := context.Background()
 	env := fakemsbtest.New(t)
-	s, err := session.Create(ctx, options(env))
+	s, err := microvm.Create(ctx, options(env))
 	require.NoError(t, err)
 	_, _, code := env.Run(t, "remove", "--force", s.Name())
 	require.Zero(t, code)
@@ -175,7 +176,7 @@ func TestIdleTimeoutOption(t *testing.T) {
 	env := fakemsbtest.New(t)
 	o := options(env)
 	o.IdleTimeout = "30m"
-	s, err := session.Create(ctx, o)
+	s, err := microvm.Create(ctx, o)
 	require.NoError(t, err)
 	defer s.Close(ctx)
 	assert.Contains(t, argvs(t, env)[0], "--idle-timeout")
@@ -183,7 +184,7 @@ func TestIdleTimeoutOption(t *testing.T) {
 
 	env.ResetLog(t)
 	o.IdleTimeout, o.SessionID = "1d", "other"
-	_, err = session.Create(ctx, o)
+	_, err = microvm.Create(ctx, o)
 	assert.ErrorIs(t, err, session.ErrInvalid)
 	assert.ErrorContains(t, err, "idle timeout")
 	assert.Empty(t, argvs(t, env))

@@ -1,10 +1,11 @@
 //go:build linux
 
-package session_test
+package microvm_test
 
 import (
 	"context"
 	"fmt"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -113,7 +114,7 @@ func TestAllowlistOnFakemsb(t *testing.T) {
 	env.SetKnob("FAKEMSB_HOSTS", "api.test.example=127.0.0.2,rebind.test.example=127.0.0.1,other.example=127.0.0.1")
 	o := options(env)
 	o.Network = f.policy
-	s, err := session.Create(context.Background(), o)
+	s, err := microvm.Create(context.Background(), o)
 	require.NoError(t, err)
 	defer s.Close(context.Background())
 	f.run(t, s, true)

@@ -1,9 +1,10 @@
-package session
+package microvm
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/oma-sandbox/oma-sandbox/session"
 	"path/filepath"
 	"strings"
 
@@ -27,12 +28,12 @@ import (
 // CPUs and memory default to the source's, the rest to Create's defaults
 // (the network policy too: the zero value denies all). The fork carries
 // LabelParent naming this sandbox; the two share nothing afterwards.
-func (s *MsbSession) Fork(ctx context.Context, o Options) (*MsbSession, error) {
+func (s *Session) Fork(ctx context.Context, o Options) (*Session, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
 	if o.SessionID == "" {
-		return nil, fmt.Errorf("%w: a fork needs a session id of its own", ErrInvalid)
+		return nil, fmt.Errorf("%w: a fork needs a session id of its own", session.ErrInvalid)
 	}
 	s.life.mu.Lock()
 	defer s.life.mu.Unlock()
@@ -67,7 +68,7 @@ func (s *MsbSession) Fork(ctx context.Context, o Options) (*MsbSession, error) {
 
 // forkStopped creates the fork and copies the stopped source's workspace
 // volume into the fork's.
-func (s *MsbSession) forkStopped(ctx context.Context, o Options, info *msb.SandboxInfo) (*MsbSession, error) {
+func (s *Session) forkStopped(ctx context.Context, o Options, info *msb.SandboxInfo) (*Session, error) {
 	srcDir, err := s.volumeDir(ctx, s.names.Volume)
 	if err != nil {
 		return nil, fmt.Errorf("fork %s: %w", s.names.Sandbox, err)
@@ -79,7 +80,7 @@ func (s *MsbSession) forkStopped(ctx context.Context, o Options, info *msb.Sandb
 		o.Logger = s.logger
 	}
 	if o.WorkspaceID == "" {
-		o.WorkspaceID = info.Labels[LabelWorkspaceID]
+		o.WorkspaceID = info.Labels[session.LabelWorkspaceID]
 	}
 	if o.Image == "" {
 		o.Image = info.Image
@@ -111,7 +112,7 @@ func (s *MsbSession) forkStopped(ctx context.Context, o Options, info *msb.Sandb
 
 // volumeDir is the host directory of a dir volume, from msb volume
 // inspect; any other kind of volume is refused.
-func (s *MsbSession) volumeDir(ctx context.Context, volume string) (string, error) {
+func (s *Session) volumeDir(ctx context.Context, volume string) (string, error) {
 	ictx, cancel := context.WithTimeout(ctx, inspectTimeout)
 	text, err := s.client.VolumeInspect(ictx, volume)
 	cancel()
@@ -121,7 +122,7 @@ func (s *MsbSession) volumeDir(ctx context.Context, volume string) (string, erro
 	}
 	fields := inspectFields(text)
 	if kind := fields["Kind"]; kind != "dir" {
-		return "", fmt.Errorf("%w: volume %s is of kind %q; only a dir volume (a host directory) can be copied", ErrInvalid, volume, kind)
+		return "", fmt.Errorf("%w: volume %s is of kind %q; only a dir volume (a host directory) can be copied", session.ErrInvalid, volume, kind)
 	}
 	path := fields["Path"]
 	if !filepath.IsAbs(path) || filepath.Clean(path) != path {

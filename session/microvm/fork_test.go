@@ -1,7 +1,8 @@
-package session_test
+package microvm_test
 
 import (
 	"context"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,7 +17,7 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
-func shellOut(t *testing.T, s *session.MsbSession, script string, args ...string) string {
+func shellOut(t *testing.T, s *microvm.Session, script string, args ...string) string {
 	t.Helper()
 	res, err := s.Shell(context.Background(), session.Command{Script: script, Args: args}, session.ShellOptions{})
 	require.NoError(t, err)
@@ -47,7 +48,7 @@ func TestForkDiverges(t *testing.T) {
 	env := fakemsbtest.New(t)
 	secret := filepath.Join(t.TempDir(), "secret")
 	require.NoError(t, os.WriteFile(secret, []byte("host secret"), 0o600))
-	src, err := session.Create(ctx, options(env))
+	src, err := microvm.Create(ctx, options(env))
 	require.NoError(t, err)
 	shellOut(t, src, `mkdir -p d && printf base >d/note.txt && ln -s "$1" leak`, secret)
 
@@ -95,7 +96,7 @@ func TestForkDiverges(t *testing.T) {
 func TestForkOfPausedSourceStaysPaused(t *testing.T) {
 	ctx := context.Background()
 	env := fakemsbtest.New(t)
-	src, err := session.Create(ctx, options(env))
+	src, err := microvm.Create(ctx, options(env))
 	require.NoError(t, err)
 	defer src.Close(ctx)
 	shellOut(t, src, `echo kept >note.txt`)
@@ -113,7 +114,7 @@ func TestForkOfPausedSourceStaysPaused(t *testing.T) {
 func TestForkRefusals(t *testing.T) {
 	ctx := context.Background()
 	env := fakemsbtest.New(t)
-	src, err := session.Create(ctx, options(env))
+	src, err := microvm.Create(ctx, options(env))
 	require.NoError(t, err)
 	env.ResetLog(t)
 	o := options(env)
@@ -138,7 +139,7 @@ func TestForkRefusesADiskVolume(t *testing.T) {
 	require.NoError(t, client.VolumeCreate(ctx, msb.VolumeCreateOptions{Name: names.Volume, Kind: "disk", Size: "64M"}))
 	require.NoError(t, client.Create(ctx, msb.CreateOptions{Image: "debian", Name: names.Sandbox,
 		Mounts: []msb.NamedMount{{Volume: names.Volume, Guest: "/workspace"}}, Quiet: true}))
-	src, err := session.Attach(client, "", names.Sandbox)
+	src, err := microvm.Attach(client, "", names.Sandbox)
 	require.NoError(t, err)
 	o := options(env)
 	o.SessionID = "fork"
@@ -158,7 +159,7 @@ func TestForkRefusesADiskVolume(t *testing.T) {
 func TestForkCancelledMidCopy(t *testing.T) {
 	ctx := context.Background()
 	env := fakemsbtest.New(t)
-	src, err := session.Create(ctx, options(env))
+	src, err := microvm.Create(ctx, options(env))
 	require.NoError(t, err)
 	defer src.Close(ctx)
 	shellOut(t, src, `echo kept >note.txt`)

@@ -1,9 +1,10 @@
-package session
+package microvm
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/oma-sandbox/oma-sandbox/session"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,11 +40,11 @@ type lifecycle struct {
 	manual atomic.Bool
 }
 
-var _ Lifecycle = (*MsbSession)(nil)
+var _ session.Lifecycle = (*Session)(nil)
 
 // SetAutoResume says whether a call on a paused session resumes it first
 // (the default) or fails with ErrPaused.
-func (s *MsbSession) SetAutoResume(on bool) { s.life.manual.Store(!on) }
+func (s *Session) SetAutoResume(on bool) { s.life.manual.Store(!on) }
 
 // enter admits one call and returns its release. A paused session is
 // resumed first: one msb start, which it keeps (the sandbox stays up for
@@ -52,7 +53,7 @@ func (s *MsbSession) SetAutoResume(on bool) { s.life.manual.Store(!on) }
 // sandbox for the call and stops it again afterwards); without, it asks
 // msb once (inspect) so that a paused sandbox is not started behind the
 // caller's back.
-func (s *MsbSession) enter(ctx context.Context) (func(), error) {
+func (s *Session) enter(ctx context.Context) (func(), error) {
 	for {
 		s.life.mu.RLock()
 		st := s.life.state
@@ -68,7 +69,7 @@ func (s *MsbSession) enter(ctx context.Context) (func(), error) {
 
 // settle leaves the state running, or fails: ErrPaused when the session is
 // paused and must not be resumed on use.
-func (s *MsbSession) settle(ctx context.Context) error {
+func (s *Session) settle(ctx context.Context) error {
 	s.life.mu.Lock()
 	defer s.life.mu.Unlock()
 	if s.life.state == stateUnknown {
@@ -81,13 +82,13 @@ func (s *MsbSession) settle(ctx context.Context) error {
 	}
 	if s.life.manual.Load() {
 		return fmt.Errorf("%w: sandbox %s is stopped and this session does not resume on use; resume it first (oma-sandbox session resume %s)",
-			ErrPaused, s.names.Sandbox, s.names.Sandbox)
+			session.ErrPaused, s.names.Sandbox, s.names.Sandbox)
 	}
 	return s.start(ctx)
 }
 
 // learnState asks msb whether the sandbox runs; s.life.mu must be held.
-func (s *MsbSession) learnState(ctx context.Context) error {
+func (s *Session) learnState(ctx context.Context) error {
 	ictx, cancel := context.WithTimeout(ctx, inspectTimeout)
 	info, err := s.client.Inspect(ictx, s.names.Sandbox)
 	cancel()
@@ -107,7 +108,7 @@ func (s *MsbSession) learnState(ctx context.Context) error {
 func stoppedStatus(status string) bool { return status == "Stopped" || status == "Crashed" }
 
 // start boots the stopped sandbox again; s.life.mu must be held.
-func (s *MsbSession) start(ctx context.Context) error {
+func (s *Session) start(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(ctx, resumeTimeout)
 	err := s.client.Start(sctx, s.names.Sandbox)
 	cancel()
@@ -122,7 +123,7 @@ func (s *MsbSession) start(ctx context.Context) error {
 
 // stop stops the sandbox gracefully (msb stop, killed after
 // stopGraceSecs); the error is mapped onto the Session errors.
-func (s *MsbSession) stop(ctx context.Context) error {
+func (s *Session) stop(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, pauseTimeout)
 	err := s.client.Stop(pctx, msb.StopOptions{Names: []string{s.names.Sandbox}, Timeout: stopGraceSecs})
 	cancel()
@@ -137,7 +138,7 @@ func (s *MsbSession) stop(ctx context.Context) error {
 // the root disk are kept. It waits for calls in flight. The next call
 // resumes the session unless auto-resume is off. Idempotent: msb stops a
 // stopped sandbox without complaint.
-func (s *MsbSession) Pause(ctx context.Context) error {
+func (s *Session) Pause(ctx context.Context) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
@@ -157,7 +158,7 @@ func (s *MsbSession) Pause(ctx context.Context) error {
 // Resume starts the stopped sandbox again: one msb start (after one msb
 // inspect when this process does not know the state). A running session
 // is left alone.
-func (s *MsbSession) Resume(ctx context.Context) error {
+func (s *Session) Resume(ctx context.Context) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
@@ -177,13 +178,13 @@ func (s *MsbSession) Resume(ctx context.Context) error {
 // Stats reads msb's metrics of the sandbox and the workspace volume's use:
 // two msb calls. A stopped sandbox (paused, or stopped by its idle timeout)
 // has no live metrics: its stats say paused and carry the disk use only.
-func (s *MsbSession) Stats(ctx context.Context) (*Stats, error) {
+func (s *Session) Stats(ctx context.Context) (*session.Stats, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, inspectTimeout)
 	defer cancel()
-	st := &Stats{Backend: "msb", State: StatePaused, Sampled: time.Now().UTC()}
+	st := &session.Stats{Backend: "msb", State: session.StatePaused, Sampled: time.Now().UTC()}
 	m, err := s.client.Metrics(ctx, s.names.Sandbox)
 	switch {
 	case errors.Is(err, msb.ErrNoMetrics):
@@ -193,7 +194,7 @@ func (s *MsbSession) Stats(ctx context.Context) (*Stats, error) {
 	case m.State == "exited":
 		// The last run's totals; nothing runs now.
 	default:
-		st.State, st.Sampled = StateRunning, m.Timestamp
+		st.State, st.Sampled = session.StateRunning, m.Timestamp
 		if m.CPUs > 0 {
 			st.CPUs = ptr(m.CPUs)
 		}
@@ -216,3 +217,5 @@ func (s *MsbSession) Stats(ctx context.Context) (*Stats, error) {
 	}
 	return st, nil
 }
+
+func ptr[T any](v T) *T { return &v }
