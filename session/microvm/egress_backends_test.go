@@ -5,7 +5,6 @@ package microvm_test
 import (
 	"context"
 	"fmt"
-	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/internal/testutil"
 	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/session/local"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 )
 
 // egressFixture is the allowlist scenario's servers and policy: A on

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/oma-sandbox/oma-sandbox/session"
 	"path/filepath"
 	"strings"
 
 	"github.com/oma-sandbox/oma-sandbox/internal/safefs"
 	"github.com/oma-sandbox/oma-sandbox/msb"
+	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
 // Fork makes a new session whose workspace is a copy of this one's at this

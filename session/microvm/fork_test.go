@@ -2,7 +2,6 @@ package microvm_test
 
 import (
 	"context"
-	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 )
 
 func shellOut(t *testing.T, s *microvm.Session, script string, args ...string) string {

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/oma-sandbox/oma-sandbox/session"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/oma-sandbox/oma-sandbox/msb"
+	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
 // Bounds of the lifecycle's msb calls. A graceful stop gets stopGraceSecs

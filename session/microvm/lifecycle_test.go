@@ -3,7 +3,6 @@ package microvm_test
 import (
 	"context"
 	"errors"
-	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -12,6 +11,7 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 )
 
 func sandboxStatus(t *testing.T, env *fakemsbtest.Env, name string) string {

@@ -2,7 +2,6 @@ package microvm_test
 
 import (
 	"context"
-	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/egress"
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
 	"github.com/oma-sandbox/oma-sandbox/session"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 )
 
 func policy(t *testing.T, mode egress.Mode, targets []string, secrets ...string) egress.Policy {

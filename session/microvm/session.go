@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/oma-sandbox/oma-sandbox/session"
 	"log/slog"
 	"os"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/egress"
 	"github.com/oma-sandbox/oma-sandbox/grep"
 	"github.com/oma-sandbox/oma-sandbox/msb"
+	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
 // Defaults of a session on msb (the seed's, but memory 1G and --root-disk).
