@@ -358,3 +358,27 @@ func TestAgentSwitchesUser(t *testing.T) {
 		t.Fatalf("as root: %q", res.Stdout)
 	}
 }
+
+// BenchmarkAgentRun measures one call's round trip through a real agent
+// (no msb in between): the channel's own cost per tool call.
+func BenchmarkAgentRun(b *testing.B) {
+	bin := agenttest.AgentBinary(b)
+	cmd := exec.Command(bin, "serve", "--default-workdir", b.TempDir())
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer cmd.Wait()
+	c, err := Open(context.Background(), stdout, stdin)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	for b.Loop() {
+		if res, err := c.Run(ctx, Request{Script: "echo hi"}, Output{}); err != nil || string(res.Stdout) != "hi\n" {
+			b.Fatal(res, err)
+		}
+	}
+}

@@ -70,6 +70,13 @@ func (c *Conn) Run(ctx context.Context, req Request, out Output) (*Result, error
 	c.calls[cl.id] = cl
 	c.enqueueLocked(line)
 	c.mu.Unlock()
+	defer func() {
+		// Whatever ended Run (even a panicking callback), the guest must
+		// not keep running a call nobody waits for.
+		c.mu.Lock()
+		c.abandonLocked(cl)
+		c.mu.Unlock()
+	}()
 	if req.Stdin != nil {
 		go c.pumpStdin(cl, req.Stdin)
 	}
@@ -102,9 +109,6 @@ func (c *Conn) Run(ctx context.Context, req Request, out Output) (*Result, error
 		cl.pending = nil
 		exit, overflow, stdinErr, dead := cl.exit, cl.overflow, cl.stdinErr, c.calls == nil
 		running := exit == nil && !overflow && stdinErr == nil
-		if running && ctxErr != nil && !dead {
-			c.abandonLocked(cl)
-		}
 		c.mu.Unlock()
 
 		switch {

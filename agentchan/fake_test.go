@@ -309,3 +309,21 @@ func TestStdinReadError(t *testing.T) {
 		t.Fatal(c.Err())
 	}
 }
+
+// A callback that panics still gets the call killed in the guest.
+func TestPanickingCallbackKillsTheCall(t *testing.T) {
+	c, f := openFake(t)
+	done := make(chan any, 1)
+	go func() {
+		defer func() { done <- recover() }()
+		_, _ = c.Run(context.Background(), Request{Script: "x"}, Output{Stdout: func([]byte) { panic("callback") }})
+	}()
+	f.next()
+	f.send(`{"type":"out","id":1,"fd":1,"data":"YQ=="}`)
+	if p := <-done; p != "callback" {
+		t.Fatalf("recovered %v", p)
+	}
+	if k, ok := f.next().(*agentwire.Kill); !ok || k.ID != 1 {
+		t.Fatal("no kill")
+	}
+}
