@@ -152,6 +152,10 @@ func TestAgentStdin(t *testing.T) {
 		t.Errorf("another call took %s", time.Since(start))
 	}
 	wg.Wait()
+	// Nor does one that closes it early.
+	if res := run(t, a.conn, Request{Script: "head -c 10 >/dev/null; exec 0<&-; echo closed", Stdin: bytes.NewReader(in)}); string(res.Stdout) != "closed\n" {
+		t.Fatalf("got %q", res.Stdout)
+	}
 }
 
 func TestAgentArgsAnyBytes(t *testing.T) {

@@ -114,28 +114,28 @@ func (p *proc) execute() *agentwire.Exit {
 	defer outR.Close()
 	defer errR.Close()
 	cmd.Stdout, cmd.Stderr = outW, errW
-	var inW *os.File
+	var inR, inW *os.File
 	if p.run.Stdin {
-		var inR *os.File
 		if inR, inW, err = os.Pipe(); err != nil {
 			outW.Close()
 			errW.Close()
 			return startFailed(err)
 		}
 		cmd.Stdin = inR
-		defer inR.Close()
 	}
 	err = cmd.Start()
+	// The child holds its ends now; without ours, a command that closes
+	// its stdin makes the feeder's writes fail instead of block.
 	outW.Close()
 	errW.Close()
+	if inR != nil {
+		inR.Close()
+	}
 	if err != nil {
 		if inW != nil {
 			inW.Close()
 		}
 		return startFailed(fmt.Errorf("starting %s: %w", p.s.Shell, err))
-	}
-	if cmd.Stdin != nil {
-		cmd.Stdin.(*os.File).Close()
 	}
 
 	var feeding sync.WaitGroup
