@@ -386,3 +386,59 @@ func BenchmarkAgentRun(b *testing.B) {
 		}
 	}
 }
+
+// The channel dies at random points (the agent killed, or Close) while
+// calls of every kind are in flight: every Run returns promptly with a
+// result or ErrBroken, and nothing is left behind (goleak, and the
+// agent's exit).
+func TestAgentDiesAtRandomPoints(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow")
+	}
+	scripts := []Request{
+		{Script: "echo quick"},
+		{Script: "head -c 200000 /dev/urandom | od | head -c 100000"},
+		{Script: "cat", Stdin: bytes.NewReader(make([]byte, 1<<20))},
+		{Script: "sleep 0.05; echo slow >&2"},
+		// Short sleeps: a grandchild outlives an agent killed with SIGKILL.
+		{Script: "sleep 2 & wait", Timeout: 30 * time.Millisecond},
+		{Script: "(sleep 0.2; echo bg) &"},
+	}
+	for i := range 12 {
+		a := startAgent(t, t.TempDir())
+		var wg sync.WaitGroup
+		errs := make(chan error, len(scripts))
+		for _, req := range scripts {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if req.Stdin != nil {
+					req.Stdin = bytes.NewReader(make([]byte, 1<<20))
+				}
+				_, err := a.conn.Run(ctx, req, Output{})
+				if err != nil && !errors.Is(err, ErrBroken) && !errors.Is(err, ErrTimedOut) {
+					errs <- err
+				}
+			}()
+		}
+		time.Sleep(time.Duration(i*7%60) * time.Millisecond)
+		if i%2 == 0 {
+			_ = a.cmd.Process.Kill()
+		} else {
+			a.conn.Close()
+		}
+		finished := make(chan struct{})
+		go func() { wg.Wait(); close(finished) }()
+		select {
+		case <-finished:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("round %d: calls hung after the channel died", i)
+		}
+		close(errs)
+		for err := range errs {
+			t.Errorf("round %d: %v", i, err)
+		}
+	}
+}
