@@ -240,7 +240,7 @@ func TestRunRefusesBadRequests(t *testing.T) {
 }
 
 // Stdin is sent in chunks and never more than the window ahead of the
-// agent's acks.
+// agent's acks: with a full window, nothing more comes until an ack.
 func TestStdinWindow(t *testing.T) {
 	c, f := openFake(t)
 	in := bytes.Repeat([]byte("s"), 3*agentwire.MaxStdinQueue)
@@ -248,25 +248,37 @@ func TestStdinWindow(t *testing.T) {
 	if !f.next().(*agentwire.Run).Stdin {
 		t.Fatal("run frame without stdin")
 	}
+	frames := make(chan agentwire.Frame)
+	go func() {
+		for {
+			fr, err := f.in.Read()
+			if err != nil {
+				close(frames)
+				return
+			}
+			frames <- fr
+		}
+	}()
 	var got []byte
 	outstanding := 0
 	for len(got) < len(in) {
-		fr := f.next()
-		s, ok := fr.(*agentwire.Stdin)
+		s, ok := (<-frames).(*agentwire.Stdin)
 		if !ok {
-			t.Fatalf("got %T", fr)
+			t.Fatal("not a stdin frame")
 		}
 		got = append(got, s.Data...)
-		outstanding += len(s.Data)
-		if outstanding > agentwire.MaxStdinQueue {
-			t.Fatalf("%d bytes unacknowledged", outstanding)
+		if outstanding += len(s.Data); outstanding < agentwire.MaxStdinQueue {
+			continue
 		}
-		if outstanding == agentwire.MaxStdinQueue {
-			f.send(`{"type":"ack","id":1,"n":` + strconv.Itoa(outstanding) + `}`)
-			outstanding = 0
+		select {
+		case fr := <-frames:
+			t.Fatalf("a %s frame with %d bytes unacknowledged", agentwire.Type(fr), outstanding)
+		case <-time.After(100 * time.Millisecond):
 		}
+		f.send(`{"type":"ack","id":1,"n":` + strconv.Itoa(outstanding) + `}`)
+		outstanding = 0
 	}
-	if _, ok := f.next().(*agentwire.EOF); !ok || !bytes.Equal(got, in) {
+	if _, ok := (<-frames).(*agentwire.EOF); !ok || !bytes.Equal(got, in) {
 		t.Fatal("stdin garbled or no eof")
 	}
 	f.send(`{"type":"exit","id":1,"code":0}`)
