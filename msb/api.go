@@ -29,6 +29,7 @@ var (
 	ErrStartFailed     = errors.New("sandbox failed to start") // create/start: error: failed to start "NAME"
 	ErrImageNotCached  = errors.New("image not cached")        // image not cached (create --pull never) or not found (image inspect)
 	ErrNoMetrics       = errors.New("no metrics recorded")     // metrics of a sandbox that has not run since it was made or started
+	ErrRestartRequired = errors.New("change needs a restart")  // modify of a running sandbox beyond what it booted with
 	ErrOutputOverflow  = errors.New("msb output exceeds cap")  // the runner's cap was hit; process group killed
 	ErrHostTimeout     = errors.New("msb host deadline exceeded")
 	ErrAborted         = errors.New("msb call aborted")
@@ -150,21 +151,38 @@ type CreateOptions struct {
 	Quiet             bool
 	Labels            []Label
 	Replace           bool
+	// Ports are forwarded from the host into the guest. msb filters them
+	// through the ingress policy, which --no-net sets to deny: such a
+	// sandbox needs an ingress NetRule per guest port.
+	Ports []PortForward
 }
 
-// NetRule is one --net-rule token ACTION@TARGET[:PROTOCOL[:PORTS]]
-// (direction egress, msb's default).
+// NetRule is one --net-rule token ACTION[:DIRECTION]@TARGET[:PROTOCOL[:PORTS]].
+// For an ingress rule the target is the peer and the ports are the guest's.
 type NetRule struct {
-	Action   string // "allow" or "deny"
-	Target   string // IPv4, [IPv6], CIDR, [IPv6 CIDR], domain, *.suffix
-	Protocol string // "", "any", "tcp", "udp", "icmpv4" or "icmpv6"
-	Ports    string // "", "any", PORT or LO-HI; needs Protocol
+	Action    string // "allow" or "deny"
+	Direction string // "" (egress, msb's default), "egress", "ingress" or "any"
+	Target    string // IPv4, [IPv6], CIDR, [IPv6 CIDR], domain, *.suffix
+	Protocol  string // "", "any", "tcp", "udp", "icmpv4" or "icmpv6"
+	Ports     string // "", "any", PORT or LO-HI; needs Protocol
 }
 
 // SecretRef is one --secret ENV@HOST[,HOST...].
 type SecretRef struct {
 	Env   string
 	Hosts []string
+}
+
+// ModifyOptions are the flags of `msb modify NAME` that oma-sandbox uses.
+// Without NextStart or Restart msb applies a change to a running sandbox
+// live when the booted VM has room for it and otherwise refuses it
+// (ErrRestartRequired); a stopped sandbox takes it at its next start.
+type ModifyOptions struct {
+	Name      string
+	CPUs      int    // 0: unchanged
+	Memory    string // msb size; "": unchanged
+	NextStart bool   // save for the next start, never touch a running VM
+	Restart   bool   // restart the sandbox if a change needs it
 }
 
 // ExecOptions are the flags of `msb exec NAME -- ARGV...`.
@@ -232,6 +250,11 @@ type SandboxInfo struct {
 	MemoryMiB int
 	Workdir   string
 	Network   bool
+	// UpdatedAt is when msb last changed the record: every status change
+	// (start, stop, a crash, an idle or max-duration stop) and every
+	// applied modify; zero when msb shows none. A guest cannot move it.
+	UpdatedAt time.Time
+	Ports     []PortForward
 }
 
 // MountInfo is one mount of an inspected sandbox.

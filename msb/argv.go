@@ -11,7 +11,7 @@ import (
 //	  [--net-default-egress A] [--net-rule RULE]... [--secret ENV@HOSTS]...
 //	  [--on-secret-violation X] [--tmpfs P[:SIZE][:OPTS]]... [--cpus N] [--memory S] [--root-disk S]
 //	  [--max-duration D] [--idle-timeout D] [--security X] [--pull X] [--quiet]
-//	  [--label K=V]... [--replace]
+//	  [--label K=V]... [--replace] [--port ADDR:HOST:GUEST[/udp]]...
 //
 // with unset fields omitted. The name is required: a generated one could not
 // be found again by label-less callers.
@@ -126,6 +126,13 @@ func (o CreateOptions) Args() ([]string, error) {
 	if o.Replace {
 		args = append(args, "--replace")
 	}
+	specs, err := checkPortForwards(o.Ports)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range specs {
+		args = append(args, "--port", s)
+	}
 	return args, nil
 }
 
@@ -170,6 +177,42 @@ func (t Tmpfs) spec() (string, error) {
 		spec += ":" + strings.Join(t.Options, ",")
 	}
 	return spec, nil
+}
+
+// Args validates o and returns
+//
+//	modify NAME [--cpus N] [--memory SIZE] [--next-start | --restart]
+//
+// At least one change is required: msb takes an empty modify as a no-op.
+func (o ModifyOptions) Args() ([]string, error) {
+	if err := ValidateName("name", o.Name); err != nil {
+		return nil, err
+	}
+	if o.CPUs == 0 && o.Memory == "" {
+		return nil, invalid("modify", o.Name, "needs cpus or memory to change")
+	}
+	args := []string{"modify", o.Name}
+	if o.CPUs != 0 {
+		if o.CPUs < 1 || o.CPUs > 255 {
+			return nil, invalid("cpus", strconv.Itoa(o.CPUs), "must be between 1 and 255")
+		}
+		args = append(args, "--cpus", strconv.Itoa(o.CPUs))
+	}
+	if o.Memory != "" {
+		if err := checkSize("memory", o.Memory); err != nil {
+			return nil, err
+		}
+		args = append(args, "--memory", o.Memory)
+	}
+	switch {
+	case o.NextStart && o.Restart:
+		return nil, invalid("modify", o.Name, "next-start and restart exclude each other (msb refuses the pair)")
+	case o.NextStart:
+		args = append(args, "--next-start")
+	case o.Restart:
+		args = append(args, "--restart")
+	}
+	return args, nil
 }
 
 // Args validates o and returns

@@ -70,6 +70,13 @@ func (c *Client) Stop(ctx context.Context, o StopOptions) error {
 	return err
 }
 
+// Modify runs `msb modify`.
+func (c *Client) Modify(ctx context.Context, o ModifyOptions) error {
+	args, err := o.Args()
+	_, err = c.run(ctx, args, err)
+	return err
+}
+
 // Start runs `msb start`.
 func (c *Client) Start(ctx context.Context, names ...string) error {
 	args, err := StartArgs(names...)

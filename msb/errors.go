@@ -247,6 +247,8 @@ func classify(args []string, exitCode int, stderr []byte) (message string, kind 
 		kind = ErrImageNotCached
 	case quotedName(head, "no metrics recorded for sandbox ", args) && len(args) > 0 && args[0] == "metrics":
 		kind = ErrNoMetrics
+	case restartRequired(head, args):
+		kind = ErrRestartRequired
 	}
 	return message, kind
 }
@@ -309,6 +311,17 @@ func quotedName(message, prefix string, args []string) bool {
 	}
 	name, tail, ok := strings.Cut(rest, `"`)
 	return ok && (tail == "" || strings.HasPrefix(tail, ":")) && mentions(args, name)
+}
+
+// restartRequired recognises modify's
+// `cannot modify "NAME" without a restart` for a NAME in args.
+func restartRequired(message string, args []string) bool {
+	rest, ok := strings.CutPrefix(message, `cannot modify "`)
+	if !ok || len(args) == 0 || args[0] != "modify" {
+		return false
+	}
+	name, tail, ok := strings.Cut(rest, `"`)
+	return ok && tail == " without a restart" && mentions(args, name)
 }
 
 // attachedVolume recognises

@@ -8,7 +8,7 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/internal/envname"
 )
 
-// token renders ACTION@TARGET[:PROTOCOL[:PORTS]] in msb 0.6.18's grammar.
+// token renders ACTION[:DIRECTION]@TARGET[:PROTOCOL[:PORTS]] in msb 0.6.18's grammar.
 // msb reads a comma as the start of another token and a ':' in the target
 // as the next field, so the target is checked for both (IPv6 goes in
 // brackets).
@@ -19,7 +19,14 @@ func (r NetRule) token() (string, error) {
 	if err := checkNetTarget("net rule target", r.Target); err != nil {
 		return "", err
 	}
-	tok := r.Action + "@" + r.Target
+	tok := r.Action
+	if r.Direction != "" {
+		if err := checkEnum("net rule direction", r.Direction, "egress", "ingress", "any"); err != nil {
+			return "", err
+		}
+		tok += ":" + r.Direction
+	}
+	tok += "@" + r.Target
 	if r.Protocol != "" {
 		if err := checkEnum("net rule protocol", r.Protocol, "any", "tcp", "udp", "icmpv4", "icmpv6"); err != nil {
 			return "", err

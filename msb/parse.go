@@ -118,6 +118,11 @@ func ParseInspect(data []byte) (*SandboxInfo, error) {
 	if info.CreatedAt, err = o.time("created_at"); err != nil {
 		return nil, err
 	}
+	if _, ok := o.raw("updated_at"); ok {
+		if info.UpdatedAt, err = o.time("updated_at"); err != nil {
+			return nil, err
+		}
+	}
 	cfg, ok, err := o.object("config")
 	if err != nil || !ok {
 		return info, err
@@ -164,6 +169,9 @@ func ParseInspect(data []byte) (*SandboxInfo, error) {
 				return nil, err
 			}
 		}
+		if info.Ports, err = parsePorts(net); err != nil {
+			return nil, err
+		}
 	}
 	if labels, ok, err := cfg.object("labels"); err != nil {
 		return nil, err
@@ -181,8 +189,9 @@ func ParseInspect(data []byte) (*SandboxInfo, error) {
 }
 
 // egressAllowed reads config.network.policy: the guest can reach out unless
-// the default egress is "deny" and no rule makes an exception. A missing
-// policy allows.
+// the default egress is "deny" and no rule makes an exception (an ingress
+// rule, which admits forwarded ports only, makes none). A missing policy
+// allows.
 func egressAllowed(net obj) (bool, error) {
 	policy, ok, err := net.object("policy")
 	if err != nil || !ok {
@@ -200,7 +209,61 @@ func egressAllowed(net obj) (bool, error) {
 	if err := json.Unmarshal(raw, &rules); err != nil {
 		return false, policy.fail("rules", "is not an array")
 	}
-	return len(rules) > 0, nil
+	for i, r := range rules {
+		rule, err := decodeObject(policy.output, policy.index, fmt.Sprintf("%s[%d]", policy.join("rules"), i), r)
+		if err != nil {
+			return false, err
+		}
+		dir, err := rule.str("direction", false)
+		if err != nil {
+			return false, err
+		}
+		if dir != "ingress" {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// parsePorts reads config.network.ports, each
+// {"host_bind", "host_port", "guest_port", "protocol"}.
+func parsePorts(net obj) ([]PortForward, error) {
+	raw, ok := net.raw("ports")
+	if !ok {
+		return nil, nil
+	}
+	var entries []json.RawMessage
+	if err := json.Unmarshal(raw, &entries); err != nil {
+		return nil, net.fail("ports", "is not an array")
+	}
+	var ports []PortForward
+	for i, e := range entries {
+		p, err := decodeObject(net.output, net.index, fmt.Sprintf("%s[%d]", net.join("ports"), i), e)
+		if err != nil {
+			return nil, err
+		}
+		var f PortForward
+		if f.Addr, err = p.str("host_bind", true); err != nil {
+			return nil, err
+		}
+		host, err := p.count("host_port", 65535)
+		if err != nil {
+			return nil, err
+		}
+		guest, err := p.count("guest_port", 65535)
+		if err != nil {
+			return nil, err
+		}
+		f.Host, f.Guest = int(host), int(guest)
+		if f.Protocol, err = p.str("protocol", false); err != nil {
+			return nil, err
+		}
+		if _, err := f.spec(); err != nil {
+			return nil, net.fail(fmt.Sprintf("ports[%d]", i), err.Error())
+		}
+		ports = append(ports, f)
+	}
+	return ports, nil
 }
 
 func parseMounts(cfg obj) ([]MountInfo, error) {
