@@ -263,6 +263,7 @@ var specs = []*spec{
 	{path: "create", usage: "msb create [OPTIONS] <IMAGE>", params: []param{{name: "IMAGE", required: true}}, opts: []opt{
 		{long: "name", short: 'n', val: "NAME"},
 		{long: "mount-named", val: "MOUNT", multi: true},
+		{long: "copy-file", val: "SRC:DST", multi: true},
 		{long: "workdir", short: 'w', val: "WORKDIR"},
 		{long: "no-net"},
 		{long: "net-rule", val: "TOKENS", multi: true},

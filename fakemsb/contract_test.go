@@ -56,12 +56,12 @@ func TestContract(t *testing.T) {
 		`"env":[],"labels":{"env":"dev","team":"a"},"rlimits":[],` +
 		`"mounts":[{"type":"Named","name":"vol1","guest":"/workspace","options":{"readonly":false,"noexec":false,"nosuid":false,"nodev":false}},` +
 		`{"type":"Tmpfs","guest":"/mnt/out","size_mib":64,"options":{"readonly":false,"noexec":true,"nosuid":true,"nodev":true}}],` +
-		`"network":{"enabled":false},"pull_policy":"Never","security_profile":"restricted",` +
+		`"network":{"enabled":false},"patches":[],"pull_policy":"Never","security_profile":"restricted",` +
 		`"lifecycle":{"ephemeral":false,"max_duration_secs":7200,"idle_timeout_secs":300}}`
 	cfg2 := `{"name":"box2","image":{"Oci":{"reference":"debian:12","root_disk":{"kind":"managed","size_mib":1024}}},` +
 		`"resources":{"cpus":1,"memory_mib":512,"max_cpus":1,"max_memory_mib":512},` +
 		`"runtime":{"workdir":null,"shell":null,"scripts":{},"entrypoint":null,"cmd":null,"hostname":null,"user":null,"log_level":null},` +
-		`"env":[],"labels":{"flag":"","team":"b"},"rlimits":[],"mounts":[],"network":{"enabled":true},"pull_policy":"IfMissing","security_profile":"default",` +
+		`"env":[],"labels":{"flag":"","team":"b"},"rlimits":[],"mounts":[],"network":{"enabled":true},"patches":[],"pull_policy":"IfMissing","security_profile":"default",` +
 		`"lifecycle":{"ephemeral":false,"max_duration_secs":null,"idle_timeout_secs":null}}`
 	vdir := func(kind string, name string) string {
 		if kind == "disk" {

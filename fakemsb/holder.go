@@ -189,6 +189,7 @@ func (a *app) holderArgs(sb *sandbox, st *state) ([]string, []remount, error) {
 		// the same path, below, covers it.
 		args = append(args, "--perms", "0777", "--dir", w)
 	}
+	args = append(args, a.patchArgs(sb)...)
 	var remounts []remount
 	for _, m := range sb.Mounts {
 		v, ok := st.Volumes[m.Volume]

@@ -39,7 +39,18 @@ func (a *app) create(p *parsed) error {
 		Tmpfs:       []tmpfsMount{},
 	}
 	// msb checks values after parsing the command line: its refusals are
-	// msb-side errors, exit 1, except the integer flags clap parses.
+	// msb-side errors, exit 1, except the integer flags clap parses. It
+	// reads --copy-file sources before it checks the name.
+	for _, v := range p.vals["copy-file"] {
+		f, err := parseCopyFile(v)
+		if err != nil {
+			return err
+		}
+		if err := checkCopyDst(f.Dst); err != nil {
+			return err
+		}
+		sb.CopyFiles = append(sb.CopyFiles, *f)
+	}
 	name := p.str("name")
 	if p.has("name") {
 		if err := checkSandboxName(name); err != nil {
@@ -145,9 +156,13 @@ func (a *app) create(p *parsed) error {
 			old.Holder.kill()
 			delete(st.Sandboxes, name)
 			a.removeEgress(name)
+			a.removePatches(name)
 		}
 		if err := a.saveSecrets(sb); err != nil {
 			return failf("io error: secrets: %v", err)
+		}
+		if err := a.savePatches(sb); err != nil {
+			return failf("io error: copy-file: %v", err)
 		}
 		var made []string
 		for _, m := range sb.Mounts {
@@ -178,6 +193,7 @@ func (a *app) create(p *parsed) error {
 			if len(made) > 0 {
 				delete(st.Sandboxes, name)
 				a.removeEgress(name)
+				a.removePatches(name)
 				for _, v := range made {
 					delete(st.Volumes, v)
 					_ = os.RemoveAll(a.volumeDir(v))
@@ -315,6 +331,7 @@ func (a *app) remove(p *parsed) error {
 		_ = os.Remove(filepath.Join(a.runDir(), sb.Name+".log"))
 		_ = os.Remove(filepath.Join(a.runDir(), sb.Name+".egress.log"))
 		a.removeEgress(sb.Name)
+		a.removePatches(sb.Name)
 		return nil
 	})
 }
@@ -465,6 +482,7 @@ type sandboxConfig struct {
 	Env             []envVar          `json:"env"`
 	Labels          map[string]string `json:"labels"`
 	Rlimits         []struct{}        `json:"rlimits"`
+	Patches         []patchDoc        `json:"patches"`
 	Mounts          []any             `json:"mounts"`
 	Network         networkDoc        `json:"network"`
 	PullPolicy      string            `json:"pull_policy"`
@@ -506,7 +524,12 @@ type tmpfsMountDoc struct {
 var pullPolicies = map[string]string{"always": "Always", "if-missing": "IfMissing", "never": "Never"}
 
 func (sb *sandbox) config() *sandboxConfig {
-	c := &sandboxConfig{Name: sb.Name, Labels: sb.Labels, Env: []envVar{}, Rlimits: []struct{}{}, Mounts: []any{}}
+	c := &sandboxConfig{Name: sb.Name, Labels: sb.Labels, Env: []envVar{}, Rlimits: []struct{}{}, Mounts: []any{}, Patches: []patchDoc{}}
+	for _, f := range sb.CopyFiles {
+		var d patchDoc
+		d.CopyFile.Src, d.CopyFile.Dst = f.Src, f.Dst
+		c.Patches = append(c.Patches, d)
+	}
 	for _, e := range sb.ImageConfig.Env {
 		k, v, _ := strings.Cut(e, "=")
 		c.Env = append(c.Env, envVar{k, v})

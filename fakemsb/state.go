@@ -22,6 +22,7 @@ type sandbox struct {
 	Labels            map[string]string `json:"labels"`
 	Mounts            []namedMount      `json:"mounts"`
 	Tmpfs             []tmpfsMount      `json:"tmpfs"`
+	CopyFiles         []copyFile        `json:"copy_files,omitempty"`
 	CPUs              int               `json:"cpus"`
 	MemoryMiB         int               `json:"memory_mib"`
 	RootDiskMiB       int               `json:"root_disk_mib,omitempty"`

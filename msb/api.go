@@ -126,11 +126,13 @@ type Tmpfs struct {
 
 // CreateOptions are the flags of `msb create IMAGE`.
 type CreateOptions struct {
-	Image   string
-	Name    string
-	Mounts  []NamedMount
-	Tmpfs   []Tmpfs
-	Workdir string
+	Image  string
+	Name   string
+	Mounts []NamedMount
+	Tmpfs  []Tmpfs
+	// CopyFiles are placed in the guest rootfs before boot (--copy-file).
+	CopyFiles []CopyFile
+	Workdir   string
 	// NoNet denies all traffic that no NetRules entry allows (both
 	// directions); without rules the guest has no network.
 	NoNet bool
@@ -155,6 +157,16 @@ type CreateOptions struct {
 	// through the ingress policy, which --no-net sets to deny: such a
 	// sandbox needs an ingress NetRule per guest port.
 	Ports []PortForward
+}
+
+// CopyFile is --copy-file SRC:DST: msb copies the host file Src into the
+// guest rootfs at Dst before the sandbox boots, with Src's permission bits,
+// creating missing parent directories; it refuses to replace a file the
+// image already has. The copy is made once: later changes to Src are not
+// seen by the guest.
+type CopyFile struct {
+	Src string // absolute host path of a regular file
+	Dst string // absolute guest path
 }
 
 // NetRule is one --net-rule token ACTION[:DIRECTION]@TARGET[:PROTOCOL[:PORTS]].
@@ -249,12 +261,17 @@ type SandboxInfo struct {
 	CPUs      int
 	MemoryMiB int
 	Workdir   string
-	Network   bool
+	// User is the user commands run as when exec names none (the image's,
+	// config.runtime.user); "" when msb shows none.
+	User    string
+	Network bool
 	// UpdatedAt is when msb last changed the record: every status change
 	// (start, stop, a crash, an idle or max-duration stop) and every
 	// applied modify; zero when msb shows none. A guest cannot move it.
 	UpdatedAt time.Time
 	Ports     []PortForward
+	// CopyFiles are the guest destinations of create's --copy-file patches.
+	CopyFiles []string
 }
 
 // MountInfo is one mount of an inspected sandbox.

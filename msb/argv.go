@@ -7,7 +7,8 @@ import (
 
 // Args validates o and returns
 //
-//	create IMAGE --name N [--mount-named V:G[:OPTS]]... [--workdir W] [--no-net]
+//	create IMAGE --name N [--mount-named V:G[:OPTS]]... [--copy-file SRC:DST]...
+//	  [--workdir W] [--no-net]
 //	  [--net-default-egress A] [--net-rule RULE]... [--secret ENV@HOSTS]...
 //	  [--on-secret-violation X] [--tmpfs P[:SIZE][:OPTS]]... [--cpus N] [--memory S] [--root-disk S]
 //	  [--max-duration D] [--idle-timeout D] [--security X] [--pull X] [--quiet]
@@ -29,6 +30,13 @@ func (o CreateOptions) Args() ([]string, error) {
 			return nil, err
 		}
 		args = append(args, "--mount-named", spec)
+	}
+	for _, f := range o.CopyFiles {
+		spec, err := f.spec()
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, "--copy-file", spec)
 	}
 	if o.Workdir != "" {
 		if err := checkGuestPath("workdir", o.Workdir); err != nil {
@@ -152,6 +160,33 @@ func (m NamedMount) spec() (string, error) {
 		spec += ":" + strings.Join(m.Options, ",")
 	}
 	return spec, nil
+}
+
+// spec renders SRC:DST. msb splits it at the first ':' followed by '/', so
+// a source holding ":/" would be cut there; it stats a relative source from
+// its own working directory, so the source must be absolute.
+func (f CopyFile) spec() (string, error) {
+	if err := checkValue("copy-file source", f.Src); err != nil {
+		return "", err
+	}
+	if !strings.HasPrefix(f.Src, "/") {
+		return "", invalid("copy-file source", f.Src, "must be an absolute host path")
+	}
+	if strings.Contains(f.Src, ":/") {
+		return "", invalid("copy-file source", f.Src, `must not contain ":/" (msb splits SRC:DST there)`)
+	}
+	if err := checkGuestPath("copy-file destination", f.Dst); err != nil {
+		return "", err
+	}
+	if strings.HasSuffix(f.Dst, "/") {
+		return "", invalid("copy-file destination", f.Dst, "must name a file, not a directory")
+	}
+	for _, part := range strings.Split(f.Dst[1:], "/") {
+		if part == "" || part == "." || part == ".." {
+			return "", invalid("copy-file destination", f.Dst, "must be a clean path (no empty, '.' or '..' components)")
+		}
+	}
+	return f.Src + ":" + f.Dst, nil
 }
 
 // spec renders PATH[:SIZE[:OPTIONS]]. msb's grammar has no PATH::OPTIONS, so

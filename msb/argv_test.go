@@ -16,8 +16,9 @@ func TestBuildersExactArgv(t *testing.T) {
 			{Volume: "oma-ws-s1-vol", Guest: "/workspace"},
 			{Volume: "cache", Guest: "/cache", Options: []string{"ro", "kind=disk", "size=1G", "quota=512M"}},
 		},
-		Workdir: "/workspace",
-		NoNet:   true,
+		CopyFiles: []CopyFile{{Src: "/var/cache/agent", Dst: "/.oma-sandbox/agent"}, {Src: "/h/a:b", Dst: "/etc/a:b"}},
+		Workdir:   "/workspace",
+		NoNet:     true,
 		Tmpfs: []Tmpfs{
 			{Path: "/mnt/session/uploads", Size: "256M", Options: []string{"nosuid", "nodev", "noexec"}},
 			{Path: "/tmp"},
@@ -43,7 +44,7 @@ func TestBuildersExactArgv(t *testing.T) {
 			fields("create alpine --name box1")},
 		{"create full", full.Args,
 			fields("create alpine:3.20 --name oma-ws-s1 --mount-named oma-ws-s1-vol:/workspace --mount-named cache:/cache:ro,kind=disk,size=1G,quota=512M " +
-				"--workdir /workspace --no-net --tmpfs /mnt/session/uploads:256M:nosuid,nodev,noexec --tmpfs /tmp --tmpfs /mnt/out:1.5G " +
+				"--copy-file /var/cache/agent:/.oma-sandbox/agent --copy-file /h/a:b:/etc/a:b --workdir /workspace --no-net --tmpfs /mnt/session/uploads:256M:nosuid,nodev,noexec --tmpfs /tmp --tmpfs /mnt/out:1.5G " +
 				"--cpus 2 --memory 1G --root-disk 4G --max-duration 2h --idle-timeout 300 --security restricted --pull if-missing --quiet " +
 				"--label oma.workspace=ws --label oma.empty= --replace")},
 		{"exec minimal", ExecOptions{Name: "box1", Argv: []string{"true"}}.Args,
@@ -133,6 +134,16 @@ func TestBuilderRefusals(t *testing.T) {
 		{"mount volume", with(func(o *CreateOptions) { o.Mounts = []NamedMount{{Volume: "-v", Guest: "/w"}} }), "mount volume"},
 		{"mount relative", with(func(o *CreateOptions) { o.Mounts = []NamedMount{{Volume: "v", Guest: "w"}} }), "mount guest path"},
 		{"mount colon", with(func(o *CreateOptions) { o.Mounts = []NamedMount{{Volume: "v", Guest: "/w:ro"}} }), "mount guest path"},
+		{"copy-file empty source", with(func(o *CreateOptions) { o.CopyFiles = []CopyFile{{Dst: "/a"}} }), "copy-file source"},
+		{"copy-file relative source", with(func(o *CreateOptions) { o.CopyFiles = []CopyFile{{Src: "a.bin", Dst: "/a"}} }), "copy-file source"},
+		{"copy-file flag source", with(func(o *CreateOptions) { o.CopyFiles = []CopyFile{{Src: "-a", Dst: "/a"}} }), "copy-file source"},
+		{"copy-file source with :/", with(func(o *CreateOptions) { o.CopyFiles = []CopyFile{{Src: "/h/a:/b", Dst: "/a"}} }), "copy-file source"},
+		{"copy-file NUL source", with(func(o *CreateOptions) { o.CopyFiles = []CopyFile{{Src: "/a\x00", Dst: "/a"}} }), "copy-file source"},
+		{"copy-file relative destination", with(func(o *CreateOptions) { o.CopyFiles = []CopyFile{{Src: "/a", Dst: "a"}} }), "copy-file destination"},
+		{"copy-file root destination", with(func(o *CreateOptions) { o.CopyFiles = []CopyFile{{Src: "/a", Dst: "/"}} }), "copy-file destination"},
+		{"copy-file directory destination", with(func(o *CreateOptions) { o.CopyFiles = []CopyFile{{Src: "/a", Dst: "/opt/"}} }), "copy-file destination"},
+		{"copy-file dotdot destination", with(func(o *CreateOptions) { o.CopyFiles = []CopyFile{{Src: "/a", Dst: "/opt/../etc/x"}} }), "copy-file destination"},
+		{"copy-file NUL destination", with(func(o *CreateOptions) { o.CopyFiles = []CopyFile{{Src: "/a", Dst: "/a\x00"}} }), "copy-file destination"},
 		{"mount option", with(func(o *CreateOptions) { o.Mounts = []NamedMount{{Volume: "v", Guest: "/w", Options: []string{"exec"}}} }), "mount option"},
 		{"mount option comma", with(func(o *CreateOptions) {
 			o.Mounts = []NamedMount{{Volume: "v", Guest: "/w", Options: []string{"ro,rw"}}}

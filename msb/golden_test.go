@@ -151,6 +151,9 @@ func TestGoldenRealOutputs(t *testing.T) {
 			if len(info.Mounts) != mounts {
 				t.Errorf("mounts = %+v, want %d", info.Mounts, mounts)
 			}
+			if info.User != "65534:65534" {
+				t.Errorf("user = %q, want the image's 65534:65534", info.User)
+			}
 		}
 	}
 	notFound := kind(ErrSandboxNotFound, "sandbox not found: capbox")
@@ -177,6 +180,12 @@ func TestGoldenRealOutputs(t *testing.T) {
 		"create-invalid-duration":        kind(nil, "invalid digit found in string"),
 		"create-reserved-label":          kind(nil, "invalid config: label key 'sandbox.x' uses reserved prefix"),
 		"create-uncached-image":          kind(ErrImageNotCached, "image error: image not cached: docker.io/capture/missing:1"),
+		"create-copy-file-missing":       kind(nil, "--copy-file: stat $WORK/nosuch: No such file or directory (os error 2)"),
+		"create-copy-file-bad-spec":      kind(nil, "--copy-file must be in format source:/guest"),
+		"create-copy-file-relative-dst":  kind(nil, "--copy-file must be in format source:/guest"),
+		"create-copy-file-empty-src":     kind(nil, "--copy-file source path cannot be empty"),
+		"create-copy-file-dir":           kind(nil, "--copy-file: $WORK is not a file"),
+		"create-copy-file-before-name":   kind(nil, "--copy-file: stat $WORK/nosuch"),
 		"image-inspect-missing":          kind(ErrImageNotCached, "image not found: capture/missing:1"),
 		"image-inspect":                  ok,
 		"inspect-missing":                notFound,
@@ -195,11 +204,18 @@ func TestGoldenRealOutputs(t *testing.T) {
 			" → run `msb logs --source system capbox` for full diagnostics"),
 		"create-exists":            kind(ErrAlreadyExists, "sandbox already exists: sandbox 'capbox' already exists"),
 		"create-no-net":            kind(ErrStartFailed, `failed to start "capnonet" → `),
-		"list-records":             sandboxes("capnonet", "capbox"),
+		"create-copy-file":         kind(ErrStartFailed, `failed to start "capcopy" → `),
+		"list-records":             sandboxes("capcopy", "capnonet", "capbox"),
 		"list-label":               sandboxes("capbox"),
 		"list-running-and-stopped": sandboxes(),
 		"inspect-record":           inspect(true, "capture", 3),
 		"inspect-no-net":           inspect(false, "", 1),
+		"inspect-copy-file": func(t *testing.T, res *Result, err error) {
+			inspect(true, "", 1)(t, res, err)
+			if info, _ := ParseInspect(res.Stdout); info == nil || len(info.CopyFiles) != 1 || info.CopyFiles[0] != "/.oma-sandbox/agent" {
+				t.Errorf("copy files = %+v, want [/.oma-sandbox/agent]", info)
+			}
+		},
 		"stop-stopped":             ok,
 		"metrics-stopped":          kind(ErrNoMetrics, `no metrics recorded for sandbox "capbox"`),
 		"remove-records":           ok,

@@ -157,6 +157,12 @@ func ParseInspect(data []byte) (*SandboxInfo, error) {
 		if info.Workdir, err = rt.str("workdir", false); err != nil {
 			return nil, err
 		}
+		if info.User, err = rt.str("user", false); err != nil {
+			return nil, err
+		}
+	}
+	if info.CopyFiles, err = parseCopyFiles(cfg); err != nil {
+		return nil, err
 	}
 	if net, ok, err := cfg.object("network"); err != nil {
 		return nil, err
@@ -186,6 +192,34 @@ func ParseInspect(data []byte) (*SandboxInfo, error) {
 		return nil, err
 	}
 	return info, nil
+}
+
+// parseCopyFiles reads the destinations of config.patches' CopyFile
+// entries; other kinds of patch are skipped.
+func parseCopyFiles(cfg obj) ([]string, error) {
+	raw, ok := cfg.raw("patches")
+	if !ok || string(raw) == "null" {
+		return nil, nil
+	}
+	var patches []map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &patches); err != nil {
+		return nil, cfg.fail("patches", "is not a list of objects")
+	}
+	var dsts []string
+	for _, p := range patches {
+		body, ok := p["CopyFile"]
+		if !ok {
+			continue
+		}
+		var f struct {
+			Dst *string `json:"dst"`
+		}
+		if err := json.Unmarshal(body, &f); err != nil || f.Dst == nil {
+			return nil, cfg.fail("patches", "has a CopyFile without a dst string")
+		}
+		dsts = append(dsts, *f.Dst)
+	}
+	return dsts, nil
 }
 
 // egressAllowed reads config.network.policy: the guest can reach out unless

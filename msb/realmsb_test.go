@@ -5,6 +5,7 @@ package msb
 import (
 	"context"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -76,6 +77,9 @@ func TestRealMSBAcceptsEveryArgv(t *testing.T) {
 		t.Fatal(err)
 	}
 	labels := []Label{{Key: "oma", Value: "contract"}, {Key: "bare", Value: ""}}
+	if err := os.WriteFile(host, []byte("agent"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		args []string
 		want error // nil: success
@@ -86,8 +90,11 @@ func TestRealMSBAcceptsEveryArgv(t *testing.T) {
 			Tmpfs:   []Tmpfs{{Path: "/scratch", Size: "64M", Options: []string{"noexec", "nodev"}}, {Path: "/t"}},
 			Workdir: "/workspace", NoNet: true, CPUs: 2, Memory: "1G", RootDisk: "2G",
 			MaxDuration: "2h", IdleTimeout: "30m", Security: "restricted", Pull: "never", Quiet: true,
-			Labels: labels, Replace: true,
+			Labels: labels, Replace: true, CopyFiles: []CopyFile{{Src: host, Dst: "/.oma-sandbox/agent"}},
 		}.Args()), ErrImageNotCached},
+		// msb stats a copy-file source before it looks for the image.
+		{must(CreateOptions{Image: "contract/missing:1", Name: box, Pull: "never",
+			CopyFiles: []CopyFile{{Src: host + ".missing", Dst: "/x"}}}.Args()), errExit1},
 		{must(CreateOptions{
 			Image: "contract/missing:1", Name: box, NoNet: true,
 			NetRules: []NetRule{

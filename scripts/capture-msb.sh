@@ -94,6 +94,13 @@ capture create-invalid-memory fake create capture/tiny:1 --name capbox --memory 
 capture create-invalid-duration fake create capture/tiny:1 --name capbox --max-duration 1d --pull never
 capture create-reserved-label fake create capture/tiny:1 --name capbox --label sandbox.x=1 --pull never
 capture create-uncached-image fake create capture/missing:1 --name capbox --pull never
+# --copy-file: msb checks the spec and stats SRC before the name and the image.
+capture create-copy-file-missing fake create capture/tiny:1 --name capbox --pull never --copy-file "$work/scratch/nosuch:/x"
+capture create-copy-file-bad-spec fake create capture/tiny:1 --name capbox --pull never --copy-file "$work/scratch/in.txt"
+capture create-copy-file-relative-dst fake create capture/tiny:1 --name capbox --pull never --copy-file "$work/scratch/in.txt:x"
+capture create-copy-file-empty-src fake create capture/tiny:1 --name capbox --pull never --copy-file ":/x"
+capture create-copy-file-dir fake create capture/tiny:1 --name capbox --pull never --copy-file "$work/scratch:/x"
+capture create-copy-file-before-name fake create capture/tiny:1 --name 'bad name' --pull never --copy-file "$work/scratch/nosuch:/x"
 capture image-inspect-missing fake image inspect capture/missing:1 --format json
 capture image-inspect real image inspect capture/tiny:1 --format json
 # Commands on a sandbox that does not exist.
@@ -115,16 +122,19 @@ capture list-running-and-stopped-empty fake list --running --stopped --format js
 capture create-failed real create capture/tiny:1 --name capbox --pull never --quiet --label oma=capture --mount-named capvol:/data --tmpfs /scratch:64M
 capture create-exists fake create capture/tiny:1 --name capbox --pull never --quiet
 capture create-no-net real create capture/tiny:1 --name capnonet --pull never --quiet --no-net
+chmod 0750 "$work/scratch/in.txt"
+capture create-copy-file real create capture/tiny:1 --name capcopy --pull never --quiet --copy-file "$work/scratch/in.txt:/.oma-sandbox/agent"
 capture list-records real list --format json
 capture list-label real list --label oma=capture --format json
 capture list-running-and-stopped fake list --running --stopped --format json
 capture inspect-record real inspect capbox --format json
 capture inspect-no-net real inspect capnonet --format json
+capture inspect-copy-file real inspect capcopy --format json
 # Pause and resume: stop of a Stopped sandbox succeeds; a sandbox that never
 # booted has no metrics.
 capture stop-stopped fake stop capbox
 capture metrics-stopped fake metrics capbox --format json
-capture remove-records real remove --force capbox capnonet
+capture remove-records real remove --force capbox capnonet capcopy
 capture list-after-remove fake list --format json
 capture volume-remove-last fake volume remove capvol
 capture volume-list-after-remove fake volume list --format json

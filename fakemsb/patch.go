@@ -1,0 +1,123 @@
+//go:build linux
+
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// copyFile is one create --copy-file SRC:DST. msb copies SRC into the guest
+// rootfs before boot, with SRC's permission bits; fakemsb keeps its own copy
+// in patchDir (the guest never sees the host file, and later changes to it
+// do not reach the guest) and binds it read-only at DST in the holder.
+type copyFile struct {
+	Src  string      `json:"src"`
+	Dst  string      `json:"dst"`
+	Mode os.FileMode `json:"mode"`
+	data []byte
+}
+
+// parseCopyFile checks a --copy-file spec as msb 0.6.18 does, in its order
+// and with its messages, and reads the source.
+func parseCopyFile(spec string) (*copyFile, error) {
+	i := strings.Index(spec, ":/")
+	if i < 0 {
+		return nil, failf("--copy-file must be in format source:/guest[:options]")
+	}
+	src, dst := spec[:i], spec[i+1:]
+	if src == "" {
+		return nil, failf("--copy-file source path cannot be empty")
+	}
+	fi, err := os.Stat(src)
+	if err != nil {
+		return nil, failf("--copy-file: stat %s: %s", src, rustIOError(err))
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, failf("--copy-file: %s is not a file", src)
+	}
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return nil, failf("--copy-file: read %s: %s", src, rustIOError(err))
+	}
+	return &copyFile{Src: src, Dst: dst, Mode: fi.Mode().Perm(), data: data}, nil
+}
+
+// rustIOError renders err as Rust's io::Error does: strerror's text and
+// "(os error N)".
+func rustIOError(err error) string {
+	var errno syscall.Errno
+	if !errors.As(err, &errno) {
+		return err.Error()
+	}
+	msg := errno.Error()
+	if msg != "" {
+		msg = strings.ToUpper(msg[:1]) + msg[1:]
+	}
+	return fmt.Sprintf("%s (os error %d)", msg, int(errno))
+}
+
+// checkCopyDst refuses what fakemsb cannot place as msb would: msb never
+// replaces a file of the image (replace is false), and fakemsb's guest root
+// shares these directories with the host.
+func checkCopyDst(dst string) error {
+	if !imageDir(filepath.Clean(dst)) || filepath.Clean(dst) != dst {
+		return failf("--copy-file: cannot place %s: the image has it (fakemsb shares /usr, /etc, /bin, /lib, /lib64, /sbin, /proc and /dev with the host)", dst)
+	}
+	return nil
+}
+
+func (a *app) patchDir(name string) string { return filepath.Join(a.home, "patches", name) }
+
+// savePatches writes sb's copies, root-only, into its patch directory.
+func (a *app) savePatches(sb *sandbox) error {
+	dir := a.patchDir(sb.Name)
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if len(sb.CopyFiles) == 0 {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	for i, f := range sb.CopyFiles {
+		p := filepath.Join(dir, strconv.Itoa(i))
+		if err := os.WriteFile(p, f.data, 0o600); err != nil {
+			return err
+		}
+		// WriteFile's mode passes through the umask; the guest gets SRC's bits.
+		if err := os.Chmod(p, f.Mode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *app) removePatches(name string) { _ = os.RemoveAll(a.patchDir(name)) }
+
+// patchArgs binds each copy read-only at its destination. They come before
+// the mounts, so a volume or tmpfs on a parent covers them, as a mount
+// covers the rootfs in msb.
+func (a *app) patchArgs(sb *sandbox) []string {
+	var args []string
+	for i, f := range sb.CopyFiles {
+		args = append(args, "--ro-bind", filepath.Join(a.patchDir(sb.Name), strconv.Itoa(i)), f.Dst)
+	}
+	return args
+}
+
+// patchDoc is one entry of inspect's config.patches.
+type patchDoc struct {
+	CopyFile struct {
+		Dst     string  `json:"dst"`
+		Mode    *uint32 `json:"mode"`
+		Replace bool    `json:"replace"`
+		Src     string  `json:"src"`
+	} `json:"CopyFile"`
+}
