@@ -194,6 +194,20 @@ func TestAgentGuestTimeoutKillsTree(t *testing.T) {
 	requireGone(t, pid)
 }
 
+// A process orphaned inside the call (its parent exited) is no longer a
+// descendant, but still in the call's process group: killed too. It
+// ignores SIGHUP, which the kernel sends a stopped orphaned group.
+func TestAgentGuestTimeoutKillsOrphans(t *testing.T) {
+	a := startAgent(t, t.TempDir())
+	var pid int
+	_, err := a.conn.Run(context.Background(), Request{Script: "(trap '' HUP; sleep 100 & echo $!); sleep 100", Timeout: 500 * time.Millisecond},
+		Output{Stdout: func(b []byte) { pid, _ = strconv.Atoi(strings.TrimSpace(string(b))) }})
+	if !errors.Is(err, ErrTimedOut) {
+		t.Fatalf("got %v", err)
+	}
+	requireGone(t, pid)
+}
+
 func TestAgentContextKillsTree(t *testing.T) {
 	a := startAgent(t, t.TempDir())
 	for _, tc := range []struct {
