@@ -10,7 +10,8 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/agentwire"
 )
 
-// call is one Run in flight. Its fields below mu are guarded by Conn.mu.
+// call is one Run in flight. The fields after ended are guarded by
+// Conn.mu.
 type call struct {
 	id     uint64
 	max    int64
