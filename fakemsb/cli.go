@@ -282,6 +282,7 @@ var specs = []*spec{
 		qOpt,
 		{long: "label", val: "LABEL", multi: true},
 		{long: "replace"},
+		{long: "port", short: 'p', val: "PORT", multi: true},
 	}},
 	{path: "exec", usage: "msb exec [OPTIONS] <NAME> -- <COMMAND>...", params: []param{{name: "NAME", required: true}}, last: "COMMAND", opts: []opt{
 		{long: "stream"},
@@ -297,6 +298,9 @@ var specs = []*spec{
 	{path: "copy", usage: "msb copy [OPTIONS] <SRC> <DST>", params: []param{{name: "SRC", required: true}, {name: "DST", required: true}}, opts: []opt{qOpt}},
 	{path: "stop", usage: "msb stop [OPTIONS] [NAMES]...", params: []param{{name: "NAMES", multi: true}}, opts: []opt{
 		labelOpt, {long: "force", short: 'f'}, {long: "timeout", short: 't', val: "TIMEOUT"}, qOpt,
+	}},
+	{path: "modify", usage: "msb modify [OPTIONS] <NAME>", params: []param{{name: "NAME", required: true}}, opts: []opt{
+		{long: "cpus", val: "CPUS"}, {long: "memory", val: "MEMORY"}, {long: "next-start"}, {long: "restart"},
 	}},
 	{path: "start", usage: "msb start [OPTIONS] [NAMES]...", params: []param{{name: "NAMES", multi: true}}, opts: []opt{labelOpt, qOpt}},
 	{path: "remove", usage: "msb remove [OPTIONS] [NAMES]...", params: []param{{name: "NAMES", multi: true}}, opts: []opt{
@@ -318,7 +322,7 @@ var specs = []*spec{
 }
 
 // aliases maps visible aliases to canonical subcommand words.
-var aliases = map[string]string{"cp": "copy", "rm": "remove", "ls": "list"}
+var aliases = map[string]string{"cp": "copy", "rm": "remove", "ls": "list", "mod": "modify"}
 
 const topUsage = "msb [OPTIONS] <COMMAND>"
 

@@ -29,7 +29,8 @@ const guestEgressDir = "/run/oma-egress"
 // egressPolicy is sb's allowlist as the proxy enforces it, and false when
 // fakemsb cannot enforce sb's policy that way: a policy must deny by
 // default and consist of allow rules for TCP (or any protocol) to IPs,
-// CIDRs, domains or *.suffixes, on every port or one. Such a policy is the
+// CIDRs, domains or *.suffixes, on every port or one, besides ingress
+// rules, which concern forwarded ports only. Such a policy is the
 // whole of what oma-sandbox gives msb; any other one that denies by
 // default keeps failing closed (no network at all).
 func (sb *sandbox) egressPolicy() (egress.Policy, bool) {
@@ -39,7 +40,10 @@ func (sb *sandbox) egressPolicy() (egress.Policy, bool) {
 	}
 	pol := egress.Policy{Mode: egress.Allowlist}
 	for _, r := range p.Rules {
-		if r.Action != "allow" || r.Direction == "ingress" {
+		if r.Direction == "ingress" {
+			continue // it admits forwarded ports only (ports.go)
+		}
+		if r.Action != "allow" {
 			return egress.Policy{}, false
 		}
 		if len(r.Protocols) > 0 && r.Protocols[0] != "tcp" {
@@ -72,6 +76,9 @@ func (sb *sandbox) egressPolicy() (egress.Policy, bool) {
 			return egress.Policy{}, false
 		}
 		pol.Allow = append(pol.Allow, t)
+	}
+	if len(pol.Allow) == 0 {
+		return egress.Policy{}, false
 	}
 	for _, s := range sb.Secrets {
 		pol.Secrets = append(pol.Secrets, egress.Secret{Env: s.Env, Hosts: s.Hosts})

@@ -42,6 +42,7 @@ func (a *app) acquire(name string) (*sandbox, func(), error) {
 			if err := a.startHolder(sb, st); err != nil {
 				return err
 			}
+			sb.UpdatedAt = a.now
 			transient = true
 		}
 		if transient || sb.TransientExecs > 0 {

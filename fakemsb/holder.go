@@ -26,6 +26,9 @@ type holder struct {
 	OuterStart uint64 `json:"outer_start"`
 	InitPID    int    `json:"init_pid"`
 	InitStart  uint64 `json:"init_start"`
+	// The port forwarder, when the sandbox has -p mappings (ports.go).
+	ForwarderPID   int    `json:"forwarder_pid,omitempty"`
+	ForwarderStart uint64 `json:"forwarder_start,omitempty"`
 }
 
 // holderEnv is set to holderMarker in every holder (bwrap --setenv), so
@@ -88,6 +91,7 @@ func (h *holder) kill() {
 	for deadline := time.Now().Add(10 * time.Second); (h.alive() || outerAlive()) && time.Now().Before(deadline); {
 		time.Sleep(2 * time.Millisecond)
 	}
+	h.stopForwarder()
 }
 
 // killHolders SIGKILLs every process started as, or inside, the holder
@@ -347,7 +351,14 @@ func (a *app) startHolder(sb *sandbox, st *state) error {
 			return failf("failed to start %q: remount: %v %s", sb.Name, err, strings.TrimSpace(string(out)))
 		}
 	}
-	sb.Holder, sb.Status = h, statusRunning
+	if len(sb.Ports) > 0 {
+		if err := a.startForwarder(sb, h, logf); err != nil {
+			h.kill()
+			return failf("failed to start %q\n  → %v", sb.Name, err)
+		}
+	}
+	booted := sb.configured()
+	sb.Holder, sb.Status, sb.Booted = h, statusRunning, &booted
 	return nil
 }
 

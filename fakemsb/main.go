@@ -46,7 +46,7 @@
 //
 //	faults = rule *( ";" rule )          empty rules are ignored
 //	rule   = command [ "#" N ] "=" action
-//	command = create | exec | copy | stop | start | remove | list | inspect |
+//	command = create | exec | copy | stop | start | modify | remove | list | inspect |
 //	          volume-create | volume-remove | volume-list | volume-inspect |
 //	          image-inspect | metrics | doctor
 //	          (aliases cp, rm, ls are counted as their command)
@@ -145,6 +145,9 @@ type app struct {
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == guestLauncherArg {
 		runGuestLauncher(os.Args[2:])
+	}
+	if len(os.Args) > 1 && os.Args[1] == forwarderArg {
+		runForwarder(os.Args[2:])
 	}
 	a := &app{args: os.Args[1:], start: time.Now()}
 	os.Exit(a.run())
@@ -269,6 +272,8 @@ func (a *app) dispatch(s *spec, args []string) error {
 		return a.stop(p)
 	case "start":
 		return a.startCmd(p)
+	case "modify":
+		return a.modify(p)
 	case "remove":
 		return a.remove(p)
 	case "list":

@@ -155,9 +155,10 @@ func parseSecrets(values []string) ([]secretSpec, error) {
 // keeps: the policy when a network flag set one, the secrets (by
 // reference and placeholder, never by value).
 type networkDoc struct {
-	Enabled bool        `json:"enabled"`
-	Policy  *policyDoc  `json:"policy,omitempty"`
-	Secrets *secretsDoc `json:"secrets,omitempty"`
+	Enabled bool          `json:"enabled"`
+	Ports   []portMapping `json:"ports,omitempty"`
+	Policy  *policyDoc    `json:"policy,omitempty"`
+	Secrets *secretsDoc   `json:"secrets,omitempty"`
 }
 
 type policyDoc struct {
@@ -180,7 +181,7 @@ type secretDoc struct {
 }
 
 func (sb *sandbox) networkDoc() networkDoc {
-	d := networkDoc{Enabled: sb.Network}
+	d := networkDoc{Enabled: sb.Network, Ports: sb.Ports}
 	if sb.NetPolicy != nil {
 		p := *sb.NetPolicy
 		if p.Rules == nil {

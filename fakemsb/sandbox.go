@@ -67,6 +67,13 @@ func (a *app) create(p *parsed) error {
 		}
 		sb.Mounts = append(sb.Mounts, m)
 	}
+	for _, v := range p.vals["port"] {
+		m, err := parsePort(v)
+		if err != nil {
+			return err
+		}
+		sb.Ports = append(sb.Ports, m)
+	}
 	for _, v := range p.vals["tmpfs"] {
 		m, err := parseTmpfs(v)
 		if err != nil {
@@ -305,7 +312,7 @@ func (a *app) stopSandbox(sb *sandbox) {
 		return
 	}
 	sb.Holder.kill()
-	sb.Holder, sb.Status, sb.TransientExecs, sb.UpdatedAt = nil, statusStopped, 0, a.now
+	sb.Holder, sb.Status, sb.Booted, sb.TransientExecs, sb.UpdatedAt = nil, statusStopped, nil, 0, a.now
 }
 
 func (a *app) startCmd(p *parsed) error {
@@ -463,13 +470,8 @@ type sandboxConfig struct {
 			} `json:"root_disk"`
 		} `json:"Oci"`
 	} `json:"image"`
-	Resources struct {
-		CPUs         int `json:"cpus"`
-		MemoryMiB    int `json:"memory_mib"`
-		MaxCPUs      int `json:"max_cpus"`
-		MaxMemoryMiB int `json:"max_memory_mib"`
-	} `json:"resources"`
-	Runtime struct {
+	Resources resources `json:"resources"`
+	Runtime   struct {
 		Workdir    *string        `json:"workdir"`
 		Shell      *string        `json:"shell"`
 		Scripts    map[string]any `json:"scripts"`
@@ -543,8 +545,7 @@ func (sb *sandbox) config() *sandboxConfig {
 		n := sb.RootDiskMiB
 		c.Image.Oci.RootDisk.SizeMiB = &n
 	}
-	c.Resources.CPUs, c.Resources.MaxCPUs = sb.CPUs, sb.CPUs
-	c.Resources.MemoryMiB, c.Resources.MaxMemoryMiB = sb.MemoryMiB, sb.MemoryMiB
+	c.Resources = sb.configured()
 	if w := sb.workdir(); w != "" {
 		c.Runtime.Workdir = &w
 	}
@@ -592,6 +593,9 @@ func (a *app) inspect(p *parsed) error {
 		}
 		if sb.Status == statusRunning {
 			doc.ActiveConfig = sb.config()
+			if sb.Booted != nil {
+				doc.ActiveConfig.Resources = *sb.Booted
+			}
 		}
 		return a.printJSON(doc)
 	}

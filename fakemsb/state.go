@@ -17,29 +17,35 @@ import (
 
 // sandbox is one sandbox as kept in the state file.
 type sandbox struct {
-	Name              string            `json:"name"`
-	Image             string            `json:"image"`
-	Labels            map[string]string `json:"labels"`
-	Mounts            []namedMount      `json:"mounts"`
-	Tmpfs             []tmpfsMount      `json:"tmpfs"`
-	CopyFiles         []copyFile        `json:"copy_files,omitempty"`
-	CPUs              int               `json:"cpus"`
-	MemoryMiB         int               `json:"memory_mib"`
-	RootDiskMiB       int               `json:"root_disk_mib,omitempty"`
-	Workdir           string            `json:"workdir,omitempty"`
-	ImageConfig       imageConfig       `json:"image_config"`
-	Network           bool              `json:"network"`
-	NetPolicy         *policyDoc        `json:"net_policy,omitempty"`
-	Secrets           []secretSpec      `json:"secrets,omitempty"`
-	OnSecretViolation string            `json:"on_secret_violation,omitempty"`
-	Security          string            `json:"security"`
-	Pull              string            `json:"pull"`
-	MaxDurationSecs   *int64            `json:"max_duration_secs"`
-	IdleTimeoutSecs   *int64            `json:"idle_timeout_secs"`
-	CreatedAt         time.Time         `json:"created_at"`
-	UpdatedAt         time.Time         `json:"updated_at"`
-	Status            string            `json:"status"`
-	Holder            *holder           `json:"holder,omitempty"`
+	Name         string            `json:"name"`
+	Image        string            `json:"image"`
+	Labels       map[string]string `json:"labels"`
+	Mounts       []namedMount      `json:"mounts"`
+	Tmpfs        []tmpfsMount      `json:"tmpfs"`
+	CopyFiles    []copyFile        `json:"copy_files,omitempty"`
+	CPUs         int               `json:"cpus"`
+	MemoryMiB    int               `json:"memory_mib"`
+	MaxCPUs      int               `json:"max_cpus,omitempty"`
+	MaxMemoryMiB int               `json:"max_memory_mib,omitempty"`
+	// Booted are the running guest's resources (nil when stopped): a
+	// modify applies live only within their maximums.
+	Booted            *resources    `json:"booted,omitempty"`
+	RootDiskMiB       int           `json:"root_disk_mib,omitempty"`
+	Workdir           string        `json:"workdir,omitempty"`
+	ImageConfig       imageConfig   `json:"image_config"`
+	Network           bool          `json:"network"`
+	Ports             []portMapping `json:"ports,omitempty"`
+	NetPolicy         *policyDoc    `json:"net_policy,omitempty"`
+	Secrets           []secretSpec  `json:"secrets,omitempty"`
+	OnSecretViolation string        `json:"on_secret_violation,omitempty"`
+	Security          string        `json:"security"`
+	Pull              string        `json:"pull"`
+	MaxDurationSecs   *int64        `json:"max_duration_secs"`
+	IdleTimeoutSecs   *int64        `json:"idle_timeout_secs"`
+	CreatedAt         time.Time     `json:"created_at"`
+	UpdatedAt         time.Time     `json:"updated_at"`
+	Status            string        `json:"status"`
+	Holder            *holder       `json:"holder,omitempty"`
 	// TransientExecs counts exec/copy calls that started this sandbox from
 	// Stopped; the last one to finish stops it again.
 	TransientExecs int `json:"transient_execs,omitempty"`
@@ -110,7 +116,8 @@ func (a *app) withState(fn func(st *state) error) error {
 	// sandbox that is no longer running.
 	for _, sb := range st.Sandboxes {
 		if sb.Status == statusRunning && !sb.Holder.alive() {
-			sb.Status, sb.Holder, sb.TransientExecs = statusStopped, nil, 0
+			sb.Holder.stopForwarder()
+			sb.Status, sb.Holder, sb.Booted, sb.TransientExecs = statusStopped, nil, nil, 0
 		}
 		// Only a create holds the lock while its sandbox is Starting, so
 		// one seen here was killed mid-start: end the holder it may have

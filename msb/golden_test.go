@@ -156,6 +156,32 @@ func TestGoldenRealOutputs(t *testing.T) {
 			}
 		}
 	}
+	// capports: forwarded ports, no network out (an ingress rule admits
+	// forwarded connections only), resized by modify, which moves
+	// updated_at past created_at.
+	inspectPorts := func(cpus, memoryMiB int) check {
+		return func(t *testing.T, res *Result, err error) {
+			ok(t, res, err)
+			info, err := ParseInspect(res.Stdout)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []PortForward{
+				{Addr: "127.0.0.1", Host: 18080, Guest: 80, Protocol: "tcp"},
+				{Addr: "127.0.0.1", Host: 18081, Guest: 81, Protocol: "udp"},
+				{Addr: "::1", Host: 18082, Guest: 82, Protocol: "tcp"},
+			}
+			if info.Network || len(info.Ports) != len(want) || info.Ports[0] != want[0] || info.Ports[1] != want[1] || info.Ports[2] != want[2] {
+				t.Errorf("network %v, ports %+v; want no network and %+v", info.Network, info.Ports, want)
+			}
+			if info.CPUs != cpus || info.MemoryMiB != memoryMiB {
+				t.Errorf("resources %d CPUs %d MiB, want %d and %d", info.CPUs, info.MemoryMiB, cpus, memoryMiB)
+			}
+			if !info.UpdatedAt.After(info.CreatedAt) {
+				t.Errorf("updated_at %v is not after created_at %v", info.UpdatedAt, info.CreatedAt)
+			}
+		}
+	}
 	notFound := kind(ErrSandboxNotFound, "sandbox not found: capbox")
 	checks := map[string]check{
 		"list-empty":                     sandboxes(),
@@ -218,6 +244,21 @@ func TestGoldenRealOutputs(t *testing.T) {
 		},
 		"stop-stopped":             ok,
 		"metrics-stopped":          kind(ErrNoMetrics, `no metrics recorded for sandbox "capbox"`),
+		"create-port-invalid":      kind(nil, "port must be in format HOST:GUEST[/udp] or BIND_ADDR:HOST:GUEST[/udp]"),
+		"create-port-bad-host":     kind(nil, "invalid host port: 70000"),
+		"create-port-bad-addr":     kind(nil, "invalid bind address: localhost"),
+		"create-port-bad-guest":    kind(nil, "invalid guest port: 80/UDP"),
+		"create-ports":             kind(ErrStartFailed, `failed to start "capports" → `),
+		"inspect-ports":            inspectPorts(1, 512),
+		"stop-ports":               ok,
+		"modify-missing":           kind(ErrSandboxNotFound, "sandbox not found: capmissing"),
+		"modify-zero-cpus":         kind(nil, `cannot modify "capports" → cpus must be greater than 0 → no changes were applied`),
+		"modify-too-many-cpus":     exit(2),
+		"modify-invalid-memory":    kind(nil, "invalid size"),
+		"modify-stopped":           ok,
+		"inspect-modified":         inspectPorts(2, 1024),
+		"modify-unchanged":         ok,
+		"inspect-unchanged":        inspectPorts(2, 1024),
 		"remove-records":           ok,
 		"list-after-remove":        sandboxes(),
 		"volume-remove-last":       ok,

@@ -134,7 +134,28 @@ capture inspect-copy-file real inspect capcopy --format json
 # booted has no metrics.
 capture stop-stopped fake stop capbox
 capture metrics-stopped fake metrics capbox --format json
-capture remove-records real remove --force capbox capnonet capcopy
+# Preview ports: -p's grammar is checked before anything is made; a create
+# with ports keeps them in its record (network.ports), each bound to
+# 127.0.0.1 unless the spec names an address. --no-net denies ingress, so
+# each forwarded guest port needs an ingress rule.
+capture create-port-invalid fake create capture/tiny:1 --name capports --pull never -p 8080
+capture create-port-bad-host fake create capture/tiny:1 --name capports --pull never -p 70000:80
+capture create-port-bad-addr fake create capture/tiny:1 --name capports --pull never -p localhost:8080:80
+capture create-port-bad-guest fake create capture/tiny:1 --name capports --pull never -p 8080:80/UDP
+capture create-ports real create capture/tiny:1 --name capports --pull never --quiet --no-net --net-rule allow:ingress@any:tcp:80 -p 127.0.0.1:18080:80 -p 18081:81/udp -p '[::1]:18082:82'
+capture inspect-ports real inspect capports --format json
+capture stop-ports fake stop capports
+# Resize: modify of a stopped sandbox applies at its next start and moves
+# updated_at; a modify that changes nothing leaves it.
+capture modify-missing fake modify capmissing --cpus 2
+capture modify-zero-cpus fake modify capports --cpus 0
+capture modify-too-many-cpus fake modify capports --cpus 300
+capture modify-invalid-memory fake modify capports --memory 1Gi
+capture modify-stopped fake modify capports --cpus 2 --memory 1G
+capture inspect-modified real inspect capports --format json
+capture modify-unchanged fake modify capports --cpus 2
+capture inspect-unchanged real inspect capports --format json
+capture remove-records real remove --force capbox capnonet capcopy capports
 capture list-after-remove fake list --format json
 capture volume-remove-last fake volume remove capvol
 capture volume-list-after-remove fake volume list --format json
