@@ -3,11 +3,18 @@ package omasandbox
 import (
 	"context"
 
+	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
 // Stats is what a session uses; see session.Stats.
 type Stats = session.Stats
+
+// Resize is a change of a session's CPUs or memory; see session.Resize.
+type Resize = session.Resize
+
+// PortForward is a host port forwarded into an msb session (Options.Ports).
+type PortForward = msb.PortForward
 
 // ErrPaused reports a call on a paused session opened with NoAutoResume.
 var ErrPaused = session.ErrPaused
@@ -31,3 +38,15 @@ func (s *Session) Resume(ctx context.Context) error { return s.lifecycle().Resum
 // disk and network counters; none while paused) and its workspace volume's
 // size; on the local backend the workspace's disk use.
 func (s *Session) Stats(ctx context.Context) (*Stats, error) { return s.lifecycle().Stats(ctx) }
+
+// Resize changes the session's CPUs or memory. On msb (msb modify) a
+// paused session takes the change at its next start and a running one
+// live when it fits what its VM booted with; beyond that it needs
+// r.Restart (the VM restarts: its processes end, the workspace stays) or
+// r.NextStart, and otherwise fails (msb.ErrRestartRequired) with nothing
+// changed. On the local backend the new limits bind every later call
+// (each call gets its own cgroup): CPUs as a CPU quota, Memory as the
+// memory limit; Restart and NextStart change nothing there.
+func (s *Session) Resize(ctx context.Context, r Resize) error {
+	return s.sess.(session.Resizer).Resize(ctx, r)
+}

@@ -71,6 +71,11 @@ type Options struct {
 	// msb session by itself; the next call resumes it. msb only: a local
 	// session runs nothing between calls, so Open refuses it there.
 	IdleTimeout string
+	// Ports forward host ports into an msb session (a preview of a dev
+	// server the agent starts), each on 127.0.0.1 unless it names an
+	// address. msb only: a local session's processes end with each call, so
+	// nothing could wait for a connection; Open refuses them there.
+	Ports []PortForward
 	// NoAutoResume makes a call on a paused session fail with
 	// session.ErrPaused instead of resuming it first (msb; a local session
 	// is never paused in a way a call could notice).
@@ -146,7 +151,7 @@ func Open(ctx context.Context, o Options) (*Session, error) {
 		if ms, err = microvm.Create(ctx, microvm.Options{
 			Client: o.client(), WorkspaceID: o.WorkspaceID, SessionID: o.SessionID,
 			Image: o.Image, CPUs: o.CPUs, Memory: o.Memory, Network: o.Network,
-			IdleTimeout: o.IdleTimeout, NoAutoResume: o.NoAutoResume,
+			IdleTimeout: o.IdleTimeout, NoAutoResume: o.NoAutoResume, Ports: o.Ports,
 			OperationTimeout: o.OperationTimeout, Logger: o.logger(),
 		}); err == nil {
 			s = ms
@@ -154,6 +159,9 @@ func Open(ctx context.Context, o Options) (*Session, error) {
 	} else {
 		if o.IdleTimeout != "" {
 			return nil, invalidf("idle timeout %q: msb sessions only; a local session runs nothing between calls, so it has nothing to stop", o.IdleTimeout)
+		}
+		if len(o.Ports) > 0 {
+			return nil, invalidf("port %s: msb sessions only; a local session's processes end with each call, so no server could wait for a connection", o.Ports[0])
 		}
 		if err := o.Network.CheckSet(os.LookupEnv); err != nil {
 			return nil, invalidf("%v", err)

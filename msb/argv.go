@@ -23,6 +23,12 @@ func (o CreateOptions) Args() ([]string, error) {
 	if err := ValidateName("name", o.Name); err != nil {
 		return nil, err
 	}
+	// Ports first: a bad forward is the error to report, not the ingress
+	// rule made from it.
+	ports, err := checkPortForwards(o.Ports)
+	if err != nil {
+		return nil, err
+	}
 	args := []string{"create", o.Image, "--name", o.Name}
 	for _, m := range o.Mounts {
 		spec, err := m.spec()
@@ -134,11 +140,7 @@ func (o CreateOptions) Args() ([]string, error) {
 	if o.Replace {
 		args = append(args, "--replace")
 	}
-	specs, err := checkPortForwards(o.Ports)
-	if err != nil {
-		return nil, err
-	}
-	for _, s := range specs {
+	for _, s := range ports {
 		args = append(args, "--port", s)
 	}
 	return args, nil

@@ -23,6 +23,23 @@ type Lifecycle interface {
 	Stats(ctx context.Context) (*Stats, error)
 }
 
+// Resize changes a session's CPUs or memory (Resizer).
+type Resize struct {
+	CPUs   int    // 0: unchanged
+	Memory string // such as "512M" or "2G"; "": unchanged
+	// Restart lets msb restart a running sandbox whose change exceeds what
+	// it booted with: its processes end, its workspace stays. NextStart
+	// instead saves the change for the next start (a resume). Without
+	// either such a change fails and nothing changes. msb only.
+	Restart   bool
+	NextStart bool
+}
+
+// Resizer is a session whose CPUs and memory can change after create.
+type Resizer interface {
+	Resize(ctx context.Context, r Resize) error
+}
+
 // Session states Stats reports.
 const (
 	StateRunning = "running"

@@ -11,6 +11,7 @@ import (
 
 	omasandbox "github.com/oma-sandbox/oma-sandbox"
 	"github.com/oma-sandbox/oma-sandbox/egress"
+	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/session/local"
 	"github.com/oma-sandbox/oma-sandbox/session/microvm"
@@ -41,6 +42,7 @@ type createFlags struct {
 	allowNet    stringList
 	secrets     stringList
 	limits      stringList
+	ports       stringList
 	dangerous   bool
 }
 
@@ -51,7 +53,7 @@ func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 var (
-	msbOnlyFlags   = []string{"image", "cpus", "memory", "idle-timeout"}
+	msbOnlyFlags   = []string{"image", "cpus", "memory", "idle-timeout", "port"}
 	localOnlyFlags = []string{"mode", "limit", "allow-dangerous"}
 )
 
@@ -63,6 +65,7 @@ func (f *createFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.cpus, "cpus", 0, fmt.Sprintf("msb: virtual CPUs (default %d)", microvm.DefaultCPUs))
 	fs.StringVar(&f.memory, "memory", "", "msb: guest memory `size` such as 512M or 2G (default "+microvm.DefaultMemory+")")
 	fs.StringVar(&f.idleTimeout, "idle-timeout", "", "msb: stop (pause) the session after this `duration` without activity, such as 30m; the next call resumes it (default never)")
+	fs.Var(&f.ports, "port", "msb: forward the host's `[ADDR:]HOST:GUEST[/udp]` to the guest's port GUEST, on 127.0.0.1 unless ADDR is given (IPv6 in brackets); repeatable")
 	fs.StringVar(&f.mode, "mode", "", "local: filesystem `mode`: workspace-write (default), read-only or danger-full-access")
 	fs.StringVar(&f.network, "network", "", "`network`: deny (default), unrestricted, or allowlist (implied by --allow-net)")
 	fs.Var(&f.allowNet, "allow-net", "let the session reach `TARGET`: example.com, *.example.com, an IP, a CIDR, [IPv6], each with an optional :PORT; repeatable")
@@ -98,7 +101,7 @@ func (c *cli) resolve(ctx context.Context, f *createFlags, set map[string]bool) 
 			if f.backend == backendAuto {
 				how = "was picked by --backend auto"
 			}
-			return nil, &usageError{msg: fmt.Sprintf("--%s does not apply to the %s backend, which %s (msb takes --image, --cpus, --memory, --idle-timeout; local takes --mode, --limit)", name, p.backend, how)}
+			return nil, &usageError{msg: fmt.Sprintf("--%s does not apply to the %s backend, which %s (msb takes --image, --cpus, --memory, --idle-timeout, --port; local takes --mode, --limit)", name, p.backend, how)}
 		}
 	}
 	if f.workspaceID == "" {
@@ -117,6 +120,13 @@ func (c *cli) resolve(ctx context.Context, f *createFlags, set map[string]bool) 
 	}
 	if p.backend == backendMsb {
 		p.opts.Image, p.opts.CPUs, p.opts.Memory, p.opts.IdleTimeout = f.image, f.cpus, f.memory, f.idleTimeout
+		for _, spec := range f.ports {
+			fw, err := msb.ParsePortForward(spec)
+			if err != nil {
+				return nil, &usageError{msg: "--port: " + err.Error()}
+			}
+			p.opts.Ports = append(p.opts.Ports, fw)
+		}
 		return p, nil
 	}
 	pol := local.Policy{AllowDangerous: f.dangerous}

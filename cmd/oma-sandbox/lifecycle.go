@@ -105,3 +105,36 @@ with the call). Text output is one "key value" line per reported field.`)
 	}
 	return nil
 }
+
+func runSessionResize(ctx context.Context, c *cli, args []string) error {
+	fs := c.flagSet("session resize", "NAME [--cpus N] [--memory SIZE] [--restart | --next-start]", `Changes a session's CPUs or memory. msb (msb modify): a paused session
+takes the change at its next start; a running one takes it live when it
+fits what its VM booted with, and beyond that only with --restart (the VM
+restarts now: its processes end, the workspace stays) or --next-start
+(saved for the next resume); otherwise it fails and nothing changes.
+local: every later call runs under the new limits (CPUs as a CPU quota,
+memory as the memory limit). Prints NAME.`)
+	var r session.Resize
+	fs.IntVar(&r.CPUs, "cpus", 0, "virtual CPUs (local: a CPU quota of that many CPUs)")
+	fs.StringVar(&r.Memory, "memory", "", "memory `size` such as 512M or 2G")
+	fs.BoolVar(&r.Restart, "restart", false, "msb: restart a running session if the change needs it")
+	fs.BoolVar(&r.NextStart, "next-start", false, "msb: save the change for the next resume, leaving a running session as it is")
+	l, name, err := c.openLifecycle(ctx, fs, args)
+	if err != nil {
+		return err
+	}
+	if r.CPUs == 0 && r.Memory == "" {
+		return &usageError{msg: "session resize needs --cpus or --memory", usage: usage(fs)}
+	}
+	if r.Restart && r.NextStart {
+		return &usageError{msg: "--restart and --next-start exclude each other", usage: usage(fs)}
+	}
+	if err := l.(session.Resizer).Resize(ctx, r); err != nil {
+		if errors.Is(err, session.ErrInvalid) {
+			return &usageError{msg: err.Error()}
+		}
+		return err
+	}
+	fmt.Fprintln(c.stdout, name)
+	return nil
+}

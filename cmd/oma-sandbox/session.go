@@ -22,6 +22,7 @@ const sessionUsage = `Usage: oma-sandbox session create [flags]
        oma-sandbox session pause NAME
        oma-sandbox session resume NAME
        oma-sandbox session stats NAME [--json]
+       oma-sandbox session resize NAME [--cpus N] [--memory SIZE] [--restart | --next-start]
        oma-sandbox session fork NAME [--session-id ID]
 
 Run 'oma-sandbox session SUBCOMMAND -h' for its flags.
@@ -44,6 +45,8 @@ func runSession(ctx context.Context, c *cli, args []string) error {
 		return runSessionResume(ctx, c, args[1:])
 	case "stats":
 		return runSessionStats(ctx, c, args[1:])
+	case "resize":
+		return runSessionResize(ctx, c, args[1:])
 	case "fork":
 		return runSessionFork(ctx, c, args[1:])
 	case "-h", "-help", "--help", "help":

@@ -41,7 +41,7 @@ func (s *Session) Fork(ctx context.Context, o ForkOptions) (*Session, error) {
 	child, err := Create(ctx, Options{
 		StateDir: filepath.Dir(s.dirs.Root), NamePrefix: o.NamePrefix,
 		WorkspaceID: s.rec.WorkspaceID, SessionID: o.SessionID,
-		Policy: s.rec.Policy, Limits: s.rec.Limits, OperationTimeout: s.rec.OpTimeout,
+		Policy: s.rec.Policy, Limits: s.limits(), OperationTimeout: s.rec.OpTimeout,
 		Env: s.rec.Env, Bwrap: s.rec.Bwrap, Audit: s.audit, Logger: log,
 		parent: s.rec.Name,
 	})

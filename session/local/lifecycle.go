@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
@@ -88,3 +89,66 @@ func diskUse(ctx context.Context, dir string) (int64, error) {
 	})
 	return total, err
 }
+
+var _ session.Resizer = (*Session)(nil)
+
+// limits are the session's current limits; Resize changes them.
+func (s *Session) limits() Limits {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rec.Limits
+}
+
+// Resize sets the limits every later call runs under (each call gets its
+// own cgroup; calls in flight keep theirs): CPUs as a CPU quota of that
+// many CPUs, Memory (msb's grammar: 512M, 2G) as the memory limit. The
+// record is rewritten, so a session attached later sees them too. A host
+// that cannot enforce them refuses the resize, which then changes nothing.
+// Restart and NextStart mean nothing here: no process waits between calls.
+func (s *Session) Resize(ctx context.Context, r session.Resize) error {
+	if err := s.ready(); err != nil {
+		return err
+	}
+	s.resizeMu.Lock()
+	defer s.resizeMu.Unlock()
+	l := s.limits()
+	if r.CPUs == 0 && r.Memory == "" {
+		return fmt.Errorf("local sandbox %s: resize needs CPUs or memory: %w", s.rec.Name, session.ErrInvalid)
+	}
+	if r.CPUs != 0 {
+		if r.CPUs < 0 || r.CPUs > maxResizeCPUs {
+			return fmt.Errorf("local sandbox %s: resize: cpus %d: want 1 to %d: %w", s.rec.Name, r.CPUs, maxResizeCPUs, session.ErrInvalid)
+		}
+		l.CPUQuota, l.CPUPeriod = time.Duration(r.CPUs)*defaultCPUPeriod, defaultCPUPeriod
+	}
+	if r.Memory != "" {
+		mib, err := msb.ParseSize(r.Memory)
+		if err != nil {
+			return fmt.Errorf("local sandbox %s: resize: memory: %w: %w", s.rec.Name, err, session.ErrInvalid)
+		}
+		l.MemoryBytes = int64(mib * (1 << 20))
+	}
+	if err := l.validate(); err != nil {
+		return fmt.Errorf("local sandbox %s: resize: %w: %w", s.rec.Name, err, session.ErrInvalid)
+	}
+	// The limits this session opened with may not have needed the
+	// controls these need: probe for them.
+	caps, _ := probeHost(ctx, probeRequest{bwrap: s.rec.Bwrap, limits: l})
+	if err := admit(ctx, caps, s.rec.Policy, l); err != nil {
+		return fmt.Errorf("local sandbox %s: resize: %w", s.rec.Name, err)
+	}
+	s.mu.Lock()
+	rec := s.rec
+	s.mu.Unlock()
+	rec.Limits = l
+	if err := createRecord(s.dirs.Root, rec); err != nil {
+		return fmt.Errorf("local sandbox %s: resize: %w", s.rec.Name, err)
+	}
+	s.mu.Lock()
+	s.rec.Limits = l
+	s.mu.Unlock()
+	return nil
+}
+
+// maxResizeCPUs bounds Resize's CPUs as msb bounds a VM's.
+const maxResizeCPUs = 255

@@ -121,16 +121,18 @@ func dirsOf(root string) hostDirs {
 // Every Shell call runs in a fresh sandbox over that directory, so no
 // process outlives its call. It implements session.Session.
 type Session struct {
-	rec    record
-	dirs   hostDirs
-	paths  session.Paths
-	caps   Capabilities
-	plat   platform
-	env    []string
-	log    *slog.Logger
-	audit  func(AuditEvent)
-	mu     sync.Mutex
-	closed bool
+	rec   record
+	dirs  hostDirs
+	paths session.Paths
+	caps  Capabilities
+	plat  platform
+	env   []string
+	log   *slog.Logger
+	audit func(AuditEvent)
+	mu    sync.Mutex
+	// resizeMu serialises Resize's rewrites of the record.
+	resizeMu sync.Mutex
+	closed   bool
 	// poisoned is reported by Poisoned; removed says the host state is gone.
 	poisoned bool
 	removed  bool

@@ -79,8 +79,9 @@ func (s *Session) Shell(ctx context.Context, cmd session.Command, opts session.S
 	if cctx.Err() != nil {
 		return nil, ctxError(cctx)
 	}
+	limits := s.limits()
 	l, err := s.plat.launch(call{
-		name: s.rec.Name, dirs: s.dirs, policy: s.rec.Policy, limits: s.rec.Limits, env: s.env,
+		name: s.rec.Name, dirs: s.dirs, policy: s.rec.Policy, limits: limits, env: s.env,
 		workdir: workdir, root: root,
 		argv: append([]string{"/bin/bash", "-c", cmd.Script, "bash"}, cmd.Args...),
 	})
@@ -90,8 +91,8 @@ func (s *Session) Shell(ctx context.Context, cmd session.Command, opts session.S
 	s.emit(AuditStarted, nil)
 	res, err := run(cctx, runSpec{
 		cmd: l.cmd, marker: l.marker, start: l.start, stdin: opts.Stdin, stdout: opts.Stdout, stderr: opts.Stderr,
-		maxOutput:    minPositive(opts.MaxOutput, s.rec.Limits.OutputBytes, DefaultMaxOutput),
-		guestTimeout: minPositive(opts.GuestTimeout, s.rec.Limits.WallTime),
+		maxOutput:    minPositive(opts.MaxOutput, limits.OutputBytes, DefaultMaxOutput),
+		guestTimeout: minPositive(opts.GuestTimeout, limits.WallTime),
 	})
 	if notes := l.finish(); res != nil && len(notes) > 0 {
 		for _, n := range notes {
@@ -103,7 +104,7 @@ func (s *Session) Shell(ctx context.Context, cmd session.Command, opts session.S
 			}
 		}
 	}
-	if wall := s.rec.Limits.WallTime; wall > 0 && (opts.GuestTimeout <= 0 || wall < opts.GuestTimeout) && errors.Is(err, session.ErrGuestTimeout) {
+	if wall := limits.WallTime; wall > 0 && (opts.GuestTimeout <= 0 || wall < opts.GuestTimeout) && errors.Is(err, session.ErrGuestTimeout) {
 		err = fmt.Errorf("the session's wall-time limit of %s was reached: %w", wall, session.ErrGuestTimeout)
 	}
 	s.emit(AuditCompleted, res)

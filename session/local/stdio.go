@@ -59,8 +59,9 @@ func (s *Session) OpenStdio(ctx context.Context, cmd session.Command, opts Stdio
 		end()
 		return nil, ctxError(ctx)
 	}
+	limits := s.limits()
 	l, err := s.plat.launch(call{
-		name: s.rec.Name, dirs: s.dirs, policy: s.rec.Policy, limits: s.rec.Limits, env: s.env, workdir: workdir,
+		name: s.rec.Name, dirs: s.dirs, policy: s.rec.Policy, limits: limits, env: s.env, workdir: workdir,
 		argv: append([]string{"/bin/bash", "-c", cmd.Script, "bash"}, cmd.Args...),
 	})
 	if err != nil {
@@ -81,8 +82,8 @@ func (s *Session) OpenStdio(ctx context.Context, cmd session.Command, opts Stdio
 		defer end()
 		res, err := run(rctx, runSpec{
 			cmd: l.cmd, marker: l.marker, start: l.start, stdin: inR, stdout: st.feed, stderr: func([]byte) {},
-			maxOutput:    minPositive(opts.MaxOutput, s.rec.Limits.OutputBytes, DefaultMaxOutput),
-			guestTimeout: minPositive(opts.Timeout, s.rec.Limits.WallTime),
+			maxOutput:    minPositive(opts.MaxOutput, limits.OutputBytes, DefaultMaxOutput),
+			guestTimeout: minPositive(opts.Timeout, limits.WallTime),
 		})
 		inR.Close()
 		l.finish()

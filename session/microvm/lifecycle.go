@@ -219,3 +219,36 @@ func (s *Session) Stats(ctx context.Context) (*session.Stats, error) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+var _ session.Resizer = (*Session)(nil)
+
+// Resize changes the sandbox's CPUs or memory (msb modify). A paused
+// sandbox takes the change at its next start. A running one takes it live
+// when it fits what the VM booted with; more needs r.Restart (msb restarts
+// the VM: its processes end, the workspace stays) or r.NextStart (saved
+// for the next resume), and otherwise fails with msb's reason and nothing
+// changes.
+func (s *Session) Resize(ctx context.Context, r session.Resize) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	o := msb.ModifyOptions{Name: s.names.Sandbox, CPUs: r.CPUs, Memory: r.Memory, NextStart: r.NextStart, Restart: r.Restart}
+	if _, err := o.Args(); err != nil {
+		return fmt.Errorf("%w: resize %s: %w", session.ErrInvalid, s.names.Sandbox, err)
+	}
+	// Exclusive: a restart must not cut a call short.
+	s.life.mu.Lock()
+	defer s.life.mu.Unlock()
+	mctx, cancel := context.WithTimeout(ctx, resumeTimeout)
+	err := s.client.Modify(mctx, o)
+	cancel()
+	if err != nil {
+		if errors.Is(err, msb.ErrRestartRequired) {
+			return fmt.Errorf("resize %s: %w (pass Restart to restart it now, or NextStart to apply it at the next resume)", s.names.Sandbox, err)
+		}
+		_, mapped := shellResult(nil, err)
+		return fmt.Errorf("resize %s: %w", s.names.Sandbox, mapped)
+	}
+	s.logger.Debug("session resized", "sandbox", s.names.Sandbox, "cpus", r.CPUs, "memory", r.Memory)
+	return nil
+}

@@ -58,3 +58,27 @@ func netRule(t egress.Target) msb.NetRule {
 	}
 	return r
 }
+
+// applyPorts adds the forwards to `msb create`. msb passes a forwarded
+// connection through the ingress policy, which --no-net (a denied or
+// allowlisted network) sets to deny: each forwarded guest port then gets
+// an ingress allow rule, which opens that port to the forward and
+// nothing else (the guest's own traffic stays as Network says).
+func applyPorts(ports []msb.PortForward, o *msb.CreateOptions) {
+	o.Ports = ports
+	if !o.NoNet {
+		return
+	}
+	seen := map[string]bool{}
+	for _, p := range ports {
+		proto := p.Protocol
+		if proto == "" {
+			proto = "tcp"
+		}
+		r := msb.NetRule{Action: "allow", Direction: "ingress", Target: "any", Protocol: proto, Ports: strconv.Itoa(p.Guest)}
+		if key := proto + "/" + r.Ports; !seen[key] {
+			seen[key] = true
+			o.NetRules = append(o.NetRules, r)
+		}
+	}
+}

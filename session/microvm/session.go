@@ -62,6 +62,10 @@ type Options struct {
 	NoAutoResume bool
 	// Network is what the sandbox may reach; the zero value denies all.
 	Network egress.Policy
+	// Ports forward host ports to the guest (msb --port), each on
+	// 127.0.0.1 unless it names an address. A forwarded guest port is
+	// reachable whatever Network says of the guest's own traffic.
+	Ports []msb.PortForward
 	// OperationTimeout bounds every guest command that names no timeout of
 	// its own; StartupTimeout bounds `msb create` (an image pull can be slow).
 	OperationTimeout time.Duration
@@ -174,7 +178,11 @@ func createOptions(o Options, names session.Names) (msb.CreateOptions, error) {
 	if o.parent != "" {
 		c.Labels = append(c.Labels, msb.Label{Key: session.LabelParent, Value: o.parent})
 	}
-	return c, applyNetwork(o.Network, &c)
+	if err := applyNetwork(o.Network, &c); err != nil {
+		return c, err
+	}
+	applyPorts(o.Ports, &c)
+	return c, nil
 }
 
 // prepareScript sets the mount owners and modes (the image's agent user is

@@ -1,0 +1,104 @@
+//go:build linux
+
+package local
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oma-sandbox/oma-sandbox/session"
+)
+
+// TestResizeBindsLaterCalls: Resize rewrites the session's limits (and
+// its record, so an attached session sees them), and the next call's
+// cgroup carries them; bad input changes nothing.
+func TestResizeBindsLaterCalls(t *testing.T) {
+	ctx := context.Background()
+	s := newTestSession(t, Options{})
+	if !hostEnforces(t, s, Limits{MemoryBytes: 64 << 20, CPUQuota: 100 * time.Millisecond}) {
+		t.Skip("this host cannot enforce cgroup memory and CPU limits")
+	}
+	if err := s.Resize(ctx, session.Resize{CPUs: 2, Memory: "96M"}); err != nil {
+		t.Fatal(err)
+	}
+	want := Limits{MemoryBytes: 96 << 20, CPUQuota: 200 * time.Millisecond, CPUPeriod: 100 * time.Millisecond}
+	if got := s.limits(); got != want {
+		t.Errorf("limits = %+v, want %+v", got, want)
+	}
+	attached, err := Attach(ctx, filepath.Dir(s.dirs.Root), s.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := attached.limits(); got != want {
+		t.Errorf("attached session's limits = %+v, want %+v", got, want)
+	}
+	// The next call's own cgroup holds the new limits.
+	callLimits := runningCallLimits(t, s)
+	if callLimits["memory.max"] != "100663296" && callLimits["memory.limit_in_bytes"] != "100663296" {
+		t.Errorf("call cgroup limits %v, want memory 100663296", callLimits)
+	}
+	if callLimits["cpu.max"] != "200000 100000" && callLimits["cpu.cfs_quota_us"] != "200000" {
+		t.Errorf("call cgroup limits %v, want a CPU quota of 200000 per 100000", callLimits)
+	}
+	for _, r := range []session.Resize{{}, {CPUs: -1}, {CPUs: 256}, {Memory: "2Gi"}, {Memory: "4M"}} {
+		if err := s.Resize(ctx, r); !errors.Is(err, session.ErrInvalid) {
+			t.Errorf("Resize(%+v) = %v, want ErrInvalid", r, err)
+		}
+	}
+	if got := s.limits(); got != want {
+		t.Errorf("a refused resize changed the limits to %+v", got)
+	}
+}
+
+// hostEnforces reports whether this host enforces l for s's policy.
+func hostEnforces(t *testing.T, s *Session, l Limits) bool {
+	t.Helper()
+	caps, _ := probeHost(context.Background(), probeRequest{limits: l})
+	return caps.check(s.rec.Policy, l) == nil
+}
+
+// runningCallLimits starts a call that waits, reads its cgroups' memory
+// and CPU limit files, and ends it.
+func runningCallLimits(t *testing.T, s *Session) map[string]string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan struct{}, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = s.Shell(ctx, session.Command{Script: `echo started; sleep 20`}, session.ShellOptions{
+			Stdout: func([]byte) {
+				select {
+				case started <- struct{}{}:
+				default:
+				}
+			}})
+	}()
+	defer func() { cancel(); <-done }()
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call did not start")
+	}
+	data, err := os.ReadFile(filepath.Join(s.dirs.Root, cgroupFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, parent := range strings.Fields(string(data)) {
+		calls, _ := filepath.Glob(filepath.Join(parent, "call-*"))
+		for _, c := range calls {
+			for _, f := range []string{"memory.max", "memory.limit_in_bytes", "cpu.max", "cpu.cfs_quota_us"} {
+				if b, err := os.ReadFile(filepath.Join(c, f)); err == nil {
+					out[f] = strings.TrimSpace(string(b))
+				}
+			}
+		}
+	}
+	return out
+}
