@@ -40,6 +40,9 @@ type fakeRunner struct {
 type fakeSandbox struct {
 	created string
 	labels  map[string]string
+	// status is "Stopped" unless set; updated is inspect's updated_at,
+	// created unless set.
+	status, updated string
 }
 
 func newFakeRunner() *fakeRunner {
@@ -63,6 +66,20 @@ func (f *fakeRunner) addSandboxRaw(name, created string, labels []msb.Label) {
 		m[l.Key] = l.Value
 	}
 	f.sandboxes[name] = fakeSandbox{created: created, labels: m}
+}
+
+func (sb fakeSandbox) statusOr() string {
+	if sb.status == "" {
+		return "Stopped"
+	}
+	return sb.status
+}
+
+// setActivity sets a sandbox's status and inspect's updated_at.
+func (f *fakeRunner) setActivity(name, status string, updated time.Time) {
+	sb := f.sandboxes[name]
+	sb.status, sb.updated = status, rfc3339(updated)
+	f.sandboxes[name] = sb
 }
 
 func (f *fakeRunner) addVolume(name string, created time.Time) { f.volumes[name] = rfc3339(created) }
@@ -167,10 +184,24 @@ func (f *fakeRunner) Run(ctx context.Context, c msb.Call) (*msb.Result, error) {
 		for _, name := range sortedKeys(f.sandboxes) {
 			sb := f.sandboxes[name]
 			if matches(sb.labels, labels) {
-				out = append(out, entry{sb.created, "alpine", name, "Stopped"})
+				out = append(out, entry{sb.created, "alpine", name, sb.statusOr()})
 			}
 		}
 		return f.json(argv, out)
+	case "inspect":
+		sb, ok := f.sandboxes[names[0]]
+		if msg, failed := f.fail["inspect "+names[0]]; failed {
+			return f.exit(argv, "error: "+msg)
+		}
+		if !ok || f.gone[names[0]] {
+			return f.exit(argv, "error: sandbox not found: "+names[0])
+		}
+		updated := sb.updated
+		if updated == "" {
+			updated = sb.created
+		}
+		return f.json(argv, map[string]any{"name": names[0], "status": sb.statusOr(), "created_at": sb.created, "updated_at": updated,
+			"config": map[string]any{"labels": sb.labels}})
 	case "volume list":
 		type entry struct {
 			Name          string  `json:"name"`

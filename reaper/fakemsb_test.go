@@ -97,3 +97,39 @@ func TestReapFakemsb(t *testing.T) {
 		}
 	}
 }
+
+// TestReapFakemsbPausedSession: with fakemsb keeping updated_at as msb
+// does, a session made long ago but paused (msb stop) just now is kept,
+// and one paused long ago goes.
+func TestReapFakemsbPausedSession(t *testing.T) {
+	env := fakemsbtest.New(t)
+	client := msb.NewClient(&msb.CLI{Path: env.Bin})
+	ctx := t.Context()
+	past := time.Now().Add(-3 * time.Hour)
+	env.SetKnob("FAKEMSB_NOW", past.UTC().Format(time.RFC3339))
+	var made []session.Names
+	for i := range 2 {
+		n := session.NewNames(session.DefaultPrefix, "ws-1", fmt.Sprintf("sess-%d", i), past, uint64(i))
+		if err := client.Create(ctx, msb.CreateOptions{Image: "alpine", Name: n.Sandbox, Quiet: true,
+			Mounts: []msb.NamedMount{{Volume: n.Volume, Guest: "/workspace"}}, Labels: session.OwnerLabels()}); err != nil {
+			t.Fatal(err)
+		}
+		made = append(made, n)
+	}
+	pausedLongAgo, pausedNow := made[0], made[1]
+	if err := client.Stop(ctx, msb.StopOptions{Names: []string{pausedLongAgo.Sandbox}}); err != nil {
+		t.Fatal(err)
+	}
+	env.SetKnob("FAKEMSB_NOW", "")
+	if err := client.Stop(ctx, msb.StopOptions{Names: []string{pausedNow.Sandbox}}); err != nil {
+		t.Fatal(err)
+	}
+
+	r, err := Reap(ctx, client, Options{OlderThan: 2 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "removed sandboxes", r.RemovedSandboxes, []string{pausedLongAgo.Sandbox})
+	equal(t, "sandboxes left", env.Sandboxes(t), []string{pausedNow.Sandbox})
+	equal(t, "volumes left", env.Volumes(t), []string{pausedNow.Volume})
+}

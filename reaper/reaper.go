@@ -14,7 +14,12 @@
 // they are paired by name alone.
 //
 // What is removed: a sandbox of ours at least Options.OlderThan old, with
-// --force; then its volume when that is stale too. A volume whose paired
+// --force; then its volume when that is stale too. A running sandbox's age
+// counts from its creation. A stopped (paused) or crashed one's counts from
+// its last activity: the later of its creation and the updated_at of `msb
+// inspect`, which msb moves on every start, stop (a pause, an idle stop)
+// and applied modify, and never on a guest's say; a stopped sandbox runs
+// nothing, so nothing happened in it since. A volume whose paired
 // sandbox is listed and kept stays, and so does the volume of a sandbox whose
 // removal failed (msb would refuse it while the sandbox lives). A stale volume
 // with no listed sandbox is an orphan and goes. When Options.Labels narrow the
@@ -26,10 +31,13 @@
 // removal does not stop the others. A resource that is already gone at
 // removal time is reported as skipped, not as an error.
 //
-// Invocation budget: one sweep is exactly two listings (`list --format json`
-// with the label filter and `volume list --format json`, run concurrently;
-// their created_at fields give every age) plus one msb call per removal. No
-// resource is inspected; a dry run makes the two listings only.
+// Invocation budget: one sweep is two listings (`list --format json` with
+// the label filter and `volume list --format json`, run concurrently; their
+// created_at fields give every age), one `inspect` per stopped sandbox of
+// ours that is stale by its creation (its last activity may be recent),
+// and one msb call per removal. A dry run makes the listings and the
+// inspections only. A sandbox whose inspection fails is kept, with an
+// error in the report.
 package reaper
 
 import (
@@ -40,6 +48,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -163,7 +172,8 @@ func Reap(ctx context.Context, client *msb.Client, opts Options) (*Report, error
 			Skipped:          []Skipped{},
 		},
 	}
-	removals := s.plan(opts, sandboxes, volumes)
+	active := s.lastActivity(ctx, opts, sandboxes)
+	removals := s.plan(opts, sandboxes, volumes, active)
 	if opts.DryRun {
 		for _, r := range removals {
 			if r.sandbox != "" {
@@ -190,8 +200,48 @@ type sweep struct {
 	report *Report
 }
 
-// plan decides from the listings alone what goes, and records what stays.
-func (s *sweep) plan(opts Options, sandboxes []msb.Sandbox, volumes []msb.Volume) []removal {
+// stoppedStatus: msb's statuses in which a sandbox runs nothing.
+func stoppedStatus(status string) bool { return status == "Stopped" || status == "Crashed" }
+
+// lastActivity inspects each stopped sandbox of ours that is stale by its
+// creation and returns its updated_at by name. One whose inspection fails
+// gets the zero time and an error in the report (plan keeps it); one that
+// is gone is left to its removal, which reports it.
+func (s *sweep) lastActivity(ctx context.Context, opts Options, sandboxes []msb.Sandbox) map[string]time.Time {
+	now := opts.Now()
+	var (
+		mu     sync.Mutex
+		active = map[string]time.Time{}
+		g      errgroup.Group
+	)
+	g.SetLimit(opts.Concurrency)
+	for _, sb := range sandboxes {
+		if _, ok := session.SandboxStem(opts.Prefix, sb.Name); !ok || !stoppedStatus(sb.Status) || now.Sub(sb.CreatedAt) < opts.OlderThan {
+			continue
+		}
+		g.Go(func() error {
+			info, err := s.client.Inspect(ctx, sb.Name)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				active[sb.Name] = info.UpdatedAt
+			case errors.Is(err, msb.ErrSandboxNotFound):
+				active[sb.Name] = sb.CreatedAt
+			default:
+				active[sb.Name] = time.Time{}
+				s.fail(fmt.Errorf("inspect sandbox %s for its last activity: %w", sb.Name, err))
+			}
+			return nil
+		})
+	}
+	_ = g.Wait() // every task reports into active and s.report
+	return active
+}
+
+// plan decides from the listings and the last activities what goes, and
+// records what stays.
+func (s *sweep) plan(opts Options, sandboxes []msb.Sandbox, volumes []msb.Volume, active map[string]time.Time) []removal {
 	now := opts.Now()
 	// stale reports why a resource stays on age grounds, "" when it is stale.
 	stale := func(created time.Time) string {
@@ -213,6 +263,16 @@ func (s *sweep) plan(opts Options, sandboxes []msb.Sandbox, volumes []msb.Volume
 		if why := stale(sb.CreatedAt); why != "" {
 			s.skip(KindSandbox, sb.Name, why)
 			continue
+		}
+		if last, inspected := active[sb.Name]; inspected {
+			if last.IsZero() {
+				s.skip(KindSandbox, sb.Name, "its last activity could not be read")
+				continue
+			}
+			if age := now.Sub(last); age < opts.OlderThan {
+				s.skip(KindSandbox, sb.Name, fmt.Sprintf("%s, last active less than %v ago (%v)", strings.ToLower(sb.Status), opts.OlderThan, age.Round(time.Second)))
+				continue
+			}
 		}
 		pairs[stem] = &removal{sandbox: sb.Name}
 	}

@@ -107,12 +107,13 @@ func TestReapScale(t *testing.T) {
 	}
 
 	calls := f.log()
-	want := map[string]int{"list": 1, "volume list": 1, "remove": 200, "volume remove": 230}
+	// Each stale sandbox is stopped: one inspect reads its last activity.
+	want := map[string]int{"list": 1, "volume list": 1, "inspect": 200, "remove": 200, "volume remove": 230}
 	if got := count(calls); !maps.Equal(got, want) {
 		t.Errorf("invocations %v, want %v", got, want)
 	}
-	if len(calls) != 2+200+230 {
-		t.Errorf("%d invocations, want 432", len(calls))
+	if len(calls) != 2+200+200+230 {
+		t.Errorf("%d invocations, want 632", len(calls))
 	}
 	removedFirst := map[string]bool{}
 	for _, argv := range calls {
@@ -198,8 +199,8 @@ func TestReapDryRun(t *testing.T) {
 	}
 	equal(t, "sandboxes left", f.sandboxNames(), before)
 	equal(t, "volumes left", f.volumeNames(), beforeVolumes)
-	if n := len(f.log()); n != 2 {
-		t.Errorf("%d invocations, want the 2 listings", n)
+	if got := count(f.log()); !maps.Equal(got, map[string]int{"list": 1, "volume list": 1, "inspect": 1}) {
+		t.Errorf("invocations %v, want the 2 listings and the stale stopped sandbox's inspect", got)
 	}
 	if !r.DryRun {
 		t.Error("report does not say dry run")
@@ -413,4 +414,49 @@ func TestReapCancelledStopsStarting(t *testing.T) {
 	if got := count(f.log())["volume remove"]; got != 1 {
 		t.Errorf("%d removals ran after cancel, want 1", got)
 	}
+}
+
+// TestReapPausedByLastActivity: a stopped (paused) sandbox's age counts
+// from its last activity (inspect's updated_at), a running one's from its
+// creation; only stale stopped ones are inspected, and one whose last
+// activity cannot be read is kept, with an error.
+func TestReapPausedByLastActivity(t *testing.T) {
+	f := newFakeRunner()
+	pausedRecently := f.addSession(1, stale)
+	f.setActivity(pausedRecently.Sandbox, "Stopped", now.Add(-30*time.Minute))
+	pausedLongAgo := f.addSession(2, stale)
+	f.setActivity(pausedLongAgo.Sandbox, "Stopped", now.Add(-150*time.Minute))
+	crashedRecently := f.addSession(3, stale)
+	f.setActivity(crashedRecently.Sandbox, "Crashed", now.Add(-time.Minute))
+	running := f.addSession(4, stale)
+	f.setActivity(running.Sandbox, "Running", now.Add(-time.Minute))
+	unreadable := f.addSession(5, stale)
+	f.fail["inspect "+unreadable.Sandbox] = "database is locked"
+	youngPaused := f.addSession(6, young)
+
+	r, err := Reap(t.Context(), msb.NewClient(f), options)
+	if err == nil || !strings.Contains(err.Error(), "inspect sandbox "+unreadable.Sandbox+" for its last activity") {
+		t.Errorf("err = %v, want the failed inspection", err)
+	}
+	equal(t, "removed sandboxes", r.RemovedSandboxes, []string{pausedLongAgo.Sandbox, running.Sandbox})
+	equal(t, "sandboxes left", f.sandboxNames(), []string{pausedRecently.Sandbox, crashedRecently.Sandbox, unreadable.Sandbox, youngPaused.Sandbox})
+	equal(t, "volumes left", f.volumeNames(), []string{pausedRecently.Volume, crashedRecently.Volume, unreadable.Volume, youngPaused.Volume})
+	reasons := map[string]string{}
+	for _, sk := range r.Skipped {
+		reasons[sk.Name] = sk.Reason
+	}
+	if want := "stopped, last active less than 2h0m0s ago (30m0s)"; reasons[pausedRecently.Sandbox] != want {
+		t.Errorf("paused sandbox kept because %q, want %q", reasons[pausedRecently.Sandbox], want)
+	}
+	if want := "its last activity could not be read"; reasons[unreadable.Sandbox] != want {
+		t.Errorf("unreadable sandbox kept because %q, want %q", reasons[unreadable.Sandbox], want)
+	}
+	var inspected []string
+	for _, argv := range f.log() {
+		if cmd, _, ns := parseArgv(argv); cmd == "inspect" {
+			inspected = append(inspected, ns[0])
+		}
+	}
+	slices.Sort(inspected)
+	equal(t, "inspected", inspected, []string{pausedRecently.Sandbox, pausedLongAgo.Sandbox, crashedRecently.Sandbox, unreadable.Sandbox})
 }
