@@ -3,6 +3,7 @@
 package main
 
 import (
+	"encoding/json"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -11,7 +12,7 @@ import (
 // netRule is one parsed --net-rule token, kept in inspect's shape.
 type netRule struct {
 	Action      string           `json:"action"`
-	Destination map[string]any   `json:"destination"`
+	Destination destination      `json:"destination"`
 	Direction   string           `json:"direction"`
 	Ports       []map[string]int `json:"ports"`
 	Protocols   []string         `json:"protocols"`
@@ -21,6 +22,28 @@ type netRule struct {
 type secretSpec struct {
 	Env   string   `json:"env"`
 	Hosts []string `json:"hosts"`
+}
+
+// destination is a rule's target in inspect's shape: {"cidr": ...},
+// {"domain": ...}, {"group": ...}, ..., or the bare string "any".
+type destination map[string]any
+
+func (d destination) MarshalJSON() ([]byte, error) {
+	if len(d) == 1 && d["any"] == true {
+		return []byte(`"any"`), nil
+	}
+	return json.Marshal(map[string]any(d))
+}
+
+func (d *destination) UnmarshalJSON(b []byte) error {
+	if string(b) == `"any"` {
+		*d = destination{"any": true}
+		return nil
+	}
+	var m map[string]any
+	err := json.Unmarshal(b, &m)
+	*d = m
+	return err
 }
 
 var netGroups = map[string]bool{"public": true, "private": true, "loopback": true, "link-local": true, "meta": true, "multicast": true, "host": true}

@@ -31,8 +31,9 @@ func inspectNetwork(t *testing.T, doc string) map[string]json.RawMessage {
 	return d.Config.Network
 }
 
-// TestPortsShownAsRealMSB: the captured create with -p records its ports
-// exactly as real msb 0.6.18 shows them in inspect.
+// TestPortsShownAsRealMSB: the captured create with -p records its ports,
+// and the ingress rule that opens them, exactly as real msb 0.6.18 shows
+// them in inspect.
 func TestPortsShownAsRealMSB(t *testing.T) {
 	argv, err := os.ReadFile(filepath.Join(realDir, "create-ports.argv"))
 	require.NoError(t, err)
@@ -42,7 +43,9 @@ func TestPortsShownAsRealMSB(t *testing.T) {
 	// Whether or not fakemsb can bind these ports here, the record keeps them.
 	f.run(strings.Split(strings.TrimSpace(string(argv)), "\n")...)
 	got := f.ok("inspect", "capports", "--format", "json")
-	assert.JSONEq(t, string(inspectNetwork(t, string(real))["ports"]), string(inspectNetwork(t, got.stdout)["ports"]))
+	for _, field := range []string{"ports", "policy"} {
+		assert.JSONEq(t, string(inspectNetwork(t, string(real))[field]), string(inspectNetwork(t, got.stdout)[field]), field)
+	}
 }
 
 func freePort(t *testing.T) int {
