@@ -231,6 +231,8 @@ func serveForward(l net.Listener, ns *os.File, guest string, allowed bool) {
 	for {
 		c, err := l.Accept()
 		if err != nil {
+			// Out of descriptors, say: wait instead of spinning.
+			time.Sleep(50 * time.Millisecond)
 			continue
 		}
 		if !allowed {
