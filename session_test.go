@@ -118,6 +118,7 @@ func TestOpenRefusesBadOptions(t *testing.T) {
 		"workspace": {Backend: "local"},
 		"cpus":      {Backend: "local", WorkspaceID: "w1", CPUs: -1},
 		"idle":      {Backend: "local", WorkspaceID: "w1", IdleTimeout: "5m"},
+		"ports":     {Backend: "local", WorkspaceID: "w1", Ports: []omasandbox.PortForward{{Host: 8080, Guest: 80}}},
 	} {
 		o.StateDir = stateDir
 		_, err := omasandbox.Open(ctx, o)
