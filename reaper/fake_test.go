@@ -41,7 +41,7 @@ type fakeSandbox struct {
 	created string
 	labels  map[string]string
 	// status is "Stopped" unless set; updated is inspect's updated_at,
-	// created unless set.
+	// created unless set, null when "null".
 	status, updated string
 }
 
@@ -196,9 +196,12 @@ func (f *fakeRunner) Run(ctx context.Context, c msb.Call) (*msb.Result, error) {
 		if !ok || f.gone[names[0]] {
 			return f.exit(argv, "error: sandbox not found: "+names[0])
 		}
-		updated := sb.updated
-		if updated == "" {
+		var updated any = sb.updated
+		switch sb.updated {
+		case "":
 			updated = sb.created
+		case "null":
+			updated = nil
 		}
 		return f.json(argv, map[string]any{"name": names[0], "status": sb.statusOr(), "created_at": sb.created, "updated_at": updated,
 			"config": map[string]any{"labels": sb.labels}})

@@ -204,7 +204,8 @@ type sweep struct {
 func stoppedStatus(status string) bool { return status == "Stopped" || status == "Crashed" }
 
 // lastActivity inspects each stopped sandbox of ours that is stale by its
-// creation and returns its updated_at by name. One whose inspection fails
+// creation and returns its updated_at by name (its creation when msb shows
+// none). One whose inspection fails
 // gets the zero time and an error in the report (plan keeps it); one that
 // is gone is left to its removal, which reports it.
 func (s *sweep) lastActivity(ctx context.Context, opts Options, sandboxes []msb.Sandbox) map[string]time.Time {
@@ -224,6 +225,8 @@ func (s *sweep) lastActivity(ctx context.Context, opts Options, sandboxes []msb.
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
+			case err == nil && info.UpdatedAt.IsZero():
+				active[sb.Name] = sb.CreatedAt // msb showed none: creation is all we know
 			case err == nil:
 				active[sb.Name] = info.UpdatedAt
 			case errors.Is(err, msb.ErrSandboxNotFound):

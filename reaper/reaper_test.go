@@ -433,12 +433,16 @@ func TestReapPausedByLastActivity(t *testing.T) {
 	unreadable := f.addSession(5, stale)
 	f.fail["inspect "+unreadable.Sandbox] = "database is locked"
 	youngPaused := f.addSession(6, young)
+	noUpdate := f.addSession(7, stale)
+	sb := f.sandboxes[noUpdate.Sandbox]
+	sb.updated = "null"
+	f.sandboxes[noUpdate.Sandbox] = sb
 
 	r, err := Reap(t.Context(), msb.NewClient(f), options)
 	if err == nil || !strings.Contains(err.Error(), "inspect sandbox "+unreadable.Sandbox+" for its last activity") {
 		t.Errorf("err = %v, want the failed inspection", err)
 	}
-	equal(t, "removed sandboxes", r.RemovedSandboxes, []string{pausedLongAgo.Sandbox, running.Sandbox})
+	equal(t, "removed sandboxes", r.RemovedSandboxes, []string{pausedLongAgo.Sandbox, running.Sandbox, noUpdate.Sandbox})
 	equal(t, "sandboxes left", f.sandboxNames(), []string{pausedRecently.Sandbox, crashedRecently.Sandbox, unreadable.Sandbox, youngPaused.Sandbox})
 	equal(t, "volumes left", f.volumeNames(), []string{pausedRecently.Volume, crashedRecently.Volume, unreadable.Volume, youngPaused.Volume})
 	reasons := map[string]string{}
@@ -458,5 +462,5 @@ func TestReapPausedByLastActivity(t *testing.T) {
 		}
 	}
 	slices.Sort(inspected)
-	equal(t, "inspected", inspected, []string{pausedRecently.Sandbox, pausedLongAgo.Sandbox, crashedRecently.Sandbox, unreadable.Sandbox})
+	equal(t, "inspected", inspected, []string{pausedRecently.Sandbox, pausedLongAgo.Sandbox, crashedRecently.Sandbox, unreadable.Sandbox, noUpdate.Sandbox})
 }
