@@ -111,6 +111,7 @@ func TestRealMSBAcceptsEveryArgv(t *testing.T) {
 		{must(CreateOptions{Image: "contract/missing:1", Name: box, NoNet: true, Pull: "never",
 			NetRules: []NetRule{
 				{Action: "allow", Direction: "ingress", Target: "any", Protocol: "tcp", Ports: "8080"},
+				{Action: "allow", Direction: "ingress", Target: "any", Protocol: "udp", Ports: "53"},
 				{Action: "allow", Direction: "egress", Target: "example.com"},
 			},
 			Ports: []PortForward{
