@@ -272,6 +272,8 @@ type SandboxInfo struct {
 	Ports     []PortForward
 	// CopyFiles are the guest destinations of create's --copy-file patches.
 	CopyFiles []string
+	// IdleTimeout is create's --idle-timeout; 0 when none was set.
+	IdleTimeout time.Duration
 }
 
 // MountInfo is one mount of an inspected sandbox.

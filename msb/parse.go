@@ -164,6 +164,15 @@ func ParseInspect(data []byte) (*SandboxInfo, error) {
 	if info.CopyFiles, err = parseCopyFiles(cfg); err != nil {
 		return nil, err
 	}
+	if lc, ok, err := cfg.object("lifecycle"); err != nil {
+		return nil, err
+	} else if ok {
+		secs, err := lc.count("idle_timeout_secs", math.MaxInt32)
+		if err != nil {
+			return nil, err
+		}
+		info.IdleTimeout = time.Duration(secs) * time.Second
+	}
 	if net, ok, err := cfg.object("network"); err != nil {
 		return nil, err
 	} else if ok {

@@ -30,8 +30,13 @@ var (
 	ErrAborted        = errors.New("operation aborted")            // ctx canceled; the call was killed
 	ErrOutputOverflow = errors.New("command output exceeds limit") // the call was killed at its cap
 	ErrCannotStart    = errors.New("command could not start")
-	ErrNotFound       = errors.New("sandbox not found")
-	ErrInvalid        = errors.New("invalid session option")
+	// ErrChannelBroken reports that the msb backend's guest-agent channel
+	// died under a call (the agent or its msb exec ended, the agent broke
+	// the protocol, the sandbox stopped): the call's outcome is unknown.
+	// The session reopens the channel once, then uses one msb exec per call.
+	ErrChannelBroken = errors.New("guest agent channel broken")
+	ErrNotFound      = errors.New("sandbox not found")
+	ErrInvalid       = errors.New("invalid session option")
 	// ErrGone reports that a session's sandbox disappeared while the
 	// session was in use (session rm or the reaper, from another process).
 	// Nothing is left to poison or recover; it also matches ErrNotFound.

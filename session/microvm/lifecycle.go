@@ -122,8 +122,10 @@ func (s *Session) start(ctx context.Context) error {
 }
 
 // stop stops the sandbox gracefully (msb stop, killed after
-// stopGraceSecs); the error is mapped onto the Session errors.
+// stopGraceSecs), after closing the agent's channel (the next call after a
+// start reopens it); the error is mapped onto the Session errors.
 func (s *Session) stop(ctx context.Context) error {
+	s.closeChannel(false)
 	pctx, cancel := context.WithTimeout(ctx, pauseTimeout)
 	err := s.client.Stop(pctx, msb.StopOptions{Names: []string{s.names.Sandbox}, Timeout: stopGraceSecs})
 	cancel()

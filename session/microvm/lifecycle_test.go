@@ -69,6 +69,7 @@ func TestPauseResumeOnUse(t *testing.T) {
 	// auto-resume, is one msb exec and nothing else (no inspect).
 	other, err := microvm.Attach(msb.NewClient(&msb.CLI{Path: env.Bin}), "", name)
 	require.NoError(t, err)
+	other.DisableAgentChannel() // else its first call asks inspect whether the sandbox has the agent
 	for _, sess := range []*microvm.Session{s, other} {
 		env.ResetLog(t)
 		_, err = sess.Shell(ctx, session.Command{Script: `true`}, session.ShellOptions{})

@@ -60,6 +60,13 @@ type Options struct {
 	// NoAutoResume makes a call on a paused session fail with ErrPaused
 	// instead of resuming it first.
 	NoAutoResume bool
+	// AgentFile is the guest agent (a linux oma-guest-agent for the guest's
+	// architecture) Create places in the sandbox; "" means the one bundled
+	// at build time, if any. Calls then travel over one long-lived channel
+	// to it instead of one msb exec each (see docs/guest-agent.md).
+	AgentFile string
+	// NoAgent places no agent and opens no channel: one msb exec per call.
+	NoAgent bool
 	// Network is what the sandbox may reach; the zero value denies all.
 	Network egress.Policy
 	// Ports forward host ports to the guest (msb --port), each on
@@ -145,6 +152,7 @@ type Session struct {
 	volumeRemoved  bool
 
 	life lifecycle // paused or running; see lifecycle.go
+	ch   channel   // the guest agent's channel; see channel.go
 }
 
 var _ session.Session = (*Session)(nil)
@@ -222,6 +230,9 @@ func Create(ctx context.Context, o Options) (*Session, error) {
 	s := &Session{client: o.Client, names: names, opTimeout: o.OperationTimeout, logger: o.Logger}
 	s.life.state = stateRunning
 	s.SetAutoResume(!o.NoAutoResume)
+	if err := s.placeAgent(o, &createOpts); err != nil {
+		return nil, err
+	}
 
 	startCtx, cancel := context.WithTimeout(ctx, o.StartupTimeout)
 	err = o.Client.Create(startCtx, createOpts)
@@ -239,6 +250,43 @@ func Create(ctx context.Context, o Options) (*Session, error) {
 	o.Logger.Debug("session created", "sandbox", names.Sandbox, "volume", names.Volume)
 	return s, nil
 }
+
+// placeAgent adds the guest agent to the create, from a private cached
+// copy, and arms the channel; without an agent (NoAgent, a build without
+// one, an unusable cache) the session keeps one msb exec per call. Only a
+// named AgentFile that cannot be read is an error.
+func (s *Session) placeAgent(o Options, c *msb.CreateOptions) error {
+	s.ch.mode = channelOff
+	if o.NoAgent {
+		return nil
+	}
+	bin, err := agentBinary(o)
+	if err != nil || bin == nil {
+		return err
+	}
+	dir, err := agentCacheDir()
+	var path string
+	if err == nil {
+		path, err = cachedAgent(dir, bin)
+	}
+	if err != nil {
+		o.Logger.Warn("guest agent not placed: one msb exec per call", "err", err)
+		return nil
+	}
+	c.CopyFiles = append(c.CopyFiles, msb.CopyFile{Src: path, Dst: agentGuestPath})
+	s.ch.mode = channelClosed
+	if o.IdleTimeout != "" {
+		if d, err := msb.ParseDuration(o.IdleTimeout); err == nil {
+			s.ch.quietFor = d / 2
+		}
+	}
+	return nil
+}
+
+// DisableAgentChannel makes every later call use its own msb exec, and
+// closes the channel if one is open. For one-shot users (the CLI's tool
+// command), whose single call costs less than opening a channel.
+func (s *Session) DisableAgentChannel() { s.closeChannel(true) }
 
 // cleanupFailedCreate removes what a failed create made. The caller gets
 // no session to Close, so a removal that fails is tried once more (only
@@ -321,8 +369,10 @@ func (s *Session) usable() error {
 	return nil
 }
 
-// Shell runs a bash script in the sandbox: one msb exec (after one msb
-// start when the session is paused, see enter).
+// Shell runs a bash script in the sandbox (after one msb start when the
+// session is paused, see enter): a call on the guest agent's channel when
+// the sandbox has the agent (the first call opens it: one msb inspect and
+// one msb exec --stream), else one msb exec.
 func (s *Session) Shell(ctx context.Context, cmd session.Command, opts session.ShellOptions) (*session.Result, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
@@ -332,6 +382,9 @@ func (s *Session) Shell(ctx context.Context, cmd session.Command, opts session.S
 		return nil, err
 	}
 	defer release()
+	if conn := s.channelConn(ctx); conn != nil {
+		return s.runChannel(ctx, conn, cmd, opts)
+	}
 	return s.exec(ctx, cmd, opts)
 }
 
@@ -383,6 +436,7 @@ func (s *Session) stoppedError(ctx context.Context, err error) error {
 	if inspectErr != nil || !stoppedStatus(info.Status) {
 		return nil
 	}
+	s.closeChannel(true)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.poisonCause == nil {
@@ -469,6 +523,7 @@ func (s *Session) Poison(ctx context.Context, cause error) error {
 	}
 	s.mu.Unlock()
 	s.logger.Warn("session poisoned", "sandbox", s.names.Sandbox, "volume", s.names.Volume, "cause", cause)
+	s.closeChannel(true)
 	endErr := s.endSandbox(ctx)
 	s.mu.Lock()
 	err := s.poisonedError()
@@ -524,6 +579,7 @@ func (s *Session) Close(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
+	s.closeChannel(true)
 	if err := s.remove(ctx); err != nil {
 		return fmt.Errorf("close %s: %w", s.names.Sandbox, err)
 	}

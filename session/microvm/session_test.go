@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
@@ -30,6 +31,9 @@ func options(env *fakemsbtest.Env) microvm.Options {
 		Image:       "debian",
 		Now:         func() time.Time { return fixedNow },
 		Random:      func() uint64 { return 12345 },
+		// These tests count and read msb invocations of the one exec per
+		// call path; channel_test.go covers the agent's channel.
+		NoAgent: true,
 	}
 }
 
@@ -183,11 +187,28 @@ func TestFailedCreateRemovesItsVolume(t *testing.T) {
 	assert.Empty(t, env.Volumes(t), "the volume the failed create made is removed")
 }
 
+// TestShellOutcomes: over one exec per call and over the agent's channel,
+// the same outcomes map onto the same Session errors.
 func TestShellOutcomes(t *testing.T) {
-	env := fakemsbtest.New(t)
-	s, err := microvm.Create(context.Background(), options(env))
-	require.NoError(t, err)
-	defer s.Close(context.Background())
+	for _, transport := range []string{"exec", "channel"} {
+		t.Run(transport, func(t *testing.T) {
+			env := fakemsbtest.New(t)
+			o := options(env)
+			if transport == "channel" {
+				o.NoAgent, o.AgentFile = false, agenttest.AgentBinary(t)
+			}
+			s, err := microvm.Create(context.Background(), o)
+			require.NoError(t, err)
+			defer s.Close(context.Background())
+			testShellOutcomes(t, s)
+			if transport == "channel" {
+				assert.Len(t, env.Channel(s.Name()).Msb, 1, "the calls went over the channel")
+			}
+		})
+	}
+}
+
+func testShellOutcomes(t *testing.T, s *microvm.Session) {
 	ctx := context.Background()
 
 	res, err := s.Shell(ctx, session.Command{Script: `echo "out $1"; echo err >&2; exit 7`, Args: []string{"a b"}}, session.ShellOptions{})
@@ -222,6 +243,17 @@ func TestShellOutcomes(t *testing.T) {
 
 	_, err = s.Shell(ctx, session.Command{Script: `true`}, session.ShellOptions{Workdir: "/missing"})
 	assert.NoError(t, err, "msb's missing-workdir quirk is an exit code, not an error")
+
+	res, err = s.Shell(ctx, session.Command{Script: `kill -9 $$`}, session.ShellOptions{})
+	require.NoError(t, err, "a signal death is a result")
+	assert.Equal(t, 255, res.ExitCode, "reported as msb does")
+
+	res, err = s.Shell(ctx, session.Command{Script: `id -u; pwd`}, session.ShellOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "65534\n/workspace\n", string(res.Stdout), "the image's user, in the workspace")
+	res, err = s.Shell(ctx, session.Command{Script: `id -u; pwd`}, session.ShellOptions{User: "0", Workdir: "/tmp"})
+	require.NoError(t, err)
+	assert.Equal(t, "0\n/tmp\n", string(res.Stdout))
 
 	assert.False(t, s.Poisoned(), "none of these poison the session")
 }
@@ -318,6 +350,7 @@ func TestAttachToPoisonedSession(t *testing.T) {
 	} {
 		other, err := microvm.Attach(client, "", s.Name())
 		require.NoError(t, err)
+		other.DisableAgentChannel() // the exec path's own detection
 		env.ResetLog(t)
 		err = call.run(other)
 		require.ErrorIs(t, err, session.ErrPoisoned, call.name)

@@ -1,0 +1,11 @@
+//go:build !unix
+
+package microvm
+
+import "os"
+
+// openNoFollow: Windows opens no symlink as a file by name here.
+const openNoFollow = 0
+
+// ownedByUs: Windows has no uid to compare; the directory's ACL guards it.
+func ownedByUs(os.FileInfo) bool { return true }

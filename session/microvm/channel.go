@@ -1,0 +1,269 @@
+package microvm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/oma-sandbox/oma-sandbox/agentchan"
+	"github.com/oma-sandbox/oma-sandbox/msb"
+	"github.com/oma-sandbox/oma-sandbox/session"
+)
+
+// helloTimeout bounds the wait for the agent's first line: a sandbox
+// without the agent answers at once (msb exec exits 127), one whose file
+// at agentGuestPath is something else may stay silent. Tests shorten it.
+var helloTimeout = 5 * time.Second
+
+// Bounds of the guest-agent channel.
+const (
+	// channelStopGrace is how long a closed channel's msb exec gets to
+	// exit after its stdin ended before its process group is killed.
+	channelStopGrace = 2 * time.Second
+)
+
+// channelMode is what the next call does about the channel.
+type channelMode int
+
+const (
+	channelClosed channelMode = iota // open it on the next call
+	channelOpen
+	channelOff // one msb exec per call from now on
+)
+
+// channel is a session's guest-agent channel: one `msb exec --stream
+// --user 0 NAME -- AGENT serve` whose stdin and stdout carry every call
+// (package agentchan). It is opened by the first call and whenever a
+// call finds it closed; it dies on its own when the agent, its msb exec
+// or the sandbox ends, and then is reopened once before the session falls
+// back to one msb exec per call for good.
+type channel struct {
+	mu       sync.Mutex
+	mode     channelMode
+	conn     *agentchan.Conn
+	proc     *msb.Process
+	deaths   int           // channels that died under this session
+	inFlight int           // calls running on conn
+	quietFor time.Duration // close after this long without calls; 0: never
+	quiet    *time.Timer
+}
+
+// conn returns the open channel, opening it when it is closed; nil means
+// the call goes through its own msb exec. s.life.mu must be held shared,
+// so the sandbox is not paused under the open.
+func (s *Session) channelConn(ctx context.Context) *agentchan.Conn {
+	ch := &s.ch
+	for {
+		ch.mu.Lock()
+		if conn := ch.conn; conn != nil {
+			select {
+			case <-conn.Done():
+				c, proc := ch.detachLocked(true)
+				ch.mu.Unlock()
+				s.logger.Debug("guest agent channel died", "sandbox", s.names.Sandbox, "err", c.Err())
+				s.shutdown(c, proc)
+				continue
+			default:
+				ch.inFlight++
+				ch.stopQuietLocked()
+				ch.mu.Unlock()
+				return conn
+			}
+		}
+		defer ch.mu.Unlock()
+		if ch.mode != channelClosed {
+			return nil
+		}
+		conn, proc, err := s.openChannel(ctx)
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, errInspect) {
+				ch.mode = channelOff
+			}
+			s.logger.Debug("guest agent channel not opened; one msb exec per call", "sandbox", s.names.Sandbox, "err", err)
+			return nil
+		}
+		ch.conn, ch.proc, ch.mode = conn, proc, channelOpen
+		ch.inFlight++
+		go s.watchChannel(conn)
+		s.logger.Debug("guest agent channel open", "sandbox", s.names.Sandbox, "agent_pid", conn.AgentPID())
+		return conn
+	}
+}
+
+// errInspect marks an open that failed because msb could not say what
+// the sandbox is; the next call tries again.
+var errInspect = errors.New("inspect")
+
+// openChannel reads the image's user from msb inspect, then starts the
+// agent as root (its calls switch to their own users) with that user as
+// its default, and waits for its hello.
+func (s *Session) openChannel(ctx context.Context) (*agentchan.Conn, *msb.Process, error) {
+	ictx, cancel := context.WithTimeout(ctx, inspectTimeout)
+	info, err := s.client.Inspect(ictx, s.names.Sandbox)
+	cancel()
+	switch {
+	case err != nil:
+		return nil, nil, fmt.Errorf("%w: %w", errInspect, err)
+	case info.Status != "Running":
+		// A long-lived exec would keep a stopped sandbox running.
+		return nil, nil, fmt.Errorf("sandbox is %s", info.Status)
+	case !slices.Contains(info.CopyFiles, agentGuestPath):
+		return nil, nil, fmt.Errorf("sandbox was created without the guest agent")
+	}
+	if s.ch.quietFor == 0 && info.IdleTimeout > 0 {
+		// msb counts an open exec as activity: an idle timeout would never
+		// fire while the channel is open.
+		s.ch.quietFor = info.IdleTimeout / 2
+	}
+	argv := []string{agentGuestPath, "serve"}
+	if info.User != "" {
+		argv = append(argv, "--default-user", info.User)
+	}
+	proc, err := s.client.ExecStream(ctx, msb.ExecOptions{Name: s.names.Sandbox, User: "0", Argv: argv})
+	if err != nil {
+		return nil, nil, err
+	}
+	hctx, cancel := context.WithTimeout(ctx, helloTimeout)
+	conn, err := agentchan.Open(hctx, proc.Stdout, proc.Stdin)
+	cancel()
+	if err != nil {
+		stopErr := proc.Stop(channelStopGrace)
+		return nil, nil, fmt.Errorf("%w (msb: %v)", err, stopErr)
+	}
+	return conn, proc, nil
+}
+
+// watchChannel reaps a channel that dies on its own (the agent or its msb
+// exec ended, the sandbox stopped), so no msb process waits for the next
+// call to be noticed.
+func (s *Session) watchChannel(conn *agentchan.Conn) {
+	<-conn.Done()
+	s.ch.mu.Lock()
+	if s.ch.conn != conn {
+		s.ch.mu.Unlock() // closed on purpose, or already reaped
+		return
+	}
+	c, proc := s.ch.detachLocked(true)
+	s.ch.mu.Unlock()
+	s.logger.Debug("guest agent channel died", "sandbox", s.names.Sandbox, "err", conn.Err())
+	s.shutdown(c, proc)
+}
+
+// detachLocked takes the channel out of the session; died counts it as a
+// death (the second one turns the channel off). ch.mu must be held.
+func (ch *channel) detachLocked(died bool) (*agentchan.Conn, *msb.Process) {
+	conn, proc := ch.conn, ch.proc
+	ch.conn, ch.proc = nil, nil
+	ch.stopQuietLocked()
+	if ch.mode == channelOpen {
+		ch.mode = channelClosed
+	}
+	if died {
+		ch.deaths++
+		if ch.deaths >= 2 {
+			ch.mode = channelOff
+		}
+	}
+	return conn, proc
+}
+
+// shutdown closes a detached channel: the agent's stdin ends (it kills
+// its calls and exits), msb exec gets channelStopGrace to exit, then its
+// process group is killed. Nothing of it runs once shutdown returns.
+func (s *Session) shutdown(conn *agentchan.Conn, proc *msb.Process) {
+	if conn == nil {
+		return
+	}
+	_ = conn.Close()
+	if err := proc.Stop(channelStopGrace); err != nil {
+		s.logger.Debug("guest agent channel's msb exec", "sandbox", s.names.Sandbox, "err", err)
+	}
+}
+
+// closeChannel closes the channel, if open, and leaves it closed (the
+// next call reopens it) or, with off, off for good.
+func (s *Session) closeChannel(off bool) {
+	s.ch.mu.Lock()
+	conn, proc := s.ch.detachLocked(false)
+	if off {
+		s.ch.mode = channelOff
+	}
+	s.ch.mu.Unlock()
+	s.shutdown(conn, proc)
+}
+
+// callDone ends a call on conn; the last call of a quiet period arms the
+// timer that closes the channel (see Options.IdleTimeout).
+func (s *Session) callDone(conn *agentchan.Conn) {
+	ch := &s.ch
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	ch.inFlight--
+	if ch.conn != conn || ch.inFlight > 0 || ch.quietFor <= 0 {
+		return
+	}
+	ch.quiet = time.AfterFunc(ch.quietFor, func() {
+		ch.mu.Lock()
+		if ch.conn != conn || ch.inFlight > 0 {
+			ch.mu.Unlock()
+			return
+		}
+		c, proc := ch.detachLocked(false)
+		ch.mu.Unlock()
+		s.logger.Debug("guest agent channel closed after a quiet period, so msb's idle timeout can stop the sandbox", "sandbox", s.names.Sandbox)
+		s.shutdown(c, proc)
+	})
+}
+
+func (ch *channel) stopQuietLocked() {
+	if ch.quiet != nil {
+		ch.quiet.Stop()
+		ch.quiet = nil
+	}
+}
+
+// runChannel runs one call on the channel, with the exec path's host
+// deadline and its errors.
+func (s *Session) runChannel(ctx context.Context, conn *agentchan.Conn, cmd session.Command, opts session.ShellOptions) (*session.Result, error) {
+	defer s.callDone(conn)
+	hostTimeout := s.opTimeout + session.HostGrace
+	if opts.GuestTimeout > 0 {
+		hostTimeout = opts.GuestTimeout + session.HostGrace
+	}
+	ctx, cancel := context.WithTimeout(ctx, hostTimeout)
+	defer cancel()
+	workdir := opts.Workdir
+	if workdir == "" {
+		workdir = msbPaths.Workspace
+	}
+	res, err := conn.Run(ctx, agentchan.Request{
+		Script: cmd.Script, Args: cmd.Args, Stdin: opts.Stdin,
+		User: opts.User, Workdir: workdir,
+		Timeout: opts.GuestTimeout, MaxOutput: opts.MaxOutput,
+	}, agentchan.Output{Stdout: opts.Stdout, Stderr: opts.Stderr})
+	var out *session.Result
+	if res != nil {
+		out = &session.Result{ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr}
+	}
+	if err == nil {
+		return out, nil
+	}
+	for _, m := range channelErrorMap {
+		if errors.Is(err, m.from) {
+			return out, fmt.Errorf("%w: guest agent: %w", m.to, err)
+		}
+	}
+	return out, err
+}
+
+var channelErrorMap = []struct{ from, to error }{
+	{context.DeadlineExceeded, session.ErrHostTimeout},
+	{context.Canceled, session.ErrAborted},
+	{agentchan.ErrBroken, session.ErrChannelBroken},
+	{agentchan.ErrTimedOut, session.ErrGuestTimeout},
+	{agentchan.ErrOutputOverflow, session.ErrOutputOverflow},
+	{agentchan.ErrCannotStart, session.ErrCannotStart},
+}

@@ -1,0 +1,353 @@
+package microvm_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
+	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
+	"github.com/oma-sandbox/oma-sandbox/session"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
+)
+
+// channelOptions places agent (a real agent when "") in the sandbox, with
+// a private agent cache.
+func channelOptions(t *testing.T, env *fakemsbtest.Env, agent string) microvm.Options {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	o := options(env)
+	o.NoAgent = false
+	o.AgentFile = agent
+	if agent == "" {
+		o.AgentFile = agenttest.AgentBinary(t)
+	}
+	return o
+}
+
+// fakeAgent writes a shell script that stands in for the agent.
+func fakeAgent(t *testing.T, script string) string {
+	p := filepath.Join(t.TempDir(), "agent")
+	require.NoError(t, os.WriteFile(p, []byte("#!/bin/sh\n"+script), 0o755))
+	return p
+}
+
+func sh(t *testing.T, s *microvm.Session, script string) string {
+	t.Helper()
+	res, err := s.Shell(context.Background(), session.Command{Script: script}, session.ShellOptions{})
+	require.NoError(t, err, script)
+	require.Equal(t, 0, res.ExitCode, "%s: %s", script, res.Stderr)
+	return string(res.Stdout)
+}
+
+// awaitNoChannel waits until no process of sandbox's channel runs.
+func awaitNoChannel(t *testing.T, env *fakemsbtest.Env, sandbox string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !env.Channel(sandbox).Empty() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.True(t, env.Channel(sandbox).Empty(), "channel processes left: %+v", env.Channel(sandbox))
+}
+
+// TestChannelBudget: create stays at two msb invocations and places the
+// agent; the first call opens the channel (inspect + exec --stream) and no
+// call costs another invocation. Close leaves nothing running.
+func TestChannelBudget(t *testing.T) {
+	env := fakemsbtest.New(t)
+	s, err := microvm.Create(context.Background(), channelOptions(t, env, ""))
+	require.NoError(t, err)
+	defer s.Close(context.Background())
+
+	calls := argvs(t, env)
+	require.Len(t, calls, 2, "create + one prepare exec")
+	i := slices.Index(calls[0], "--copy-file")
+	require.Positive(t, i, "create places the agent")
+	src, dst, _ := strings.Cut(calls[0][i+1], ":/")
+	assert.Equal(t, ".oma-sandbox/agent", dst)
+	fi, err := os.Stat(src)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o755), fi.Mode().Perm())
+	assert.Equal(t, "exec", calls[1][0], "the prepare exec runs without the channel")
+
+	env.ResetLog(t)
+	const n = 5
+	for i := range n {
+		assert.Equal(t, strconv.Itoa(i)+"\n", sh(t, s, "echo "+strconv.Itoa(i)))
+	}
+	calls = argvs(t, env)
+	require.Len(t, calls, 2, "%d calls over the channel: inspect + exec --stream, then nothing: %q", n, calls)
+	assert.Equal(t, "inspect", calls[0][0])
+	assert.Equal(t, []string{"exec", "--stream", "--user", "0", s.Name(), "--", "/.oma-sandbox/agent", "serve", "--default-user", "65534:65534"}, calls[1])
+	procs := env.Channel(s.Name())
+	assert.Len(t, procs.Msb, 1)
+	assert.Len(t, procs.Agents, 1)
+
+	require.NoError(t, s.Close(context.Background()))
+	awaitNoChannel(t, env, s.Name())
+}
+
+// TestChannelCacheReuseAndRepair: the cached agent is reused while it
+// verifies, and replaced when someone changed it.
+func TestChannelCacheReuseAndRepair(t *testing.T) {
+	env := fakemsbtest.New(t)
+	o := channelOptions(t, env, fakeAgent(t, "exit 127"))
+	s, err := microvm.Create(context.Background(), o)
+	require.NoError(t, err)
+	require.NoError(t, s.Close(context.Background()))
+	calls := argvs(t, env)
+	src, _, _ := strings.Cut(calls[0][slices.Index(calls[0], "--copy-file")+1], ":/")
+	before, err := os.Stat(src)
+	require.NoError(t, err)
+	dir := filepath.Dir(src)
+	fi, err := os.Stat(dir)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o700), fi.Mode().Perm(), "the cache is private")
+
+	o.SessionID = "second"
+	s, err = microvm.Create(context.Background(), o)
+	require.NoError(t, err)
+	require.NoError(t, s.Close(context.Background()))
+	after, err := os.Stat(src)
+	require.NoError(t, err)
+	assert.True(t, os.SameFile(before, after), "a verified copy is reused")
+
+	require.NoError(t, os.WriteFile(src, []byte("#!/bin/sh\necho tampered\n"), 0o755))
+	o.SessionID = "third"
+	s, err = microvm.Create(context.Background(), o)
+	require.NoError(t, err)
+	require.NoError(t, s.Close(context.Background()))
+	data, err := os.ReadFile(src)
+	require.NoError(t, err)
+	assert.Equal(t, "#!/bin/sh\nexit 127", string(data), "a changed copy is replaced")
+
+	require.NoError(t, os.Chmod(dir, 0o777))
+	o.SessionID = "fourth"
+	env.ResetLog(t)
+	s, err = microvm.Create(context.Background(), o)
+	require.NoError(t, err)
+	require.NoError(t, s.Close(context.Background()))
+	assert.NotContains(t, argvs(t, env)[0], "--copy-file", "an open cache places no agent")
+}
+
+// TestChannelFallback: a sandbox without the agent (created before it, or
+// with NoAgent), an agent that fails at once, and one that never says
+// hello all leave the session on one msb exec per call, quickly.
+func TestChannelFallback(t *testing.T) {
+	defer microvm.SetHelloTimeout(500 * time.Millisecond)()
+	for _, c := range []struct {
+		name, agent string
+		noAgent     bool
+		wantOpen    []string // msb subcommands the first call costs
+	}{
+		{name: "no agent", noAgent: true, wantOpen: []string{"inspect", "exec"}},
+		{name: "agent exits 127", agent: "exit 127", wantOpen: []string{"inspect", "exec", "exec"}},
+		{name: "agent stays silent", agent: "exec sleep 300", wantOpen: []string{"inspect", "exec", "exec"}},
+		{name: "agent speaks another version", agent: `echo '{"type":"hello","version":9,"pid":1}'; exec sleep 300`, wantOpen: []string{"inspect", "exec", "exec"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			env := fakemsbtest.New(t)
+			o := channelOptions(t, env, "")
+			if c.agent != "" {
+				o.AgentFile = fakeAgent(t, c.agent)
+			}
+			o.NoAgent = c.noAgent
+			created, err := microvm.Create(context.Background(), o)
+			require.NoError(t, err)
+			defer created.Close(context.Background())
+			// Attached: a session object that does not know whether the
+			// sandbox has the agent.
+			s, err := microvm.Attach(o.Client, "", created.Name())
+			require.NoError(t, err)
+			env.ResetLog(t)
+			start := time.Now()
+			assert.Equal(t, "hi\n", sh(t, s, "echo hi"))
+			assert.Less(t, time.Since(start), 4*time.Second)
+			assert.Equal(t, c.wantOpen, commands(t, env))
+			awaitNoChannel(t, env, s.Name())
+			env.ResetLog(t)
+			assert.Equal(t, "hi\n", sh(t, s, "echo hi"))
+			assert.Equal(t, []string{"exec"}, commands(t, env), "then one exec per call")
+		})
+	}
+}
+
+// TestChannelDeath: a channel that dies under a call (its agent or its msb
+// exec killed, garbage on the wire, the sandbox stopped) fails the call at
+// once with ErrChannelBroken; the next call reopens it once, and a second
+// death leaves the session on one msb exec per call. Nothing is left
+// running.
+func TestChannelDeath(t *testing.T) {
+	killAgent := func(t *testing.T, env *fakemsbtest.Env, s *microvm.Session) {
+		for _, pid := range env.Channel(s.Name()).Agents {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	killMsb := func(t *testing.T, env *fakemsbtest.Env, s *microvm.Session) {
+		for _, pid := range env.Channel(s.Name()).Msb {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	stopSandbox := func(t *testing.T, env *fakemsbtest.Env, s *microvm.Session) {
+		_, stderr, code := env.Run(t, "stop", "--force", s.Name())
+		require.Equal(t, 0, code, stderr)
+	}
+	for _, c := range []struct {
+		name  string
+		agent string // "" for the real agent
+		kill  func(t *testing.T, env *fakemsbtest.Env, s *microvm.Session)
+	}{
+		{name: "agent killed", kill: killAgent},
+		{name: "msb exec killed", kill: killMsb},
+		{name: "sandbox stopped", kill: stopSandbox},
+		// Says hello, then answers the first frame with garbage.
+		{name: "garbage", agent: `echo '{"type":"hello","version":1,"pid":1}'; read -r line; echo 'garbage'; exec sleep 300`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			env := fakemsbtest.New(t)
+			o := channelOptions(t, env, "")
+			if c.agent != "" {
+				o.AgentFile = fakeAgent(t, c.agent)
+			}
+			s, err := microvm.Create(context.Background(), o)
+			require.NoError(t, err)
+			defer s.Close(context.Background())
+
+			call := func() error {
+				done := make(chan error, 1)
+				go func() {
+					_, err := s.Shell(context.Background(), session.Command{Script: `sleep 30`}, session.ShellOptions{})
+					done <- err
+				}()
+				if c.kill != nil {
+					deadline := time.Now().Add(5 * time.Second)
+					for len(env.Channel(s.Name()).Agents) == 0 && time.Now().Before(deadline) {
+						time.Sleep(10 * time.Millisecond)
+					}
+					time.Sleep(100 * time.Millisecond) // the call is in flight
+					c.kill(t, env, s)
+				}
+				select {
+				case err := <-done:
+					return err
+				case <-time.After(10 * time.Second):
+					t.Fatal("the call hangs on a dead channel")
+					return nil
+				}
+			}
+			err = call()
+			require.ErrorIs(t, err, session.ErrChannelBroken, "first death")
+			if c.name == "sandbox stopped" {
+				// The next call finds it stopped: no long-lived exec would
+				// keep it running, so the session goes back to one exec per
+				// call, which msb's own rules then govern.
+				awaitNoChannel(t, env, s.Name())
+				env.ResetLog(t)
+				_, _ = s.Shell(context.Background(), session.Command{Script: `true`}, session.ShellOptions{})
+				assert.NotContains(t, argvs(t, env), []string{"exec", "--stream"}, "no channel on a stopped sandbox")
+				return
+			}
+			env.ResetLog(t)
+			err = call()
+			require.ErrorIs(t, err, session.ErrChannelBroken, "second death, after one reopen")
+			assert.Equal(t, []string{"inspect", "exec"}, commands(t, env), "one reopen")
+			awaitNoChannel(t, env, s.Name())
+
+			env.ResetLog(t)
+			assert.Equal(t, "after\n", sh(t, s, "echo after"))
+			assert.Equal(t, []string{"exec"}, commands(t, env), "then one exec per call")
+			assert.Nil(t, env.Channel(s.Name()).Msb)
+		})
+	}
+}
+
+// TestChannelLifecycle: Pause, Poison and Close end the channel and what
+// ran on it; a call after a pause resumes the sandbox and reopens it.
+func TestChannelLifecycle(t *testing.T) {
+	env := fakemsbtest.New(t)
+	s, err := microvm.Create(context.Background(), channelOptions(t, env, ""))
+	require.NoError(t, err)
+	defer s.Close(context.Background())
+	ctx := context.Background()
+
+	sh(t, s, "true")
+	require.False(t, env.Channel(s.Name()).Empty())
+	require.NoError(t, s.Pause(ctx))
+	awaitNoChannel(t, env, s.Name())
+
+	env.ResetLog(t)
+	assert.Equal(t, "back\n", sh(t, s, "echo back"))
+	assert.Equal(t, []string{"start", "inspect", "exec"}, commands(t, env), "resume, then reopen")
+
+	// A call in flight when the session is poisoned ends with the channel.
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Shell(ctx, session.Command{Script: `sleep 30`}, session.ShellOptions{})
+		done <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	perr := s.Poison(ctx, nil)
+	require.ErrorIs(t, perr, session.ErrPoisoned)
+	select {
+	case err := <-done:
+		assert.ErrorIs(t, err, session.ErrChannelBroken)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call in flight hangs after Poison")
+	}
+	awaitNoChannel(t, env, s.Name())
+	require.NoError(t, s.Close(ctx))
+	awaitNoChannel(t, env, s.Name())
+}
+
+// TestChannelQuietClose: with an idle timeout, the channel closes after a
+// quiet period (msb counts an open exec as activity, so the idle stop
+// could never happen), and the next call reopens it.
+func TestChannelQuietClose(t *testing.T) {
+	env := fakemsbtest.New(t)
+	o := channelOptions(t, env, "")
+	o.IdleTimeout = "1s"
+	s, err := microvm.Create(context.Background(), o)
+	require.NoError(t, err)
+	defer s.Close(context.Background())
+
+	sh(t, s, "true")
+	require.False(t, env.Channel(s.Name()).Empty())
+	awaitNoChannel(t, env, s.Name()) // half the idle timeout
+	env.ResetLog(t)
+	sh(t, s, "true")
+	assert.Equal(t, []string{"inspect", "exec"}, commands(t, env), "reopened")
+
+	// An attached session learns the idle timeout from inspect.
+	s.DisableAgentChannel()
+	awaitNoChannel(t, env, s.Name())
+	other, err := microvm.Attach(o.Client, "", s.Name())
+	require.NoError(t, err)
+	sh(t, other, "true")
+	require.Len(t, env.Channel(s.Name()).Msb, 1)
+	awaitNoChannel(t, env, s.Name())
+	require.NoError(t, other.Close(context.Background()))
+}
+
+// TestChannelBackgroundProcess: a bash call's background process outlives
+// the call without holding it or the channel.
+func TestChannelBackgroundProcess(t *testing.T) {
+	env := fakemsbtest.New(t)
+	s, err := microvm.Create(context.Background(), channelOptions(t, env, ""))
+	require.NoError(t, err)
+	defer s.Close(context.Background())
+	start := time.Now()
+	sh(t, s, `sleep 300 >/dev/null 2>&1 </dev/null & echo $! > /tmp/bg.pid`)
+	assert.Less(t, time.Since(start), 5*time.Second)
+	assert.Equal(t, "alive\n", sh(t, s, `kill -0 "$(cat /tmp/bg.pid)" && echo alive`))
+	res, err := s.Shell(context.Background(), session.Command{Script: "echo next"}, session.ShellOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "next\n", string(res.Stdout))
+}
