@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oma-sandbox/oma-sandbox/guestagent/bundle"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 )
@@ -28,10 +29,12 @@ const probeTimeout = 15 * time.Second
 // msb's own `doctor` verdict (it checks the CPU's virtualization, /dev/kvm
 // and libkrunfw), and the session image in msb's cache. Image "" means
 // microvm.DefaultImage, which must be cached; a named one may be pulled.
+// Last comes whether this build bundles the guest agent (a warning only:
+// without it every call is one msb exec).
 func msbChecks(ctx context.Context, o DoctorOptions) []Check {
 	p, err := exec.LookPath(o.msbBinary())
 	if err != nil {
-		return []Check{failCheck("msb binary", fmt.Sprintf("%s not found: set --msb or OMA_MSB, or install microsandbox (%v)", o.msbBinary(), err))}
+		return []Check{failCheck("msb binary", fmt.Sprintf("%s not found: set --msb or OMA_MSB, or install microsandbox (%v)", o.msbBinary(), err)), agentCheck()}
 	}
 	run := func(args ...string) (*msb.Result, error) {
 		ctx, cancel := context.WithTimeout(ctx, probeTimeout)
@@ -49,7 +52,19 @@ func msbChecks(ctx context.Context, o DoctorOptions) []Check {
 		image = microvm.DefaultImage
 	}
 	_, err = run("image", "inspect", image, "--format", "json")
-	return append(out, imageCheck(image, explicit, err))
+	return append(out, imageCheck(image, explicit, err), agentCheck())
+}
+
+// agentCheck says whether this build carries the guest agent for the
+// guest's architecture (make agent embeds it).
+func agentCheck() Check {
+	const name = "guest agent"
+	arch := bundle.GuestArch()
+	bin, ok := bundle.Binary(arch)
+	if !ok {
+		return warnCheck(name, fmt.Sprintf("not bundled for linux/%s (built without make agent): one msb exec per call", arch))
+	}
+	return okCheck(name, fmt.Sprintf("bundled for linux/%s (%d KiB): calls travel over one channel per session", arch, len(bin)>>10))
 }
 
 func versionCheck(res *msb.Result, err error) Check {

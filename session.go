@@ -80,6 +80,13 @@ type Options struct {
 	// session.ErrPaused instead of resuming it first (msb; a local session
 	// is never paused in a way a call could notice).
 	NoAutoResume bool
+	// OneExecPerCall keeps an msb session on one msb exec per call: Open
+	// places no guest agent and Attach opens no channel to one. For
+	// one-shot users, to whom opening the channel (one msb inspect, one
+	// msb exec --stream) costs more than their call; long-lived sessions
+	// (the MCP server, a library user's) leave it off. See
+	// docs/guest-agent.md.
+	OneExecPerCall bool
 
 	// StateDir holds the local backend's sessions; "" means
 	// $XDG_STATE_HOME/oma-sandbox/local, else ~/.cache/oma-sandbox/local.
@@ -152,6 +159,7 @@ func Open(ctx context.Context, o Options) (*Session, error) {
 			Client: o.client(), WorkspaceID: o.WorkspaceID, SessionID: o.SessionID,
 			Image: o.Image, CPUs: o.CPUs, Memory: o.Memory, Network: o.Network,
 			IdleTimeout: o.IdleTimeout, NoAutoResume: o.NoAutoResume, Ports: o.Ports,
+			NoAgent:          o.OneExecPerCall,
 			OperationTimeout: o.OperationTimeout, Logger: o.logger(),
 		}); err == nil {
 			s = ms
@@ -186,7 +194,7 @@ func Open(ctx context.Context, o Options) (*Session, error) {
 
 // Attach opens an existing session by its Name, in this process or another.
 // The backend follows from the name; of o, only Msb, StateDir,
-// NoAutoResume, OperationTimeout and Logger apply. On msb this runs nothing, so a sandbox
+// NoAutoResume, OneExecPerCall, OperationTimeout and Logger apply. On msb this runs nothing, so a sandbox
 // that does not exist shows at the first call (ErrNotFound); on the local
 // backend Attach probes the host again and reads the session's record.
 func Attach(ctx context.Context, name string, o Options) (*Session, error) {
@@ -197,6 +205,9 @@ func Attach(ctx context.Context, name string, o Options) (*Session, error) {
 			return nil, err
 		}
 		s.SetAutoResume(!o.NoAutoResume)
+		if o.OneExecPerCall {
+			s.DisableAgentChannel()
+		}
 		return wrap(BackendMsb, s, o), nil
 	case BackendLocal:
 		s, err := local.Attach(ctx, o.StateDir, name)

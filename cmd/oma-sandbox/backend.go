@@ -212,10 +212,22 @@ func (c *cli) create(ctx context.Context, p *pendingSession) (session.Session, e
 // backendOf tells a session name's backend, or "" when it is neither's.
 func backendOf(name string) string { return omasandbox.BackendOf(name) }
 
-// open attaches to a session by name. On msb this runs nothing; on the
-// local backend it probes the host again, as every local Attach does.
+// open attaches to a session by name for one command, which makes one
+// msb exec per guest call: opening the guest agent's channel would cost
+// more (see attachServing). On msb this runs nothing; on the local backend
+// it probes the host again, as every local Attach does.
 func (c *cli) open(ctx context.Context, name string) (session.Session, error) {
-	s, err := omasandbox.Attach(ctx, name, omasandbox.Options{Msb: c.msbPath, StateDir: c.stateDir, Logger: c.logger})
+	return c.attach(ctx, name, true)
+}
+
+// attachServing attaches to a session that serves many calls (mcp): on
+// msb they travel over the guest agent's channel when the sandbox has it.
+func (c *cli) attachServing(ctx context.Context, name string) (session.Session, error) {
+	return c.attach(ctx, name, false)
+}
+
+func (c *cli) attach(ctx context.Context, name string, oneExecPerCall bool) (session.Session, error) {
+	s, err := omasandbox.Attach(ctx, name, omasandbox.Options{Msb: c.msbPath, StateDir: c.stateDir, Logger: c.logger, OneExecPerCall: oneExecPerCall})
 	if err != nil {
 		return nil, err
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/oma-sandbox/oma-sandbox/guestagent/bundle"
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
 	"github.com/oma-sandbox/oma-sandbox/mcpserver"
 )
@@ -35,6 +36,8 @@ type fakemsbKey struct{}
 // fakemsb (OMA_MSB), HOME and local state directory (XDG_STATE_HOME). The
 // fakemsb's doctor fails (knob FAKEMSB_DOCTOR), so auto picks local on every
 // host.
+//
+// The condition [agent] holds when this build bundles the guest agent.
 //
 // Commands beside testscript's own:
 //
@@ -73,6 +76,13 @@ func TestScripts(t *testing.T) {
 			env.SetKnob("FAKEMSB_DOCTOR", "CPU virtualization is not available")
 			e.Values[fakemsbKey{}] = env
 			return nil
+		},
+		Condition: func(cond string) (bool, error) {
+			if cond == "agent" { // this build bundles the guest agent (make agent)
+				_, ok := bundle.Binary(bundle.GuestArch())
+				return ok, nil
+			}
+			return false, fmt.Errorf("unknown condition %q", cond)
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"status":   cmdStatus,

@@ -79,7 +79,7 @@ session or the server failed, 2 on a usage error.`)
 
 	var s session.Session
 	if *attach != "" {
-		s, err = c.open(ctx, *attach)
+		s, err = c.attachServing(ctx, *attach)
 	} else {
 		var p *pendingSession
 		if p, err = c.resolve(ctx, &f, set); err == nil {

@@ -57,6 +57,9 @@ stderr when oma-sandbox itself failed (creating, collecting, removing);
 	if err != nil {
 		return err
 	}
+	// One command and its outputs: the guest agent's channel would cost
+	// more to open than it saves.
+	p.opts.OneExecPerCall = true
 	s, err := c.create(ctx, p)
 	if err != nil {
 		return err
