@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
 	"github.com/oma-sandbox/oma-sandbox/internal/sessiontest"
 	"github.com/oma-sandbox/oma-sandbox/msb"
@@ -20,6 +21,7 @@ import (
 var backends = []backend{
 	{name: "host", open: openHost},
 	{name: "msb", open: openMsb},
+	{name: "msb-channel", open: openMsbChannel},
 	{name: "local", open: openLocal},
 }
 
@@ -68,12 +70,13 @@ func (r *countingRunner) Run(ctx context.Context, c msb.Call) (*msb.Result, erro
 	return r.inner.Run(ctx, c)
 }
 
-// openMsb creates a session on fakemsb.
+// openMsb creates a session on fakemsb that makes one msb exec per call.
 func openMsb(t *testing.T) (session.Session, func() int) {
 	env := fakemsbtest.New(t)
 	runner := &countingRunner{inner: &msb.CLI{Path: env.Bin}}
 	s, err := microvm.Create(context.Background(), microvm.Options{
 		Client: msb.NewClient(runner), WorkspaceID: "ws-" + strings.ToLower(t.Name()), SessionID: "s1", Image: "debian",
+		NoAgent: true,
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() {
@@ -82,4 +85,35 @@ func openMsb(t *testing.T) (session.Session, func() int) {
 		require.Empty(t, env.Volumes(t), "no volume left")
 	})
 	return s, func() int { return int(runner.n.Load()) }
+}
+
+// openMsbChannel creates a session on fakemsb whose calls travel over the
+// guest agent's channel; a round trip is a call on it. Its cleanup checks
+// that they did: past the create, msb ran only the channel's inspect and
+// exec --stream (once, or again after a pause), never an exec of its own.
+func openMsbChannel(t *testing.T) (session.Session, func() int) {
+	env := fakemsbtest.New(t)
+	s, err := microvm.Create(context.Background(), microvm.Options{
+		Client: msb.NewClient(&msb.CLI{Path: env.Bin}), WorkspaceID: "ws-" + strings.ToLower(t.Name()), SessionID: "s1", Image: "debian",
+		AgentFile: agenttest.AgentBinary(t),
+	})
+	require.NoError(t, err)
+	env.ResetLog(t)
+	t.Cleanup(func() {
+		poisoned := s.Poisoned()
+		require.NoError(t, s.Close(context.Background()))
+		require.True(t, env.Channel(s.Name()).Empty(), "channel processes left: %+v", env.Channel(s.Name()))
+		require.Empty(t, env.Sandboxes(t), "no sandbox left")
+		require.Empty(t, env.Volumes(t), "no volume left")
+		if poisoned {
+			return // its poisoning found the sandbox stopped with one inspect
+		}
+		for _, inv := range env.Invocations(t) {
+			if inv.Argv[0] == "exec" {
+				require.Contains(t, inv.Argv, "--stream", "a call left the channel: %q", inv.Argv)
+			}
+		}
+	})
+	c := &countingSession{Session: s}
+	return c, func() int { return int(c.n.Load()) }
 }

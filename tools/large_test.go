@@ -47,8 +47,15 @@ func TestLargeFileRoundTripMemory(t *testing.T) {
 		got := sh(t, s, `sha256sum big.bin | cut -d' ' -f1`)
 		assert.Equal(t, hex.EncodeToString(sum[:])+"\n", got, "the file arrived whole")
 		// Decoding the JSON input copies the content (raw field, unquoted
-		// bytes, string); the transfer itself streams.
-		assert.Less(t, writeAlloc, uint64(4*len(content)), "write allocated %d bytes", writeAlloc)
+		// bytes, string); the transfer itself streams. Over the guest
+		// agent's channel it streams in frames, 32 KiB of base64 in JSON
+		// each, whose encoding allocates about four bytes per byte sent
+		// (garbage, never more than the 256 KiB window alive at once).
+		budget := 4 * len(content)
+		if strings.Contains(t.Name(), "msb-channel") {
+			budget += 4 * len(content)
+		}
+		assert.Less(t, writeAlloc, uint64(budget), "write allocated %d bytes", writeAlloc)
 
 		var out string
 		readAlloc := allocated(func() { out, err = tb.Call(context.Background(), "read", []byte(`{"path": "big.bin"}`), nil) })

@@ -19,6 +19,8 @@ func msbSession(t *testing.T) (*fakemsbtest.Env, *microvm.Session, *tools.Toolbo
 	env := fakemsbtest.New(t)
 	s, err := microvm.Create(context.Background(), microvm.Options{
 		Client: msb.NewClient(&msb.CLI{Path: env.Bin}), WorkspaceID: "ws", SessionID: "s", Image: "debian",
+		// The faults these tests inject hit msb exec invocations.
+		NoAgent: true,
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
@@ -115,4 +117,44 @@ func TestUnreadableWorkspaceDoesNotPoisonLocal(t *testing.T) {
 	out, err := tb.Call(context.Background(), "glob", []byte(`{"pattern": "*.txt"}`), nil)
 	require.NoError(t, err, "the session goes on")
 	assert.Contains(t, string(out), "notes.txt")
+}
+
+// Over the guest agent's channel as over one exec per call, a caller that
+// gives up before the guest is ready poisons the msb session; poisoning
+// closes the channel (openMsbChannel's cleanup checks that nothing of it
+// runs).
+func TestReadinessOverBothTransports(t *testing.T) {
+	for _, b := range []backend{{name: "msb", open: openMsb}, {name: "msb-channel", open: openMsbChannel}} {
+		t.Run(b.name+"/abort", func(t *testing.T) {
+			s, _ := b.open(t)
+			tb := tools.New(s, tools.Options{})
+			sh(t, s, `echo kept > notes.txt`)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				_, err := tb.Call(ctx, "grep", []byte(`{"pattern": "x", "path": "/workspace"}`), nil)
+				done <- err
+			}()
+			cancel()
+			err := <-done
+			assert.ErrorIs(t, err, session.ErrAborted)
+			assert.True(t, s.Poisoned())
+		})
+	}
+}
+
+// Over the channel, a search whose guest ends before publishing readiness
+// (an agent's `chmod -R 644 /workspace` keeps the call from entering its
+// workdir: exit 255, no output, as msb's agent answers) poisons the
+// session and keeps its files. fakemsb's own exec enters the workdir as
+// root before it switches to the user, so on it the same call runs and
+// answers "Path not found" instead.
+func TestUnreadyOverChannelPoisons(t *testing.T) {
+	s, _ := openMsbChannel(t)
+	tb := tools.New(s, tools.Options{})
+	sh(t, s, `echo kept > notes.txt; chmod -R 644 /workspace; exit 0`)
+	_, err := tb.Call(context.Background(), "glob", []byte(`{"pattern": "*"}`), nil)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, session.ErrPoisoned)
+	assert.True(t, s.Poisoned())
 }
