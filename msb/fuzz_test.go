@@ -257,3 +257,30 @@ func FuzzParseMetrics(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParsePortForward: whatever is accepted renders as a spec msb's own
+// grammar reads (an explicit address, bracketed when IPv6) that parses back
+// to the same forward with that address made explicit.
+func FuzzParsePortForward(f *testing.F) {
+	for _, s := range []string{"8080:80", "0.0.0.0:1:65535/udp", "[::1]:8080:80/tcp", "8080", ":80", "[::1]8080:80", "1.2.3.4:5:6:7"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, spec string) {
+		p, err := ParsePortForward(spec)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("ParsePortForward(%q) = %v, not an ErrInvalid", spec, err)
+			}
+			return
+		}
+		rendered := p.String()
+		back, err := ParsePortForward(rendered)
+		if err != nil {
+			t.Fatalf("%q renders as %q, which does not parse: %v", spec, rendered, err)
+		}
+		a, _ := p.address()
+		if back.Addr != a.String() || back.Host != p.Host || back.Guest != p.Guest || back.udp() != p.udp() {
+			t.Fatalf("%q -> %q -> %+v, want %+v", spec, rendered, back, p)
+		}
+	})
+}
