@@ -283,9 +283,15 @@ func TestChannelLifecycle(t *testing.T) {
 	require.NoError(t, s.Pause(ctx))
 	awaitNoChannel(t, env, s.Name())
 
-	env.ResetLog(t)
-	assert.Equal(t, "back\n", sh(t, s, "echo back"))
-	assert.Equal(t, []string{"start", "inspect", "exec"}, commands(t, env), "resume, then reopen")
+	for range 3 { // a pause is no death: the channel reopens after each
+		env.ResetLog(t)
+		assert.Equal(t, "back\n", sh(t, s, "echo back"))
+		assert.Equal(t, []string{"start", "inspect", "exec"}, commands(t, env), "resume, then reopen")
+		require.Len(t, env.Channel(s.Name()).Msb, 1)
+		require.NoError(t, s.Pause(ctx))
+		awaitNoChannel(t, env, s.Name())
+	}
+	sh(t, s, "true")
 
 	// A call in flight when the session is poisoned ends with the channel.
 	done := make(chan error, 1)
@@ -350,4 +356,22 @@ func TestChannelBackgroundProcess(t *testing.T) {
 	res, err := s.Shell(context.Background(), session.Command{Script: "echo next"}, session.ShellOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, "next\n", string(res.Stdout))
+}
+
+// TestChannelClosedWhenPoisonCannotEndTheSandbox: Poison closes the
+// channel itself, so it ends even when msb can neither stop nor remove the
+// sandbox (whose end would take the channel with it).
+func TestChannelClosedWhenPoisonCannotEndTheSandbox(t *testing.T) {
+	env := fakemsbtest.New(t)
+	s, err := microvm.Create(context.Background(), channelOptions(t, env, ""))
+	require.NoError(t, err)
+	sh(t, s, "true")
+	require.Len(t, env.Channel(s.Name()).Msb, 1)
+	env.SetKnob("FAKEMSB_FAULTS", "stop=exit:1:error: boom;remove=exit:1:error: boom")
+	err = s.Poison(context.Background(), nil)
+	require.ErrorIs(t, err, session.ErrPoisoned)
+	require.ErrorContains(t, err, "the guest may still run")
+	awaitNoChannel(t, env, s.Name())
+	env.SetKnob("FAKEMSB_FAULTS", "")
+	require.NoError(t, s.Close(context.Background()))
 }
