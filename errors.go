@@ -32,6 +32,11 @@ var (
 	ErrHostTimeout = session.ErrHostTimeout
 	// ErrAborted is a call killed because ctx was cancelled.
 	ErrAborted = session.ErrAborted
+	// ErrChannelBroken is an msb call whose guest agent channel died under
+	// it (the agent, its msb exec or the sandbox ended): its outcome is
+	// unknown. The session reopens the channel once, then makes one msb
+	// exec per call.
+	ErrChannelBroken = session.ErrChannelBroken
 	// ErrCannotStart is a command that could not start in the sandbox.
 	ErrCannotStart = session.ErrCannotStart
 	// ErrOutputOverflow is a command killed at its output cap.
