@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
 	"github.com/oma-sandbox/oma-sandbox/internal/sessiontest"
 	"github.com/oma-sandbox/oma-sandbox/msb"
@@ -62,15 +63,36 @@ func (c *counted) Shell(ctx context.Context, cmd session.Command, o session.Shel
 
 func backends(t *testing.T, fn func(t *testing.T, s *counted)) {
 	t.Run("host", func(t *testing.T) { fn(t, &counted{Session: sessiontest.NewHost(t)}) })
-	t.Run("msb", func(t *testing.T) {
-		env := fakemsbtest.New(t)
-		s, err := microvm.Create(context.Background(), microvm.Options{
-			Client: msb.NewClient(&msb.CLI{Path: env.Bin}), WorkspaceID: "w", SessionID: "s", Image: "debian",
+	// On msb, over one exec per call and over the guest agent's channel.
+	for _, channel := range []bool{false, true} {
+		name := "msb"
+		if channel {
+			name = "msb-channel"
+		}
+		t.Run(name, func(t *testing.T) {
+			env := fakemsbtest.New(t)
+			o := microvm.Options{
+				Client: msb.NewClient(&msb.CLI{Path: env.Bin}), WorkspaceID: "w", SessionID: "s", Image: "debian",
+				NoAgent: !channel,
+			}
+			if channel {
+				o.AgentFile = agenttest.AgentBinary(t)
+			}
+			s, err := microvm.Create(context.Background(), o)
+			require.NoError(t, err)
+			env.ResetLog(t)
+			t.Cleanup(func() {
+				require.NoError(t, s.Close(context.Background()))
+				require.True(t, env.Channel(s.Name()).Empty(), "channel processes left")
+				for _, inv := range env.Invocations(t) {
+					if channel && inv.Argv[0] == "exec" {
+						require.Contains(t, inv.Argv, "--stream", "a call left the channel")
+					}
+				}
+			})
+			fn(t, &counted{Session: s})
 		})
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, s.Close(context.Background())) })
-		fn(t, &counted{Session: s})
-	})
+	}
 	t.Run("local", func(t *testing.T) {
 		s, err := local.Create(context.Background(), local.Options{StateDir: t.TempDir(), WorkspaceID: "w", SessionID: "s"})
 		if err != nil {

@@ -129,6 +129,22 @@ func TestChannelCacheReuseAndRepair(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "#!/bin/sh\nexit 127", string(data), "a changed copy is replaced")
 
+	// A symlink planted at the copy's name is never followed, and replaced.
+	target := filepath.Join(t.TempDir(), "elsewhere")
+	require.NoError(t, os.WriteFile(target, []byte("keep me"), 0o755))
+	require.NoError(t, os.Remove(src))
+	require.NoError(t, os.Symlink(target, src))
+	o.SessionID = "symlinked"
+	s, err = microvm.Create(context.Background(), o)
+	require.NoError(t, err)
+	require.NoError(t, s.Close(context.Background()))
+	fi, err = os.Lstat(src)
+	require.NoError(t, err)
+	assert.True(t, fi.Mode().IsRegular(), "the symlink was replaced by a copy")
+	data, err = os.ReadFile(target)
+	require.NoError(t, err)
+	assert.Equal(t, "keep me", string(data), "its target untouched")
+
 	require.NoError(t, os.Chmod(dir, 0o777))
 	o.SessionID = "fourth"
 	env.ResetLog(t)
@@ -374,4 +390,29 @@ func TestChannelClosedWhenPoisonCannotEndTheSandbox(t *testing.T) {
 	awaitNoChannel(t, env, s.Name())
 	env.SetKnob("FAKEMSB_FAULTS", "")
 	require.NoError(t, s.Close(context.Background()))
+}
+
+// TestChannelFork: a fork pauses its source, which closes the source's
+// channel; the fork gets the agent too, and both then run calls over their
+// own channels.
+func TestChannelFork(t *testing.T) {
+	env := fakemsbtest.New(t)
+	o := channelOptions(t, env, "")
+	src, err := microvm.Create(context.Background(), o)
+	require.NoError(t, err)
+	defer src.Close(context.Background())
+	sh(t, src, "echo shared > f.txt")
+	require.Len(t, env.Channel(src.Name()).Msb, 1)
+
+	fo := o
+	fo.SessionID = "fork"
+	fork, err := src.Fork(context.Background(), fo)
+	require.NoError(t, err)
+	defer fork.Close(context.Background())
+	assert.True(t, env.Channel(src.Name()).Empty(), "the source's channel closed for the pause")
+
+	assert.Equal(t, "shared\n", sh(t, fork, "cat f.txt"))
+	assert.Equal(t, "shared\n", sh(t, src, "cat f.txt"))
+	assert.Len(t, env.Channel(src.Name()).Msb, 1, "the source reopened its channel")
+	assert.Len(t, env.Channel(fork.Name()).Msb, 1, "the fork has its own")
 }
