@@ -80,3 +80,18 @@ func (e *Env) Channel(sandbox string) ChannelProcs {
 	slices.Sort(out.Agents)
 	return out
 }
+
+// KillChannel SIGKILLs sandbox's channel processes on this Env: the
+// agents when agents is true, else their msb exec processes. It returns
+// how many it killed.
+func (e *Env) KillChannel(sandbox string, agents bool) int {
+	procs := e.Channel(sandbox)
+	pids := procs.Msb
+	if agents {
+		pids = procs.Agents
+	}
+	for _, pid := range pids {
+		killPid(pid)
+	}
+	return len(pids)
+}

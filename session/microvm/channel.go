@@ -46,51 +46,49 @@ type channel struct {
 	conn     *agentchan.Conn
 	proc     *msb.Process
 	deaths   int           // channels that died under this session
-	inFlight int           // calls running on conn
+	inFlight int           // calls running on a channel of this session
 	quietFor time.Duration // close after this long without calls; 0: never
 	quiet    *time.Timer
 }
 
-// conn returns the open channel, opening it when it is closed; nil means
+// channelConn returns the open channel, opening it when it is closed (a
+// dead one is reaped first, counting as a death); nil means
 // the call goes through its own msb exec. s.life.mu must be held shared,
 // so the sandbox is not paused under the open.
 func (s *Session) channelConn(ctx context.Context) *agentchan.Conn {
 	ch := &s.ch
-	for {
-		ch.mu.Lock()
-		if conn := ch.conn; conn != nil {
-			select {
-			case <-conn.Done():
-				c, proc := ch.detachLocked(true)
-				ch.mu.Unlock()
-				s.logger.Debug("guest agent channel died", "sandbox", s.names.Sandbox, "err", c.Err())
-				s.shutdown(c, proc)
-				continue
-			default:
-				ch.inFlight++
-				ch.stopQuietLocked()
-				ch.mu.Unlock()
-				return conn
-			}
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	for ch.conn != nil {
+		select {
+		case <-ch.conn.Done():
+			conn, proc := ch.detachLocked(true)
+			ch.mu.Unlock()
+			s.logger.Debug("guest agent channel died", "sandbox", s.names.Sandbox, "err", conn.Err())
+			s.shutdown(conn, proc)
+			ch.mu.Lock()
+		default:
+			ch.inFlight++
+			ch.stopQuietLocked()
+			return ch.conn
 		}
-		defer ch.mu.Unlock()
-		if ch.mode != channelClosed {
-			return nil
-		}
-		conn, proc, err := s.openChannel(ctx)
-		if err != nil {
-			if ctx.Err() == nil && !errors.Is(err, errInspect) {
-				ch.mode = channelOff
-			}
-			s.logger.Debug("guest agent channel not opened; one msb exec per call", "sandbox", s.names.Sandbox, "err", err)
-			return nil
-		}
-		ch.conn, ch.proc, ch.mode = conn, proc, channelOpen
-		ch.inFlight++
-		go s.watchChannel(conn)
-		s.logger.Debug("guest agent channel open", "sandbox", s.names.Sandbox, "agent_pid", conn.AgentPID())
-		return conn
 	}
+	if ch.mode != channelClosed {
+		return nil
+	}
+	conn, proc, err := s.openChannel(ctx)
+	if err != nil {
+		if ctx.Err() == nil && !errors.Is(err, errInspect) {
+			ch.mode = channelOff
+		}
+		s.logger.Debug("guest agent channel not opened; one msb exec per call", "sandbox", s.names.Sandbox, "err", err)
+		return nil
+	}
+	ch.conn, ch.proc, ch.mode = conn, proc, channelOpen
+	ch.inFlight++
+	go s.watchChannel(conn)
+	s.logger.Debug("guest agent channel open", "sandbox", s.names.Sandbox, "agent_pid", conn.AgentPID())
+	return conn
 }
 
 // errInspect marks an open that failed because msb could not say what

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -203,14 +202,10 @@ func TestChannelFallback(t *testing.T) {
 // running.
 func TestChannelDeath(t *testing.T) {
 	killAgent := func(t *testing.T, env *fakemsbtest.Env, s *microvm.Session) {
-		for _, pid := range env.Channel(s.Name()).Agents {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
+		require.Equal(t, 1, env.KillChannel(s.Name(), true))
 	}
 	killMsb := func(t *testing.T, env *fakemsbtest.Env, s *microvm.Session) {
-		for _, pid := range env.Channel(s.Name()).Msb {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
+		require.Equal(t, 1, env.KillChannel(s.Name(), false))
 	}
 	stopSandbox := func(t *testing.T, env *fakemsbtest.Env, s *microvm.Session) {
 		_, stderr, code := env.Run(t, "stop", "--force", s.Name())
