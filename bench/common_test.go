@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
@@ -68,18 +69,54 @@ func newClient(env *fakemsbtest.Env) *msb.Client {
 
 var sessionSeq atomic.Int64
 
+// createSession opens a session whose calls each make one msb exec: no
+// guest agent is placed, whatever this build bundles, so the rows that
+// count or time exec calls measure the same thing under go test and make
+// bench.
 func createSession(ctx context.Context, client *msb.Client) (*microvm.Session, error) {
-	return microvm.Create(ctx, microvm.Options{
+	return microvm.Create(ctx, sessionOptions(client, ""))
+}
+
+// createChannelSession opens a session that places the guest agent at
+// agentFile, so that its calls travel over the agent's channel.
+func createChannelSession(ctx context.Context, client *msb.Client, agentFile string) (*microvm.Session, error) {
+	return microvm.Create(ctx, sessionOptions(client, agentFile))
+}
+
+func sessionOptions(client *msb.Client, agentFile string) microvm.Options {
+	return microvm.Options{
 		Client:      client,
 		WorkspaceID: "bench",
 		SessionID:   "s" + strconv.FormatInt(sessionSeq.Add(1), 10),
 		Image:       image,
-	})
+		AgentFile:   agentFile,
+		NoAgent:     agentFile == "",
+	}
+}
+
+// agentFile builds the guest agent (once per process) and gives b a
+// private agent cache for Create to copy it into.
+func agentFile(b *testing.B) string {
+	b.Helper()
+	b.Setenv("XDG_CACHE_HOME", b.TempDir())
+	return agenttest.AgentBinary(b)
 }
 
 func mustSession(b *testing.B, client *msb.Client) *microvm.Session {
 	b.Helper()
-	s, err := createSession(context.Background(), client)
+	return openSession(b, client, "")
+}
+
+func mustChannelSession(b *testing.B, client *msb.Client) *microvm.Session {
+	b.Helper()
+	return openSession(b, client, agentFile(b))
+}
+
+// openSession creates a session (see sessionOptions) that is closed when
+// b ends, and fails b if it cannot.
+func openSession(b *testing.B, client *msb.Client, agentFile string) *microvm.Session {
+	b.Helper()
+	s, err := microvm.Create(context.Background(), sessionOptions(client, agentFile))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -136,7 +173,7 @@ func floor(b *testing.B, client *msb.Client, sandbox string) {
 
 // variant is one side of a row.
 type variant struct {
-	name string // "ours", "seed", "floor", "host", "bare"
+	name string // "ours", "exec", "seed", "floor", "host", "bare"
 	fn   func()
 }
 
@@ -178,7 +215,8 @@ func (s *sideBySide) round(vs ...variant) {
 }
 
 // report publishes ms/op for ours, NAME-ms/op for the others, and
-// x-NAME = ours / NAME; with both a seed and a floor, also seed-x-floor.
+// x-NAME = ours / NAME; with a floor, also NAME-x-floor for every other
+// side (seed-x-floor, exec-x-floor).
 func (s *sideBySide) report() {
 	if s.n == 0 {
 		return
@@ -194,9 +232,12 @@ func (s *sideBySide) report() {
 		s.b.ReportMetric(ms(name), name+"-ms/op")
 		s.b.ReportMetric(ms("ours")/ms(name), "x-"+name)
 	}
-	if _, ok := s.total["seed"]; ok {
-		if _, ok := s.total["floor"]; ok {
-			s.b.ReportMetric(ms("seed")/ms("floor"), "seed-x-floor")
+	if _, ok := s.total["floor"]; !ok {
+		return
+	}
+	for _, name := range s.order {
+		if name != "ours" && name != "floor" {
+			s.b.ReportMetric(ms(name)/ms("floor"), name+"-x-floor")
 		}
 	}
 }

@@ -35,23 +35,29 @@ var mix = []struct {
 
 // BenchmarkConcurrent runs -bench.sessions sessions at once through one
 // process, each making -bench.calls tool calls from mix, with every msb
-// invocation delayed by -bench.latency; then, on the same sandboxes and
-// with the same concurrency, as many raw `exec NAME -- true` calls as the
-// floor. It reports both sides' throughput and p50/p99 call latency, the
-// fraction of calls that failed (under overload they run into their
-// timeouts; a session that is poisoned stops there), this process's peak
-// heap and peak RSS during the tool calls, and the goroutines, child
-// processes and sandbox holders left after every session closed, which
-// must all be zero.
+// invocation delayed by -bench.latency: first over each session's guest
+// agent channel (ours; the first call opens it), then, on the same
+// sandboxes with their channels closed, with one msb exec per call
+// ("exec"), then as many raw `exec NAME -- true` calls as the floor. It
+// reports each side's throughput and p50/p99 call latency, the fraction
+// of calls that failed (under overload they run into their timeouts; a
+// session that is poisoned stops there), this process's peak heap and
+// peak RSS during ours, and what is left after every session closed,
+// which must be nothing: goroutines, child processes (msb, the channels'
+// msb exec --stream), sandbox holders (a guest process, the agent
+// included, dies with its holder's pid namespace), channel processes, and
+// sandboxes and volumes in fakemsb's state.
 func BenchmarkConcurrent(b *testing.B) {
 	env := newEnv(b, *latency)
 	client := newClient(env)
+	agent := agentFile(b)
 	ctx := context.Background()
 	n, perSession := *sessions, *callsPer
-	var ours, floors []time.Duration
-	var oursWall, floorWall time.Duration
+	ours := phase{name: "tool calls over the channel"}
+	execs := phase{name: "tool calls with one exec each"}
+	floors := phase{name: "floor calls"}
 	var heap, rss uint64
-	leftG, leftP, failedCalls, floorFailedCalls := 0, 0, 0, 0
+	leftG, leftP, leftState := 0, 0, 0
 	for b.Loop() {
 		b.StopTimer()
 		runtime.GC()
@@ -63,7 +69,7 @@ func BenchmarkConcurrent(b *testing.B) {
 		opening.SetLimit(4)
 		for i := range n {
 			opening.Go(func() (err error) {
-				sessions[i], err = createSession(ctx, client)
+				sessions[i], err = createChannelSession(ctx, client, agent)
 				return err
 			})
 		}
@@ -76,84 +82,103 @@ func BenchmarkConcurrent(b *testing.B) {
 		check(b, err)
 
 		check(b, resetPeakRSS())
-		lat := make([][]time.Duration, n)
-		var wall time.Duration
-		var failed errorLog
 		b.StartTimer()
-		h := heapPeak(func() {
-			start := time.Now()
-			_ = parallel(n, func(i int) error {
-				tb := tools.New(sessions[i], tools.Options{})
-				for j := range perSession {
-					c := mix[j%len(mix)]
-					t0 := time.Now()
-					_, err := tb.Call(ctx, c.tool, mustJSON(b, c.input), nil)
-					lat[i] = append(lat[i], time.Since(t0))
-					if err != nil {
-						failed.add(c.tool, err)
-						if sessions[i].Poisoned() {
-							break
-						}
-					}
-				}
-				return nil
-			})
-			wall = time.Since(start)
-		})
+		h := heapPeak(func() { ours.run(b, sessions, perSession, mixCalls(b, sessions)) })
 		b.StopTimer()
 		r, err := peakRSS()
 		check(b, err)
 		heap, rss = max(heap, h), max(rss, r)
-		oursWall += wall
-		ours = append(ours, slices.Concat(lat...)...)
 
-		lat = make([][]time.Duration, n)
-		var floorFailed errorLog
-		start := time.Now()
-		_ = parallel(n, func(i int) error {
-			if sessions[i].Poisoned() {
-				return nil
-			}
-			for range perSession {
-				t0 := time.Now()
-				_, err := client.Exec(ctx, msb.ExecOptions{Name: sessions[i].Name(), Argv: []string{"true"}}, msb.Streams{})
-				lat[i] = append(lat[i], time.Since(t0))
-				if err != nil {
-					floorFailed.add("exec", err)
-				}
-			}
-			return nil
+		for _, s := range sessions {
+			s.DisableAgentChannel()
+		}
+		execs.run(b, sessions, perSession, mixCalls(b, sessions))
+		floors.run(b, sessions, perSession, func(i, _ int) (string, error) {
+			_, err := client.Exec(ctx, msb.ExecOptions{Name: sessions[i].Name(), Argv: []string{"true"}}, msb.Streams{})
+			return "exec", err
 		})
-		floorWall += time.Since(start)
-		floors = append(floors, slices.Concat(lat...)...)
-		failedCalls += failed.report(b, "tool calls")
-		floorFailedCalls += floorFailed.report(b, "floor calls")
 
 		check(b, parallel(n, func(i int) error { return sessions[i].Close(ctx) }))
 		g, p := settle(b, goroutines, env.Holders)
-		leftG, leftP = max(leftG, g), max(leftP, p)
+		for _, s := range sessions {
+			if procs := env.Channel(s.Name()); !procs.Empty() {
+				b.Errorf("%s: channel processes left: %+v", s.Name(), procs)
+				p += len(procs.Msb) + len(procs.Agents)
+			}
+		}
+		state := len(env.Sandboxes(b)) + len(env.Volumes(b))
+		leftG, leftP, leftState = max(leftG, g), max(leftP, p), max(leftState, state)
 		b.StartTimer()
 	}
-	slices.Sort(ours)
-	slices.Sort(floors)
-	oursRate := float64(len(ours)) / oursWall.Seconds()
-	floorRate := float64(len(floors)) / floorWall.Seconds()
-	b.ReportMetric(oursRate, "calls/s")
-	b.ReportMetric(floorRate, "floor-calls/s")
-	b.ReportMetric(floorRate/oursRate, "time-x-floor")
-	b.ReportMetric(msOf(percentile(ours, 0.50)), "p50-ms")
-	b.ReportMetric(msOf(percentile(ours, 0.99)), "p99-ms")
-	b.ReportMetric(msOf(percentile(floors, 0.50)), "floor-p50-ms")
-	b.ReportMetric(msOf(percentile(floors, 0.99)), "floor-p99-ms")
-	b.ReportMetric(float64(failedCalls)/float64(len(ours)), "failed-fraction")
-	b.ReportMetric(float64(floorFailedCalls)/float64(len(floors)), "floor-failed-fraction")
+	ours.report(b, "")
+	execs.report(b, "exec-")
+	floors.report(b, "floor-")
+	b.ReportMetric(floors.rate()/ours.rate(), "time-x-floor")
+	b.ReportMetric(floors.rate()/execs.rate(), "exec-time-x-floor")
 	b.ReportMetric(float64(heap), "peak-heap-B")
 	b.ReportMetric(float64(rss), "peak-rss-B")
 	b.ReportMetric(float64(leftG), "goroutines-left")
 	b.ReportMetric(float64(leftP), "procs-left")
-	if leftG != 0 || leftP != 0 {
-		b.Errorf("after every session closed: %d goroutines and %d processes more than before", leftG, leftP)
+	b.ReportMetric(float64(leftState), "state-left")
+	if leftG != 0 || leftP != 0 || leftState != 0 {
+		b.Errorf("after every session closed: %d goroutines, %d processes and %d sandboxes or volumes more than before", leftG, leftP, leftState)
 	}
+}
+
+// mixCalls returns the j-th call of session i's share of mix.
+func mixCalls(b *testing.B, sessions []*microvm.Session) func(i, j int) (string, error) {
+	tbs := make([]*tools.Toolbox, len(sessions))
+	for i, s := range sessions {
+		tbs[i] = tools.New(s, tools.Options{})
+	}
+	return func(i, j int) (string, error) {
+		c := mix[j%len(mix)]
+		_, err := tbs[i].Call(context.Background(), c.tool, mustJSON(b, c.input), nil)
+		return c.tool, err
+	}
+}
+
+// phase is one side of the concurrency row: every call's latency, the
+// wall time of its rounds and its failures.
+type phase struct {
+	name   string
+	lat    []time.Duration
+	wall   time.Duration
+	failed int
+}
+
+// run makes perSession calls in each session, all sessions at once; a
+// session that is poisoned stops there.
+func (p *phase) run(b *testing.B, sessions []*microvm.Session, perSession int, call func(i, j int) (string, error)) {
+	lat := make([][]time.Duration, len(sessions))
+	var failed errorLog
+	start := time.Now()
+	_ = parallel(len(sessions), func(i int) error {
+		for j := 0; j < perSession && !sessions[i].Poisoned(); j++ {
+			t0 := time.Now()
+			what, err := call(i, j)
+			lat[i] = append(lat[i], time.Since(t0))
+			if err != nil {
+				failed.add(what, err)
+			}
+		}
+		return nil
+	})
+	p.wall += time.Since(start)
+	p.lat = append(p.lat, slices.Concat(lat...)...)
+	p.failed += failed.report(b, p.name)
+}
+
+func (p *phase) rate() float64 { return float64(len(p.lat)) / p.wall.Seconds() }
+
+// report publishes the phase's throughput, p50 and p99, and failed
+// fraction, each name prefixed.
+func (p *phase) report(b *testing.B, prefix string) {
+	slices.Sort(p.lat)
+	b.ReportMetric(p.rate(), prefix+"calls/s")
+	b.ReportMetric(msOf(percentile(p.lat, 0.50)), prefix+"p50-ms")
+	b.ReportMetric(msOf(percentile(p.lat, 0.99)), prefix+"p99-ms")
+	b.ReportMetric(float64(p.failed)/float64(len(p.lat)), prefix+"failed-fraction")
 }
 
 // errorLog counts the calls that failed, by the error they returned: under

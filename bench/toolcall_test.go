@@ -98,21 +98,44 @@ func toolFixture(b *testing.B, client *msb.Client, sess *microvm.Session) (*tool
 
 // BenchmarkToolCall is the wall time of each tool call with every msb
 // invocation delayed by -bench.latency (a VM round trip stand-in), side by
-// side with the seed's sequence for the same call and with the floor, one
-// raw `msb exec NAME -- true`, all against the same sandbox.
+// side: ours over the guest agent's channel (its open, one inspect and one
+// exec --stream, happens in the fixture's setup), ours with one msb exec
+// per call ("exec"), the seed's sequence for the same call, and the floor,
+// one raw `msb exec NAME -- true`. The channel and exec sides each have a
+// sandbox of their own; the seed replays against the exec side's, and the
+// floor runs in the channel side's. Row tool=none is a bare Shell call of
+// `true` on each transport: what a call costs before its tool's script.
 func BenchmarkToolCall(b *testing.B) {
 	env := newEnv(b, *latency)
 	client := newClient(env)
-	sess := mustSession(b, client)
-	tb, sd := toolFixture(b, client, sess)
-	for _, row := range toolRows(sess.Paths().Workspace) {
+	chanSess := mustChannelSession(b, client)
+	execSess := mustSession(b, client)
+	chanTB, _ := toolFixture(b, client, chanSess)
+	execTB, sd := toolFixture(b, client, execSess)
+	ws := chanSess.Paths().Workspace
+	// The transports alone: a Shell call of `true`, no tool around it.
+	b.Run("tool=none", func(b *testing.B) {
+		s := newSideBySide(b)
+		for b.Loop() {
+			s.round(
+				variant{"ours", func() { mustShell(b, chanSess, "true") }},
+				variant{"exec", func() { mustShell(b, execSess, "true") }},
+				variant{"floor", func() { floor(b, client, chanSess.Name()) }},
+			)
+		}
+		s.report()
+	})
+	// Each side flips its own edit file: two sets of rows.
+	chanRows, execRows := toolRows(ws), toolRows(ws)
+	for i, row := range chanRows {
 		b.Run("tool="+row.name, func(b *testing.B) {
 			s := newSideBySide(b)
 			for b.Loop() {
 				s.round(
-					variant{"ours", func() { row.ours(b, tb) }},
-					variant{"seed", func() { row.seed(b, sd) }},
-					variant{"floor", func() { floor(b, client, sess.Name()) }},
+					variant{"ours", func() { row.ours(b, chanTB) }},
+					variant{"exec", func() { execRows[i].ours(b, execTB) }},
+					variant{"seed", func() { execRows[i].seed(b, sd) }},
+					variant{"floor", func() { floor(b, client, chanSess.Name()) }},
 				)
 			}
 			s.report()
