@@ -97,6 +97,7 @@ func TestChaos(t *testing.T) {
 	}
 	t.Logf("seed %d (rerun with -chaos.seed=%d -chaos.sessions=%d -chaos.workers=%d)", seed, seed, *sessionsFlag, *workersFlag)
 
+	agent := agentFile(t)
 	rec := newRecorder()
 	envs := make([]*fakemsbtest.Env, *workersFlag)
 	for i := range envs {
@@ -107,7 +108,7 @@ func TestChaos(t *testing.T) {
 	for _, env := range envs {
 		wg.Go(func() {
 			for k := range jobs {
-				runSession(env, rec, k, rand.New(rand.NewPCG(seed, uint64(k))))
+				runSession(env, rec, agent, k, rand.New(rand.NewPCG(seed, uint64(k))))
 			}
 		})
 	}
@@ -166,6 +167,8 @@ type recorder struct {
 	killed map[string]bool
 	// trails holds each session's operations, to explain what it left.
 	trails map[int][]string
+	// sessionLogs holds the debug logs of TestChaosChannel's sessions.
+	sessionLogs map[string]*syncBuffer
 }
 
 func newRecorder() *recorder {
@@ -199,6 +202,20 @@ func (w *watch) Run(ctx context.Context, c msb.Call) (*msb.Result, error) {
 		}
 	}
 	return res, err
+}
+
+// Start opens the sessions' guest-agent channels (msb exec --stream)
+// through the same runner.
+func (w *watch) Start(ctx context.Context, c msb.Call) (*msb.Process, error) {
+	s, ok := w.inner.(msb.Starter)
+	if !ok {
+		return nil, msb.ErrNoStarter
+	}
+	p, err := s.Start(ctx, c)
+	w.rec.mu.Lock()
+	w.rec.outcomes["channel opens started"]++
+	w.rec.mu.Unlock()
+	return p, err
 }
 
 // op runs one operation under its deadline, perhaps cancelled at a random
@@ -291,17 +308,26 @@ func (r *recorder) summary(t *testing.T) {
 
 // runSession is one session's life: create, a few tool calls, close (again
 // if the first close failed), and sometimes a reaper pass through the same
-// faults.
-func runSession(env *fakemsbtest.Env, rec *recorder, k int, rng *rand.Rand) {
+// faults. Half the sessions place the guest agent at agent, so that their
+// calls travel over its channel, which the exec faults then hit too: exec
+// #2 is the channel's msb exec --stream, opened by the first call.
+func runSession(env *fakemsbtest.Env, rec *recorder, agent string, k int, rng *rand.Rand) {
 	calls := 2 + rng.IntN(5)
 	faults := plan(rng, k, calls)
 	client := msb.NewClient(&watch{rec: rec, inner: &msb.CLI{Path: env.Bin, Env: []string{"FAKEMSB_FAULTS=" + faults}}})
+	withChannel := rng.IntN(2) == 0
+	if withChannel {
+		rec.mu.Lock()
+		rec.outcomes["session with the channel"]++
+		rec.mu.Unlock()
+	}
 
 	var sess *microvm.Session
 	err := rec.op(rng, k, "create", createDeadline, func(ctx context.Context) (err error) {
 		sess, err = microvm.Create(ctx, microvm.Options{
 			Client: client, WorkspaceID: "chaos", SessionID: "s" + strconv.Itoa(k), Image: "debian",
 			OperationTimeout: opTimeout, StartupTimeout: startupTimeout,
+			AgentFile: agent, NoAgent: !withChannel,
 		})
 		return err
 	})

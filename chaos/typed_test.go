@@ -16,7 +16,8 @@ import (
 // typedSentinels are the errors a caller can test with errors.Is.
 var typedSentinels = []error{
 	session.ErrClosed, session.ErrPoisoned, session.ErrGuestTimeout, session.ErrHostTimeout,
-	session.ErrAborted, session.ErrOutputOverflow, session.ErrCannotStart, session.ErrNotFound, session.ErrInvalid,
+	session.ErrAborted, session.ErrOutputOverflow, session.ErrCannotStart, session.ErrChannelBroken,
+	session.ErrNotFound, session.ErrInvalid,
 	tools.ErrUnknownTool, tools.ErrInvalidInput, tools.ErrPathEscape,
 	msb.ErrInvalid, msb.ErrSandboxNotFound, msb.ErrVolumeNotFound, msb.ErrAlreadyExists, msb.ErrVolumeAttached,
 	msb.ErrExecTimedOut, msb.ErrCannotStart, msb.ErrOutputOverflow, msb.ErrHostTimeout, msb.ErrAborted,

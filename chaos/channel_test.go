@@ -1,0 +1,367 @@
+//go:build unix
+
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
+	"github.com/oma-sandbox/oma-sandbox/msb"
+	"github.com/oma-sandbox/oma-sandbox/session"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
+	"github.com/oma-sandbox/oma-sandbox/tools"
+)
+
+var channelSessionsFlag = flag.Int("chaos.channels", 12, "sessions whose guest-agent channels TestChaosChannel kills")
+
+// A channel kill is how a channel dies under calls in flight.
+const (
+	killAgent   = "kill the agent"
+	killMsb     = "kill msb exec --stream"
+	stopSandbox = "stop the sandbox"
+)
+
+// channelNotes is what each channel session writes first; every later read
+// must still find it.
+var channelNotes = strings.Repeat("alpha beta\n", 50) + "needle\n"
+
+// inFlight are the calls that run while a channel is killed: each lasts
+// long enough (or streams enough) to be cut. glob and grep are left out:
+// one cut before its readiness marker poisons the session by design (see
+// docs/tools.md); so is edit, whose refusals (no change, text not found)
+// would mask how a cut ends. TestChaos runs all of them with the channel
+// on.
+var inFlight = []struct{ name, input string }{
+	{"bash", `{"command":"sleep 1; echo done","timeout":5}`},
+	{"bash", `{"command":"seq 1 200000 | tail -n 1","timeout":5}`},
+	{"bash", `{"command":"sleep 30 & echo started","timeout":5}`},
+	{"read", `{"path":"chaos/notes.txt"}`},
+	{"write", `{"path":"chaos/other.txt","content":"x"}`},
+	{"ls", `{"path":"chaos"}`},
+}
+
+// TestChaosChannel runs -chaos.channels sessions with the guest-agent
+// channel on, four at a time (each worker on its own fakemsb), and kills
+// their channels at random moments (0-300 ms) while 2-4 calls are in
+// flight, some of them also cancelled at random: the agent (SIGKILL), the
+// host's msb exec --stream (SIGKILL), or the sandbox (msb stop, as another
+// process would). Every call must end before its deadline (6 s, against
+// about 1 s for the slowest) with a result or a typed error, and the calls
+// cut by a killed agent or msb with ErrChannelBroken, a cancellation or a
+// bash command's own failure; the killed channel's processes must be gone
+// within seconds. The session must keep working: after the first death
+// the next call reopens the channel (new processes), after the second it
+// runs with one msb exec per call (no channel process), and every read
+// finds the file written first. A stopped sandbox poisons the session,
+// which must keep its workspace. Close must then work at once, and the
+// run leaves nothing: no sandbox, volume, holder, msb or agent process, or
+// goroutine.
+func TestChaosChannel(t *testing.T) {
+	requireFakemsb(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	agent := agentFile(t)
+	seed := *seedFlag
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	t.Logf("seed %d (rerun with -chaos.seed=%d -chaos.channels=%d)", seed, seed, *channelSessionsFlag)
+
+	rec := newRecorder()
+	envs := make([]*fakemsbtest.Env, 4)
+	for i := range envs {
+		envs[i] = fakemsbtest.New(t)
+	}
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for _, env := range envs {
+		wg.Go(func() {
+			for k := range jobs {
+				runChannelSession(env, rec, agent, k, rand.New(rand.NewPCG(seed, uint64(k))))
+			}
+		})
+	}
+	start := time.Now()
+	for k := range *channelSessionsFlag {
+		jobs <- k
+	}
+	close(jobs)
+	wg.Wait()
+	t.Logf("%d channel sessions on %d fakemsbs in %v", *channelSessionsFlag, len(envs), time.Since(start).Round(time.Millisecond))
+	checkClean(t, envs, rec)
+	rec.summary(t)
+}
+
+// runChannelSession is one session's life under channel kills: create,
+// write the notes, then up to three rounds of calls in flight and a kill,
+// each followed by a read that must work (or, after a stop, fail typed
+// with the workspace kept), then close.
+func runChannelSession(env *fakemsbtest.Env, rec *recorder, agent string, k int, rng *rand.Rand) {
+	client := msb.NewClient(&watch{rec: rec, inner: &msb.CLI{Path: env.Bin}})
+	// The session's and the tools' debug log goes into the failures that
+	// name the session, to say what the channel went through.
+	log := &syncBuffer{}
+	logger := slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	var sess *microvm.Session
+	err := rec.op(nil, k, "create", createDeadline, func(ctx context.Context) (err error) {
+		sess, err = microvm.Create(ctx, microvm.Options{
+			Client: client, WorkspaceID: "chaos", SessionID: "s" + strconv.Itoa(k), Image: "debian",
+			OperationTimeout: opTimeout, StartupTimeout: startupTimeout, AgentFile: agent, Logger: logger,
+		})
+		return err
+	})
+	if err != nil {
+		rec.fail("session %d: create: %v", k, err)
+		return
+	}
+	defer func() {
+		rec.closeUntilDone(nil, k, sess.Close)
+		rec.awaitNoChannel(env, sess.Name(), "after close")
+	}()
+	rec.logs(sess.Name(), log)
+	tb := tools.New(sess, tools.Options{OperationTimeout: toolTimeout, Logger: logger})
+	write, _ := json.Marshal(map[string]string{"path": "chaos/notes.txt", "content": channelNotes})
+	if err := rec.call(nil, k, tb, "write", "write", write, toolDeadline, nil); err != nil {
+		rec.fail("%s: the first write: %v", sess.Name(), err)
+		return
+	}
+
+	for deaths := 0; deaths < 2; deaths++ {
+		open := env.Channel(sess.Name())
+		if len(open.Msb) != 1 || len(open.Agents) != 1 {
+			rec.fail("%s: after %d channel deaths, want one open channel, have %+v", sess.Name(), deaths, open)
+			return
+		}
+		kill := []string{killAgent, killAgent, killMsb, killMsb, stopSandbox}[rng.IntN(5)]
+		errs := rec.killUnderCalls(env, k, tb, sess.Name(), kill, open, rng)
+		if kill == stopSandbox {
+			rec.afterStop(env, k, tb, sess, errs)
+			return
+		}
+		for _, err := range errs {
+			if err != nil && !cutByDeadChannel(err) {
+				rec.fail("%s: a call cut by %q ended with %v, want ErrChannelBroken, a cancellation or the command's own failure", sess.Name(), kill, err)
+			}
+		}
+		rec.awaitGone(sess.Name(), kill, open)
+		if !rec.readNotes(env, k, tb, sess) {
+			return
+		}
+		now := env.Channel(sess.Name())
+		switch {
+		case deaths == 0 && (len(now.Msb) != 1 || len(now.Agents) != 1 || slices.Equal(now.Agents, open.Agents)):
+			rec.fail("%s: after the first death the next call must reopen the channel; processes before %+v, now %+v", sess.Name(), open, now)
+			return
+		case deaths == 1 && !now.Empty():
+			rec.fail("%s: after the second death calls must use one msb exec each; channel processes %+v", sess.Name(), now)
+			return
+		}
+		rec.count(fmt.Sprintf("channel death %d (%s), session kept working", deaths+1, kill))
+	}
+	// One msb exec per call from here on.
+	rec.readNotes(env, k, tb, sess)
+	if now := env.Channel(sess.Name()); !now.Empty() {
+		rec.fail("%s: a channel reopened after falling back: %+v", sess.Name(), now)
+	}
+}
+
+// killUnderCalls starts 2-4 calls from inFlight, kills the channel (open)
+// as kill says after 0-300 ms, and returns how the calls ended.
+func (r *recorder) killUnderCalls(env *fakemsbtest.Env, k int, tb *tools.Toolbox, name, kill string, open fakemsbtest.ChannelProcs, rng *rand.Rand) []error {
+	n := 2 + rng.IntN(3)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		c := inFlight[rng.IntN(len(inFlight))]
+		callRng := rand.New(rand.NewPCG(rng.Uint64(), uint64(i)))
+		wg.Go(func() {
+			errs[i] = r.call(callRng, k, tb, c.name, c.name, json.RawMessage(c.input), toolDeadline, nil)
+		})
+	}
+	time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+	var err error
+	switch kill {
+	case killAgent:
+		err = syscall.Kill(open.Agents[0], syscall.SIGKILL)
+	case killMsb:
+		err = syscall.Kill(open.Msb[0], syscall.SIGKILL)
+	case stopSandbox:
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		err = msb.NewClient(&msb.CLI{Path: env.Bin}).Stop(ctx, msb.StopOptions{Names: []string{name}})
+		cancel()
+	}
+	if err != nil {
+		r.fail("%s: %s: %v", name, kill, err)
+	}
+	wg.Wait()
+	r.count(kill)
+	return errs
+}
+
+// cutByDeadChannel reports whether err is how a call may end when its
+// channel dies under it: ErrChannelBroken, a random cancellation, or a
+// bash command's own non-zero exit (the kill reaches the command first).
+func cutByDeadChannel(err error) bool {
+	var cmdErr *tools.CommandError
+	return errors.Is(err, session.ErrChannelBroken) || errors.Is(err, session.ErrAborted) ||
+		errors.Is(err, context.Canceled) || errors.As(err, &cmdErr)
+}
+
+// afterStop checks a session whose sandbox was stopped under its calls:
+// the next call fails typed (the session is poisoned) or, if msb started
+// the sandbox again, reads the notes; the workspace is kept either way.
+func (r *recorder) afterStop(env *fakemsbtest.Env, k int, tb *tools.Toolbox, sess *microvm.Session, errs []error) {
+	for _, err := range errs {
+		if kind := classify(err); kind == untyped {
+			r.fail("%s: a call cut by a stop ended untyped: %v", sess.Name(), err)
+		}
+	}
+	var out string
+	err := r.op(nil, k, "read after stop", toolDeadline, func(ctx context.Context) (err error) {
+		out, err = tb.Call(ctx, "read", json.RawMessage(`{"path":"chaos/notes.txt"}`), nil)
+		return err
+	})
+	switch {
+	case errors.Is(err, session.ErrPoisoned):
+		r.checkKept(env, sess, true)
+	case err == nil && strings.Contains(out, "needle"):
+		r.count("sandbox stopped, session kept working")
+	default:
+		r.fail("%s: read after the sandbox stopped: %v (%.80q)", sess.Name(), err, out)
+	}
+	r.awaitNoChannel(env, sess.Name(), "after the stop")
+}
+
+// readNotes reads the notes back and checks them; false means the session
+// is not usable any more.
+func (r *recorder) readNotes(env *fakemsbtest.Env, k int, tb *tools.Toolbox, sess *microvm.Session) bool {
+	name := sess.Name()
+	var out string
+	err := r.op(nil, k, "read after the kill", toolDeadline, func(ctx context.Context) (err error) {
+		out, err = tb.Call(ctx, "read", json.RawMessage(`{"path":"chaos/notes.txt"}`), nil)
+		return err
+	})
+	if id := knownIssueOf("read", err); err != nil && id != "" {
+		r.mu.Lock()
+		r.sawKnown(id, fmt.Sprintf("%s: read after the kill: %v", name, err))
+		r.mu.Unlock()
+		r.checkKept(env, sess, true)
+		return false
+	}
+	switch {
+	case err != nil:
+		r.fail("%s: the session stopped working after its channel died: %v", name, err)
+		return false
+	case !strings.Contains(out, "needle"):
+		r.fail("%s: the notes changed: %.80q", name, out)
+	}
+	return true
+}
+
+// awaitGone waits up to five seconds for the killed channel's processes to
+// end: the session must reap them without waiting for its next call.
+func (r *recorder) awaitGone(name, kill string, procs fakemsbtest.ChannelProcs) {
+	pids := slices.Concat(procs.Msb, procs.Agents)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		live := slices.DeleteFunc(slices.Clone(pids), func(pid int) bool { return !running(pid) })
+		if len(live) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			r.fail("%s: after %q, channel processes %v still run", name, kill, live)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// awaitNoChannel waits up to five seconds for no channel process of
+// sandbox to run.
+func (r *recorder) awaitNoChannel(env *fakemsbtest.Env, sandbox, when string) {
+	deadline := time.Now().Add(5 * time.Second)
+	for !env.Channel(sandbox).Empty() {
+		if time.Now().After(deadline) {
+			r.fail("%s: %s, channel processes still run: %+v", sandbox, when, env.Channel(sandbox))
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// running reports whether pid is a process that has not ended (a zombie
+// has).
+func running(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	return len(fields) > 0 && fields[0] != "Z"
+}
+
+// fail records a failure; one that names a session whose log was kept
+// (see logs) carries its operations and its log.
+func (r *recorder) fail(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	name, _, _ := strings.Cut(msg, ":")
+	if trail := r.trailOf(name); !strings.HasPrefix(trail, " (") {
+		msg += "\noperations:" + trail
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if log := r.sessionLogs[name]; log != nil {
+		msg += "\nlog:\n" + log.String()
+	}
+	r.failures = append(r.failures, msg)
+}
+
+// logs keeps session name's log for the failures that name it.
+func (r *recorder) logs(name string, log *syncBuffer) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sessionLogs == nil {
+		r.sessionLogs = map[string]*syncBuffer{}
+	}
+	r.sessionLogs[name] = log
+}
+
+// syncBuffer is a bytes.Buffer for concurrent writers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (r *recorder) count(outcome string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.outcomes[outcome]++
+}

@@ -1,0 +1,25 @@
+//go:build unix
+
+package chaos
+
+import (
+	"os"
+	"testing"
+
+	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
+)
+
+// TestMain removes the guest agent the channel sessions were given.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	agenttest.Cleanup()
+	os.Exit(code)
+}
+
+// agentFile builds the guest agent (once per process) and gives t a
+// private agent cache for Create to copy it into.
+func agentFile(t *testing.T) string {
+	t.Helper()
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	return agenttest.AgentBinary(t)
+}
