@@ -232,11 +232,7 @@ func (r *recorder) afterStop(env *fakemsbtest.Env, k int, tb *tools.Toolbox, ses
 			r.fail("%s: a call cut by a stop ended untyped: %v", sess.Name(), err)
 		}
 	}
-	var out string
-	err := r.op(nil, k, "read after stop", toolDeadline, func(ctx context.Context) (err error) {
-		out, err = tb.Call(ctx, "read", json.RawMessage(`{"path":"chaos/notes.txt"}`), nil)
-		return err
-	})
+	out, err := r.readAfter(k, tb, "read after stop")
 	switch {
 	case errors.Is(err, session.ErrPoisoned):
 		r.checkKept(env, sess, true)
@@ -248,15 +244,28 @@ func (r *recorder) afterStop(env *fakemsbtest.Env, k int, tb *tools.Toolbox, ses
 	r.awaitNoChannel(env, sess.Name(), "after the stop")
 }
 
+// readAfter reads the notes after a kill. A call may start on a channel
+// whose death the host has not seen yet (the agent's output has not ended
+// on the host's side), and then fail with ErrChannelBroken: the one after
+// it must not.
+func (r *recorder) readAfter(k int, tb *tools.Toolbox, op string) (string, error) {
+	var out string
+	read := func(ctx context.Context) (err error) {
+		out, err = tb.Call(ctx, "read", json.RawMessage(`{"path":"chaos/notes.txt"}`), nil)
+		return err
+	}
+	err := r.op(nil, k, op, toolDeadline, read)
+	if errors.Is(err, session.ErrChannelBroken) {
+		err = r.op(nil, k, op+", again", toolDeadline, read)
+	}
+	return out, err
+}
+
 // readNotes reads the notes back and checks them; false means the session
 // is not usable any more.
 func (r *recorder) readNotes(env *fakemsbtest.Env, k int, tb *tools.Toolbox, sess *microvm.Session) bool {
 	name := sess.Name()
-	var out string
-	err := r.op(nil, k, "read after the kill", toolDeadline, func(ctx context.Context) (err error) {
-		out, err = tb.Call(ctx, "read", json.RawMessage(`{"path":"chaos/notes.txt"}`), nil)
-		return err
-	})
+	out, err := r.readAfter(k, tb, "read after the kill")
 	if id := knownIssueOf("read", err); err != nil && id != "" {
 		r.mu.Lock()
 		r.sawKnown(id, fmt.Sprintf("%s: read after the kill: %v", name, err))

@@ -15,6 +15,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strconv"
@@ -57,6 +58,9 @@ const (
 	// slack covers msb.DefaultWaitDelay (a killed msb's pipes may stay
 	// open that long) and scheduling on a loaded two-core machine.
 	slack = msb.DefaultWaitDelay + time.Second
+	// hangGrace is how long past its limit an operation may run before the
+	// suite calls it hung and stops with every goroutine's stack.
+	hangGrace = 30 * time.Second
 )
 
 // allowance is how long an operation may outlive its deadline because the
@@ -229,6 +233,13 @@ func (r *recorder) op(rng *rand.Rand, k int, name string, deadline time.Duration
 		timer := time.AfterFunc(cancelAt, cancel)
 		defer timer.Stop()
 	}
+	// A hang would otherwise stop the suite until go test's timeout.
+	limit := deadline + allowance[name] + slack
+	hung := time.AfterFunc(limit+hangGrace, func() {
+		debug.SetTraceback("all")
+		panic(fmt.Sprintf("session %d: %s hung: still running %v after it began", k, name, limit+hangGrace))
+	})
+	defer hung.Stop()
 	start := time.Now()
 	err := fn(ctx)
 	took := time.Since(start)
@@ -251,7 +262,7 @@ func (r *recorder) op(rng *rand.Rand, k int, name string, deadline time.Duration
 		r.failures = append(r.failures, fmt.Sprintf("%s returned an untyped error: %v", name, err))
 	}
 	r.overshoot = max(r.overshoot, took-deadline-allowance[name])
-	if limit := deadline + allowance[name] + slack; took > limit {
+	if took > limit {
 		r.failures = append(r.failures, fmt.Sprintf("%s took %v, past its deadline %v + allowance %v + slack %v (err: %v)",
 			name, took.Round(time.Millisecond), deadline, allowance[name], slack, err))
 	}

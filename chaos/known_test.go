@@ -54,6 +54,9 @@ var knownIssues = []knownIssue{
 
 // knownIssueOf returns the id of the known issue an error of op shows, or "".
 func knownIssueOf(op string, err error) string {
+	if err == nil {
+		return ""
+	}
 	for _, k := range knownIssues {
 		if k.errs != nil && k.errs(op, err) {
 			return k.id
