@@ -42,6 +42,7 @@ func (s *Session) Fork(ctx context.Context, sessionID string) (*Session, error) 
 		f, err = src.Fork(ctx, microvm.Options{
 			Client: s.opts.client(), SessionID: sessionID, Image: s.opts.Image,
 			Network: s.opts.Network, IdleTimeout: s.opts.IdleTimeout, NoAutoResume: s.opts.NoAutoResume,
+			NoAgent:          s.opts.OneExecPerCall,
 			OperationTimeout: s.opts.OperationTimeout, Logger: s.opts.logger(),
 		})
 		if err == nil {

@@ -18,12 +18,9 @@ import (
 // at agentGuestPath is something else may stay silent. Tests shorten it.
 var helloTimeout = 5 * time.Second
 
-// Bounds of the guest-agent channel.
-const (
-	// channelStopGrace is how long a closed channel's msb exec gets to
-	// exit after its stdin ended before its process group is killed.
-	channelStopGrace = 2 * time.Second
-)
+// channelStopGrace is how long a closed channel's msb exec gets to exit
+// after its stdin ended before its process group is killed.
+const channelStopGrace = 2 * time.Second
 
 // channelMode is what the next call does about the channel.
 type channelMode int
@@ -52,9 +49,10 @@ type channel struct {
 }
 
 // channelConn returns the open channel, opening it when it is closed (a
-// dead one is reaped first, counting as a death); nil means
-// the call goes through its own msb exec. s.life.mu must be held shared,
-// so the sandbox is not paused under the open.
+// dead one is reaped first, counting as a death), and counts the call in
+// flight until callDone; nil means the call goes through its own msb exec.
+// s.life.mu must be held shared, so the sandbox is not paused under the
+// open.
 func (s *Session) channelConn(ctx context.Context) *agentchan.Conn {
 	ch := &s.ch
 	ch.mu.Lock()
