@@ -260,7 +260,8 @@ var (
 )
 
 var specs = []*spec{
-	{path: "create", usage: "msb create [OPTIONS] <IMAGE>", params: []param{{name: "IMAGE", required: true}}, opts: []opt{
+	{path: "create", usage: "msb create [OPTIONS] [IMAGE]", params: []param{{name: "IMAGE"}}, opts: []opt{
+		{long: "conf", val: "PATH"},
 		{long: "name", short: 'n', val: "NAME"},
 		{long: "mount-named", val: "MOUNT", multi: true},
 		{long: "copy-file", val: "SRC:DST", multi: true},
@@ -318,6 +319,14 @@ var specs = []*spec{
 	{path: "volume list", usage: "msb volume list [OPTIONS]", opts: []opt{{long: "format", val: "FORMAT"}, qOpt}},
 	{path: "volume inspect", usage: "msb volume inspect <NAME>", params: []param{{name: "NAME", required: true}}},
 	{path: "image inspect", usage: "msb image inspect [OPTIONS] <REFERENCE>", params: []param{{name: "REFERENCE", required: true}}, opts: []opt{{long: "format", val: "FORMAT"}}},
+	{path: "snapshot create", usage: "msb snapshot create [OPTIONS] --from <SANDBOX> <NAME>", params: []param{{name: "NAME", required: true}}, opts: []opt{
+		{long: "from", val: "SANDBOX"}, labelOpt, {long: "force", short: 'f'}, qOpt,
+	}},
+	{path: "snapshot list", usage: "msb snapshot list [OPTIONS]", opts: []opt{{long: "format", val: "FORMAT"}, qOpt}},
+	{path: "snapshot inspect", usage: "msb snapshot inspect [OPTIONS] <SNAPSHOT>", params: []param{{name: "SNAPSHOT", required: true}}},
+	{path: "snapshot remove", usage: "msb snapshot remove [OPTIONS] <SNAPSHOTS>...", params: []param{{name: "SNAPSHOTS", required: true, multi: true}}, opts: []opt{
+		{long: "force", short: 'f'}, qOpt,
+	}},
 	{path: "doctor", usage: "msb doctor [OPTIONS]", opts: []opt{{long: "fix"}, {long: "yes", short: 'y'}}},
 }
 
@@ -341,7 +350,7 @@ func resolveCommand(args []string) (*spec, []string, error) {
 		word = a
 	}
 	rest := args[1:]
-	if word == "volume" || word == "image" {
+	if word == "volume" || word == "image" || word == "snapshot" {
 		group := word
 		if len(rest) == 0 {
 			return nil, nil, &exitError{code: 2, msg: "error: 'msb " + group + "' requires a subcommand but one was not provided\n" + usageTail("msb "+group+" <COMMAND>")}

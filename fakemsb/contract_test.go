@@ -21,7 +21,7 @@ func tail(usage string) string {
 }
 
 const (
-	createUsage = "msb create [OPTIONS] <IMAGE>"
+	createUsage = "msb create [OPTIONS] [IMAGE]"
 	sizeReason  = "invalid size (expected e.g. 512M, 1G): invalid digit found in string"
 	durError    = "error: invalid digit found in string\n"
 )
@@ -71,7 +71,7 @@ func TestContract(t *testing.T) {
 	}
 	steps := []step{
 		// create: usage errors (exit 2).
-		{a("create"), "", "error: the following required arguments were not provided:\n  <IMAGE>\n" + tail(createUsage), 2},
+		{a("create"), "", "error: missing required sandbox field `image`; provide an image argument or set `image` in --conf\n", 1},
 		{a("create", "alpine", "--bogus"), "", "error: unexpected argument '--bogus' found\n\n  tip: to pass '--bogus' as a value, use '-- --bogus'\n" + tail(createUsage), 2},
 		{a("create", "alpine", "x"), "", "error: unexpected argument 'x' found\n" + tail(createUsage), 2},
 		{a("create", "alpine", "-n"), "", "error: a value is required for '--name <NAME>' but none was supplied\n" + tail(createUsage), 2},

@@ -38,6 +38,11 @@ func TestMatchesRealMSB(t *testing.T) {
 	f := newFx(t)
 	work := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(work, "in.txt"), []byte("capture\n"), 0o644))
+	// The --conf files of the fork cases, as capture-msb.sh writes them.
+	for file, snap := range map[string]string{"snap.json": "capsnap", "nosnap.json": "capnosnap"} {
+		conf := `{"image":{"snapshot":"` + snap + `"}}` + "\n"
+		require.NoError(t, os.WriteFile(filepath.Join(work, file), []byte(conf), 0o644))
+	}
 	// The capture loaded capture/tiny:1 and nothing else.
 	f.env = []string{"FAKEMSB_IMAGES=capture/tiny:1"}
 	list, err := os.ReadFile(filepath.Join(realDir, "cases"))

@@ -290,6 +290,14 @@ func (a *app) dispatch(s *spec, args []string) error {
 		return a.volumeList(p)
 	case "volume inspect":
 		return a.volumeInspect(p)
+	case "snapshot create":
+		return a.snapshotCreate(p)
+	case "snapshot list":
+		return a.snapshotList(p)
+	case "snapshot inspect":
+		return a.snapshotInspect(p)
+	case "snapshot remove":
+		return a.snapshotRemove(p)
 	case "doctor":
 		return a.doctor()
 	case "image inspect":

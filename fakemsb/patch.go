@@ -74,20 +74,32 @@ func checkCopyDst(dst string) error {
 
 func (a *app) patchDir(name string) string { return filepath.Join(a.home, "patches", name) }
 
-// savePatches writes sb's copies, root-only, into its patch directory.
+// rootFilePrefix names the patch files of a sandbox's RootFiles.
+const rootFilePrefix = "r"
+
+// savePatches writes sb's copies and root files, root-only, into its
+// patch directory.
 func (a *app) savePatches(sb *sandbox) error {
 	dir := a.patchDir(sb.Name)
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
-	if len(sb.CopyFiles) == 0 {
+	if err := a.saveFiles(dir, "", sb.CopyFiles); err != nil {
+		return err
+	}
+	return a.saveFiles(dir, rootFilePrefix, sb.RootFiles)
+}
+
+// saveFiles writes each file's bytes to dir/PREFIX<index> with its mode.
+func (a *app) saveFiles(dir, prefix string, files []copyFile) error {
+	if len(files) == 0 {
 		return nil
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	for i, f := range sb.CopyFiles {
-		p := filepath.Join(dir, strconv.Itoa(i))
+	for i, f := range files {
+		p := filepath.Join(dir, prefix+strconv.Itoa(i))
 		if err := os.WriteFile(p, f.data, 0o600); err != nil {
 			return err
 		}
@@ -108,6 +120,9 @@ func (a *app) patchArgs(sb *sandbox) []string {
 	var args []string
 	for i, f := range sb.CopyFiles {
 		args = append(args, "--ro-bind", filepath.Join(a.patchDir(sb.Name), strconv.Itoa(i)), f.Dst)
+	}
+	for i, f := range sb.RootFiles {
+		args = append(args, "--ro-bind", filepath.Join(a.patchDir(sb.Name), rootFilePrefix+strconv.Itoa(i)), f.Dst)
 	}
 	return args
 }

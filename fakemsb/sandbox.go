@@ -51,6 +51,10 @@ func (a *app) create(p *parsed) error {
 		}
 		sb.CopyFiles = append(sb.CopyFiles, *f)
 	}
+	snapName, err := confSource(p, sb)
+	if err != nil {
+		return err
+	}
 	name := p.str("name")
 	if p.has("name") {
 		if err := checkSandboxName(name); err != nil {
@@ -145,7 +149,11 @@ func (a *app) create(p *parsed) error {
 		}
 		sb.Labels[k] = v
 	}
-	if sb.Pull == "never" && !imageCached(sb.Image) {
+	if snapName != "" {
+		if err := a.bootFromSnapshot(sb, snapName); err != nil {
+			return err
+		}
+	} else if sb.Pull == "never" && !imageCached(sb.Image) {
 		return failf("image error: image not cached: %s", qualifiedRef(sb.Image))
 	}
 	generated := name == ""
@@ -155,7 +163,7 @@ func (a *app) create(p *parsed) error {
 		name = fmt.Sprintf("msb-%08x", binary.BigEndian.Uint32(b[:]))
 	}
 	sb.Name = name
-	err := a.withState(func(st *state) error {
+	err = a.withState(func(st *state) error {
 		if old, ok := st.Sandboxes[name]; ok {
 			if !p.has("replace") {
 				return failf("sandbox already exists: sandbox '%s' already exists; remove it, start the stopped sandbox, or recreate with .replace()", name)

@@ -17,16 +17,19 @@ import (
 
 // sandbox is one sandbox as kept in the state file.
 type sandbox struct {
-	Name         string            `json:"name"`
-	Image        string            `json:"image"`
-	Labels       map[string]string `json:"labels"`
-	Mounts       []namedMount      `json:"mounts"`
-	Tmpfs        []tmpfsMount      `json:"tmpfs"`
-	CopyFiles    []copyFile        `json:"copy_files,omitempty"`
-	CPUs         int               `json:"cpus"`
-	MemoryMiB    int               `json:"memory_mib"`
-	MaxCPUs      int               `json:"max_cpus,omitempty"`
-	MaxMemoryMiB int               `json:"max_memory_mib,omitempty"`
+	Name      string            `json:"name"`
+	Image     string            `json:"image"`
+	Labels    map[string]string `json:"labels"`
+	Mounts    []namedMount      `json:"mounts"`
+	Tmpfs     []tmpfsMount      `json:"tmpfs"`
+	CopyFiles []copyFile        `json:"copy_files,omitempty"`
+	// RootFiles are files a snapshot it booted from had in its root disk:
+	// in its guest like CopyFiles, but not part of its config.
+	RootFiles    []copyFile `json:"root_files,omitempty"`
+	CPUs         int        `json:"cpus"`
+	MemoryMiB    int        `json:"memory_mib"`
+	MaxCPUs      int        `json:"max_cpus,omitempty"`
+	MaxMemoryMiB int        `json:"max_memory_mib,omitempty"`
 	// Booted are the running guest's resources (nil when stopped): a
 	// modify applies live only within their maximums.
 	Booted            *resources    `json:"booted,omitempty"`
@@ -60,8 +63,9 @@ type volume struct {
 }
 
 type state struct {
-	Sandboxes map[string]*sandbox `json:"sandboxes"`
-	Volumes   map[string]*volume  `json:"volumes"`
+	Sandboxes map[string]*sandbox  `json:"sandboxes"`
+	Volumes   map[string]*volume   `json:"volumes"`
+	Snapshots map[string]*snapshot `json:"snapshots,omitempty"`
 	// FaultSpec and FaultCounts count invocations per subcommand since
 	// FAKEMSB_FAULTS last changed.
 	FaultSpec   string         `json:"fault_spec,omitempty"`

@@ -19,20 +19,21 @@ import (
 
 // Sentinel errors. Callers test them with errors.Is.
 var (
-	ErrInvalid         = errors.New("invalid msb argument")    // a ValidationError; nothing was started
-	ErrSandboxNotFound = errors.New("sandbox not found")       // error: sandbox not found: NAME
-	ErrVolumeNotFound  = errors.New("volume not found")        // error: volume not found: NAME
-	ErrAlreadyExists   = errors.New("already exists")          // sandbox or volume already exists
-	ErrVolumeAttached  = errors.New("volume attached")         // volume remove refused: attached to active sandbox
-	ErrExecTimedOut    = errors.New("exec timed out")          // exec --timeout fired in the guest
-	ErrCannotStart     = errors.New("command could not start") // exec 126/127 with "failed to exec"
-	ErrStartFailed     = errors.New("sandbox failed to start") // create/start: error: failed to start "NAME"
-	ErrImageNotCached  = errors.New("image not cached")        // image not cached (create --pull never) or not found (image inspect)
-	ErrNoMetrics       = errors.New("no metrics recorded")     // metrics of a sandbox that has not run since it was made or started
-	ErrRestartRequired = errors.New("change needs a restart")  // modify of a running sandbox beyond what it booted with
-	ErrOutputOverflow  = errors.New("msb output exceeds cap")  // the runner's cap was hit; process group killed
-	ErrHostTimeout     = errors.New("msb host deadline exceeded")
-	ErrAborted         = errors.New("msb call aborted")
+	ErrInvalid          = errors.New("invalid msb argument")    // a ValidationError; nothing was started
+	ErrSandboxNotFound  = errors.New("sandbox not found")       // error: sandbox not found: NAME
+	ErrVolumeNotFound   = errors.New("volume not found")        // error: volume not found: NAME
+	ErrSnapshotNotFound = errors.New("snapshot not found")      // error: snapshot not found: $MSB_HOME/snapshots/NAME
+	ErrAlreadyExists    = errors.New("already exists")          // sandbox or volume already exists
+	ErrVolumeAttached   = errors.New("volume attached")         // volume remove refused: attached to active sandbox
+	ErrExecTimedOut     = errors.New("exec timed out")          // exec --timeout fired in the guest
+	ErrCannotStart      = errors.New("command could not start") // exec 126/127 with "failed to exec"
+	ErrStartFailed      = errors.New("sandbox failed to start") // create/start: error: failed to start "NAME"
+	ErrImageNotCached   = errors.New("image not cached")        // image not cached (create --pull never) or not found (image inspect)
+	ErrNoMetrics        = errors.New("no metrics recorded")     // metrics of a sandbox that has not run since it was made or started
+	ErrRestartRequired  = errors.New("change needs a restart")  // modify of a running sandbox beyond what it booted with
+	ErrOutputOverflow   = errors.New("msb output exceeds cap")  // the runner's cap was hit; process group killed
+	ErrHostTimeout      = errors.New("msb host deadline exceeded")
+	ErrAborted          = errors.New("msb call aborted")
 )
 
 // ValidationError reports an argument refused before any process started.
@@ -126,7 +127,13 @@ type Tmpfs struct {
 
 // CreateOptions are the flags of `msb create IMAGE`.
 type CreateOptions struct {
-	Image  string
+	// Image is required unless Conf names the root filesystem.
+	Image string
+	// Conf is an msb sparse config file (--conf, an absolute host path);
+	// flags override what it says. WriteSnapshotConf writes one that boots
+	// the sandbox from a snapshot, as msb 0.6.18's create has no
+	// --from-snapshot flag.
+	Conf   string
 	Name   string
 	Mounts []NamedMount
 	Tmpfs  []Tmpfs
@@ -291,6 +298,24 @@ type Volume struct {
 	Kind      string
 	UsedBytes int64
 	CreatedAt time.Time
+}
+
+// Snapshot is one entry of `msb snapshot list --format json`. msb lists
+// no labels there; an unnamed snapshot (one made with a path) has Name "".
+type Snapshot struct {
+	Name      string
+	Digest    string
+	ImageRef  string
+	CreatedAt time.Time
+}
+
+// SnapshotCreateOptions are the flags of `msb snapshot create NAME --from
+// SANDBOX`; the sandbox must be stopped.
+type SnapshotCreateOptions struct {
+	Name   string
+	From   string
+	Labels []Label
+	Quiet  bool
 }
 
 // Client has one method per msb subcommand. Runner defaults to &CLI{}.

@@ -7,7 +7,7 @@ import (
 
 // Args validates o and returns
 //
-//	create IMAGE --name N [--mount-named V:G[:OPTS]]... [--copy-file SRC:DST]...
+//	create IMAGE|--conf FILE --name N [--mount-named V:G[:OPTS]]... [--copy-file SRC:DST]...
 //	  [--workdir W] [--no-net]
 //	  [--net-default-egress A] [--net-rule RULE]... [--secret ENV@HOSTS]...
 //	  [--on-secret-violation X] [--tmpfs P[:SIZE][:OPTS]]... [--cpus N] [--memory S] [--root-disk S]
@@ -17,8 +17,22 @@ import (
 // with unset fields omitted. The name is required: a generated one could not
 // be found again by label-less callers.
 func (o CreateOptions) Args() ([]string, error) {
-	if err := checkWord("image", o.Image); err != nil {
-		return nil, err
+	var source []string
+	switch {
+	case o.Conf != "":
+		if err := checkHostFile("conf", o.Conf); err != nil {
+			return nil, err
+		}
+		if o.Image != "" {
+			// msb would take the image and ignore the file's root filesystem.
+			return nil, invalid("image", o.Image, "must be empty with conf, which names the root filesystem")
+		}
+		source = []string{"--conf", o.Conf}
+	default:
+		if err := checkWord("image", o.Image); err != nil {
+			return nil, err
+		}
+		source = []string{o.Image}
 	}
 	if err := ValidateName("name", o.Name); err != nil {
 		return nil, err
@@ -29,7 +43,7 @@ func (o CreateOptions) Args() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"create", o.Image, "--name", o.Name}
+	args := append(append([]string{"create"}, source...), "--name", o.Name)
 	for _, m := range o.Mounts {
 		spec, err := m.spec()
 		if err != nil {

@@ -233,7 +233,9 @@ func classify(args []string, exitCode int, stderr []byte) (message string, kind 
 		kind = ErrSandboxNotFound
 	case named("volume not found: "):
 		kind = ErrVolumeNotFound
-	case named("sandbox already exists: "), named("volume already exists: "), existsQuoted(head, args):
+	case snapshotNamed(head, "snapshot not found: ", args):
+		kind = ErrSnapshotNotFound
+	case named("sandbox already exists: "), named("volume already exists: "), existsQuoted(head, args), snapshotNamed(head, "snapshot already exists: ", args):
 		kind = ErrAlreadyExists
 	case attachedVolume(head, args):
 		kind = ErrVolumeAttached
@@ -251,6 +253,17 @@ func classify(args []string, exitCode int, stderr []byte) (message string, kind 
 		kind = ErrRestartRequired
 	}
 	return message, kind
+}
+
+// snapshotNamed recognises msb's "PREFIX$MSB_HOME/snapshots/NAME" about a
+// snapshot named in args of a snapshot subcommand.
+func snapshotNamed(head, prefix string, args []string) bool {
+	path, ok := strings.CutPrefix(head, prefix)
+	if !ok || len(args) == 0 || args[0] != "snapshot" {
+		return false
+	}
+	name := path[strings.LastIndexByte(path, '/')+1:]
+	return mentions(args, name) || mentions(args, path)
 }
 
 // cutHint recognises msb's indented "  → text" lines under an error.

@@ -77,6 +77,10 @@ func TestRealMSBAcceptsEveryArgv(t *testing.T) {
 		t.Fatal(err)
 	}
 	labels := []Label{{Key: "oma", Value: "contract"}, {Key: "bare", Value: ""}}
+	conf, err := WriteSnapshotConf(t.TempDir(), "contract-snap")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(host, []byte("agent"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -145,6 +149,21 @@ func TestRealMSBAcceptsEveryArgv(t *testing.T) {
 		{must(VolumeRemoveArgs("contract-vol")), nil},
 		{must(VolumeRemoveArgs("contract-vol", "contract-vol2")), ErrVolumeNotFound},
 		{must(VolumeInspectArgs("contract-vol")), ErrVolumeNotFound},
+		{must(SnapshotCreateOptions{Name: "contract-snap", From: box, Labels: labels, Quiet: true}.Args()), ErrSandboxNotFound},
+		{SnapshotListArgs(), nil},
+		{must(SnapshotRemoveArgs("contract-snap", "contract-snap2")), ErrSnapshotNotFound},
+		// The snapshot a fork boots from, named in a --conf file, with
+		// every flag a session's create uses.
+		{must(CreateOptions{
+			Conf: conf, Name: box,
+			Mounts:  []NamedMount{{Volume: "contract-vol", Guest: "/workspace"}},
+			Tmpfs:   []Tmpfs{{Path: "/scratch", Size: "64M", Options: []string{"noexec", "nodev", "nosuid"}}},
+			Workdir: "/workspace", NoNet: true, CPUs: 2, Memory: "1G", RootDisk: "2G",
+			MaxDuration: "2h", IdleTimeout: "30m", Security: "restricted", Pull: "never", Quiet: true,
+			Labels:   labels,
+			NetRules: []NetRule{{Action: "allow", Direction: "ingress", Target: "any", Protocol: "tcp", Ports: "8080"}},
+			Ports:    []PortForward{{Host: 18080, Guest: 8080}},
+		}.Args()), errExit1}, // error: snapshot not found: .../contract-snap
 	}
 	cli := &CLI{Path: env.Bin, Env: env.Environ()}
 	for _, c := range cases {

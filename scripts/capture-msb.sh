@@ -155,7 +155,30 @@ capture modify-stopped fake modify capports --cpus 2 --memory 1G
 capture inspect-modified real inspect capports --format json
 capture modify-unchanged fake modify capports --cpus 2
 capture inspect-unchanged real inspect capports --format json
-capture remove-records real remove --force capbox capnonet capcopy capports
+# Fork: a snapshot of a Stopped sandbox, and a sandbox booted from it by
+# create through a --conf file (create has no --from-snapshot). msb refuses
+# --copy-file (a patch) with a snapshot, and leaves that name taken for
+# good (its directory stays; no listing shows it, remove cannot find it):
+# capghost is never used again. The sandbox booted from a snapshot has a
+# copy of its root disk: removing the snapshot leaves it whole.
+printf '{"image":{"snapshot":"capsnap"}}\n' >"$work/scratch/snap.json"
+printf '{"image":{"snapshot":"capnosnap"}}\n' >"$work/scratch/nosnap.json"
+capture snapshot-list-empty fake snapshot list --format json
+capture snapshot-create-missing fake snapshot create capsnap --from capmissing
+capture snapshot-create-invalid-name fake snapshot create bad/name --from capbox
+capture snapshot-create real snapshot create capsnap --from capbox --label oma=capture
+capture snapshot-create-exists fake snapshot create capsnap --from capbox --quiet
+capture snapshot-list real snapshot list --format json
+capture snapshot-inspect real snapshot inspect capsnap
+capture create-conf-missing-snapshot fake create --conf "$work/scratch/nosnap.json" --name capfork --pull never --quiet
+capture create-conf-copy-file fake create --conf "$work/scratch/snap.json" --name capghost --pull never --quiet --copy-file "$work/scratch/in.txt:/.oma-sandbox/agent"
+capture create-from-snapshot real create --conf "$work/scratch/snap.json" --name capfork --pull never --quiet --label oma=capture --mount-named capvol:/data
+capture inspect-from-snapshot real inspect capfork --format json
+capture snapshot-remove fake snapshot remove capsnap
+capture snapshot-remove-missing fake snapshot remove capsnap
+capture snapshot-remove-missing-quiet fake snapshot remove -q capsnap
+capture snapshot-list-after-remove fake snapshot list --format json
+capture remove-records real remove --force capbox capnonet capcopy capports capfork
 capture list-after-remove fake list --format json
 capture volume-remove-last fake volume remove capvol
 capture volume-list-after-remove fake volume list --format json
