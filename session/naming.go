@@ -27,8 +27,9 @@ const (
 
 	DefaultPrefix = "oma"
 
-	sandboxSuffix = "-sandbox"
-	volumeSuffix  = "-workspace"
+	sandboxSuffix  = "-sandbox"
+	volumeSuffix   = "-workspace"
+	snapshotSuffix = "-snapshot"
 )
 
 // Part bounds keep every name within msb's 128 bytes whatever the ids are:
@@ -189,6 +190,21 @@ func VolumeStem(prefix, volume string) (string, bool) {
 // prefix, and false for any other sandbox.
 func SandboxStem(prefix, sandbox string) (string, bool) {
 	stem, ok := strings.CutSuffix(sandbox, sandboxSuffix)
+	if !ok || !isStem(prefix, stem) {
+		return "", false
+	}
+	return stem, true
+}
+
+// SnapshotName is the name of a root-disk snapshot a fork boots from, for
+// a stem of its own from NewNames: the snapshot lives only while the fork
+// is created, so nothing pairs it with a sandbox.
+func SnapshotName(stem string) string { return stem + snapshotSuffix }
+
+// SnapshotStem reports the stem of a snapshot name of ours with the given
+// prefix, and false for any other snapshot.
+func SnapshotStem(prefix, snapshot string) (string, bool) {
+	stem, ok := strings.CutSuffix(snapshot, snapshotSuffix)
 	if !ok || !isStem(prefix, stem) {
 		return "", false
 	}

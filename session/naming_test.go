@@ -33,7 +33,7 @@ func TestNamesAlwaysValid(t *testing.T) {
 		// Any time from 1972 (8 base-36 digits) to 36^9 ms after 1970.
 		ms := int64(78364164096) + r.Int64N(101559956668416-78364164096)
 		n := session.NewNames(prefix, randomID(), randomID(), time.UnixMilli(ms), r.Uint64())
-		for _, name := range []string{n.Sandbox, n.Volume} {
+		for _, name := range []string{n.Sandbox, n.Volume, session.SnapshotName(n.Stem)} {
 			require.LessOrEqual(t, len(name), 128, name)
 			require.Regexp(t, msbName, name)
 			require.NoError(t, msb.ValidateName("name", name))
@@ -47,6 +47,9 @@ func TestNamesAlwaysValid(t *testing.T) {
 		stem, ok = session.VolumeStem(prefix, n.Volume)
 		require.True(t, ok, n.Volume)
 		require.Equal(t, n, session.NamesFromStem(stem))
+		stem, ok = session.SnapshotStem(prefix, session.SnapshotName(n.Stem))
+		require.True(t, ok)
+		require.Equal(t, n.Stem, stem)
 		when, ok := session.StemTime(prefix, stem)
 		require.True(t, ok)
 		require.Equal(t, ms, when.UnixMilli())
@@ -88,6 +91,13 @@ func TestForeignNamesAreNotOurs(t *testing.T) {
 		"oma-ws-s-mx37udc0-000016-sandbox",
 	} {
 		_, ok := session.VolumeStem("oma", name)
+		assert.False(t, ok, name)
+	}
+	for _, name := range []string{
+		"oma-ws-s-mx37udc0-000016-sandbox", "oma-ws-s-mx37udc0-000016-workspace",
+		"oma-ws-s-mx37udc0-000016-snapshot-1", "before-pip-snapshot", "oma-ws-mx37udc0-000016-snapshot",
+	} {
+		_, ok := session.SnapshotStem("oma", name)
 		assert.False(t, ok, name)
 	}
 	for _, name := range []string{

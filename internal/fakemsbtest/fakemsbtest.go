@@ -233,7 +233,8 @@ type stateFile struct {
 			InitPID int `json:"init_pid"`
 		} `json:"holder"`
 	} `json:"sandboxes"`
-	Volumes map[string]json.RawMessage `json:"volumes"`
+	Volumes   map[string]json.RawMessage `json:"volumes"`
+	Snapshots map[string]json.RawMessage `json:"snapshots"`
 }
 
 func (e *Env) state(t testing.TB) stateFile {
@@ -262,6 +263,12 @@ func (e *Env) Sandboxes(t testing.TB) []string {
 func (e *Env) Volumes(t testing.TB) []string {
 	t.Helper()
 	return sortedKeys(e.state(t).Volumes)
+}
+
+// Snapshots returns the names of the snapshots in the state, sorted.
+func (e *Env) Snapshots(t testing.TB) []string {
+	t.Helper()
+	return sortedKeys(e.state(t).Snapshots)
 }
 
 func sortedKeys[V any](m map[string]V) []string {

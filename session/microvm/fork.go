@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -12,21 +13,34 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
-// Fork makes a new session whose workspace is a copy of this one's at this
-// moment. The source is paused (msb stop) so that nothing writes its
-// workspace volume while it is copied, host-side, into the fork's volume;
-// it is resumed afterwards only if it was running. The copy never follows
-// a guest's symlink (see safefs.CopyTree); devices, FIFOs and sockets are
-// skipped. Only dir volumes, which are host directories, can be copied:
-// any other kind is refused.
+// Fork makes a new session whose root disk and workspace are copies of
+// this one's at this moment. The source is paused (msb stop), since msb
+// snapshots only a stopped sandbox and nothing may write the workspace
+// volume while it is copied; it is resumed afterwards only if it was
+// running.
 //
-// The fork boots from the same image (o.Image, else the source's), not
-// from a snapshot of the source's root disk: msb 0.6.18 snapshots a
-// stopped sandbox but its `create` takes no --from-snapshot, and the root
-// disk holds nothing of the agent's persistent state, which lives in the
-// workspace. o names the fork: SessionID is required; the workspace id,
-// CPUs and memory default to the source's, the rest to Create's defaults
-// (the network policy too: the zero value denies all). The fork carries
+// The root disk: `msb snapshot create` of the source, under a name of our
+// grammar (session.SnapshotName, labelled with the owner labels and
+// LabelParent), then `msb create --conf` with a file naming that snapshot
+// (0.6.18's create takes no --from-snapshot; `run -d --from-snapshot`
+// would stop the fork as soon as the image's command ended). msb gives the
+// fork a private copy of the snapshot's disk, so the snapshot is removed
+// as soon as the fork's create returned, whatever it returned; the reaper
+// removes one a crash left. The snapshot pins the source's image: an
+// o.Image naming another is refused. msb refuses --copy-file with a
+// snapshot, so the fork gets no guest agent of its own and makes one msb
+// exec per call; the source's copy of the agent is in the disk it
+// inherits, untrusted like the rest of it.
+//
+// The workspace: copied host-side from the source's volume into the
+// fork's new one, never following a guest's symlink (see
+// safefs.CopyTree); devices, FIFOs and sockets are skipped. Only dir
+// volumes, which are host directories, can be copied: any other kind is
+// refused.
+//
+// o names the fork: SessionID is required; the workspace id, CPUs and
+// memory default to the source's, the rest to Create's defaults (the
+// network policy too: the zero value denies all). The fork carries
 // LabelParent naming this sandbox; the two share nothing afterwards.
 func (s *Session) Fork(ctx context.Context, o Options) (*Session, error) {
 	if err := s.usable(); err != nil {
@@ -43,6 +57,9 @@ func (s *Session) Fork(ctx context.Context, o Options) (*Session, error) {
 	if err != nil {
 		_, mapped := shellResult(nil, err)
 		return nil, fmt.Errorf("fork %s: %w", s.names.Sandbox, mapped)
+	}
+	if o.Image != "" && o.Image != info.Image {
+		return nil, fmt.Errorf("%w: fork %s: image %q: a fork boots from a snapshot of its source, whose image is %q", session.ErrInvalid, s.names.Sandbox, o.Image, info.Image)
 	}
 	wasRunning := !stoppedStatus(info.Status)
 	if wasRunning {
@@ -66,9 +83,9 @@ func (s *Session) Fork(ctx context.Context, o Options) (*Session, error) {
 	return fork, err
 }
 
-// forkStopped creates the fork and copies the stopped source's workspace
-// volume into the fork's.
-func (s *Session) forkStopped(ctx context.Context, o Options, info *msb.SandboxInfo) (*Session, error) {
+// forkStopped snapshots the stopped source's root disk, creates the fork
+// from it and copies the source's workspace volume into the fork's.
+func (s *Session) forkStopped(ctx context.Context, o Options, info *msb.SandboxInfo) (fork *Session, err error) {
 	srcDir, err := s.volumeDir(ctx, s.names.Volume)
 	if err != nil {
 		return nil, fmt.Errorf("fork %s: %w", s.names.Sandbox, err)
@@ -82,9 +99,6 @@ func (s *Session) forkStopped(ctx context.Context, o Options, info *msb.SandboxI
 	if o.WorkspaceID == "" {
 		o.WorkspaceID = info.Labels[session.LabelWorkspaceID]
 	}
-	if o.Image == "" {
-		o.Image = info.Image
-	}
 	if o.CPUs == 0 {
 		o.CPUs = info.CPUs
 	}
@@ -92,7 +106,29 @@ func (s *Session) forkStopped(ctx context.Context, o Options, info *msb.SandboxI
 		o.Memory = fmt.Sprintf("%dM", info.MemoryMiB)
 	}
 	o.parent = s.names.Sandbox
-	fork, err := Create(ctx, o)
+	o.setDefaults()
+	snapshot, err := s.snapshotRootDisk(ctx, o)
+	if err != nil {
+		return nil, fmt.Errorf("fork %s: %w", s.names.Sandbox, err)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), inspectTimeout)
+		defer cancel()
+		if rerr := s.client.SnapshotRemove(rctx, snapshot); rerr != nil {
+			// The fork has its own copy of the disk: it is whole either
+			// way, and the reaper removes the snapshot later.
+			s.logger.Warn("fork snapshot not removed; left to the reaper", "snapshot", snapshot, "err", rerr)
+		}
+	}()
+	dir, err := os.MkdirTemp("", "oma-fork-")
+	if err != nil {
+		return nil, fmt.Errorf("fork %s: %w", s.names.Sandbox, err)
+	}
+	defer os.RemoveAll(dir)
+	if o.conf, err = msb.WriteSnapshotConf(dir, snapshot); err != nil {
+		return nil, fmt.Errorf("fork %s: %w", s.names.Sandbox, err)
+	}
+	fork, err = Create(ctx, o)
 	if err != nil {
 		return nil, fmt.Errorf("fork %s: %w", s.names.Sandbox, err)
 	}
@@ -108,6 +144,25 @@ func (s *Session) forkStopped(ctx context.Context, o Options, info *msb.SandboxI
 		s.logger.Info("fork skipped special files", "fork", fork.names.Sandbox, "paths", skipped)
 	}
 	return fork, nil
+}
+
+// snapshotRootDisk snapshots the stopped source under a name of our
+// grammar and returns that name. o has its defaults set.
+func (s *Session) snapshotRootDisk(ctx context.Context, o Options) (string, error) {
+	name := session.SnapshotName(session.NewNames(o.Prefix, o.WorkspaceID, o.SessionID, o.Now(), o.Random()).Stem)
+	labels := append(session.OwnerLabels(),
+		msb.Label{Key: session.LabelSessionID, Value: o.SessionID},
+		msb.Label{Key: session.LabelParent, Value: s.names.Sandbox},
+	)
+	// msb copies the whole root disk: as slow as a create.
+	sctx, cancel := context.WithTimeout(ctx, o.StartupTimeout)
+	defer cancel()
+	err := s.client.SnapshotCreate(sctx, msb.SnapshotCreateOptions{Name: name, From: s.names.Sandbox, Labels: labels, Quiet: true})
+	if err != nil {
+		_, mapped := shellResult(nil, err)
+		return "", fmt.Errorf("snapshot the root disk: %w", mapped)
+	}
+	return name, nil
 }
 
 // volumeDir is the host directory of a dir volume, from msb volume

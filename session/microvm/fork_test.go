@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -58,8 +59,24 @@ func TestForkDiverges(t *testing.T) {
 	fork, err := src.Fork(ctx, o)
 	require.NoError(t, err)
 	cmds := commands(t, env)
-	require.Equal(t, []string{"inspect", "stop", "volume"}, cmds[:3], "inspect, stop, then the source's volume")
+	require.Equal(t, []string{"inspect", "stop", "volume", "snapshot", "create"}, cmds[:5],
+		"inspect, stop, the source's volume, its root disk snapshotted, the fork created")
 	assert.Equal(t, "start", cmds[len(cmds)-1], "the running source is started again")
+	snap := argvs(t, env)[3]
+	require.Equal(t, []string{"snapshot", "create"}, snap[:2])
+	stem, ok := session.SnapshotStem("", snap[2])
+	assert.True(t, ok, "the snapshot's name %q is of our grammar", snap[2])
+	assert.Equal(t, src.Names().Sandbox, snap[4], "--from the source")
+	assert.Contains(t, snap, session.LabelParent+"="+src.Names().Sandbox)
+	create := argvs(t, env)[4]
+	assert.Equal(t, "--conf", create[1], "the fork boots from the snapshot, named in a conf file: %q", create)
+	removed := slices.IndexFunc(argvs(t, env), func(a []string) bool {
+		return slices.Equal(a, []string{"snapshot", "remove", session.SnapshotName(stem)})
+	})
+	assert.Greater(t, removed, 4, "the snapshot is removed once the fork is made")
+	assert.Empty(t, env.Snapshots(t), "no snapshot is kept")
+	_, err = os.Stat(create[2])
+	assert.ErrorIs(t, err, os.ErrNotExist, "the conf file is removed")
 	assert.Equal(t, "Running", sandboxStatus(t, env, src.Names().Sandbox))
 	assert.NotEqual(t, src.Names(), fork.Names())
 
@@ -87,9 +104,77 @@ func TestForkDiverges(t *testing.T) {
 	vols, err := msb.NewClient(&msb.CLI{Path: env.Bin}).VolumeList(ctx)
 	require.NoError(t, err)
 	assert.Empty(t, vols, "volumes left")
+	snaps, err := msb.NewClient(&msb.CLI{Path: env.Bin}).SnapshotList(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, snaps, "snapshots left")
 	data, err := os.ReadFile(secret)
 	require.NoError(t, err)
 	assert.Equal(t, "host secret", string(data))
+}
+
+// The fork boots from a snapshot of the source's root disk: a file msb
+// placed there (the source's --copy-file) is in the fork, which was not
+// created with it, and stays after the source and the snapshot are gone.
+// The snapshot pins the image: a fork that names another is refused
+// before anything is touched.
+func TestForkCarriesTheRootDisk(t *testing.T) {
+	ctx := context.Background()
+	env := fakemsbtest.New(t)
+	client := msb.NewClient(&msb.CLI{Path: env.Bin})
+	marker := filepath.Join(t.TempDir(), "marker")
+	require.NoError(t, os.WriteFile(marker, []byte("root disk"), 0o644))
+	names := session.NewNames("", "ws", "rootdisk", fixedNow, 7)
+	require.NoError(t, client.Create(ctx, msb.CreateOptions{Image: "debian", Name: names.Sandbox, Quiet: true,
+		Mounts:    []msb.NamedMount{{Volume: names.Volume, Guest: "/workspace"}},
+		CopyFiles: []msb.CopyFile{{Src: marker, Dst: "/.oma-sandbox/marker"}}}))
+	src, err := microvm.Attach(client, "", names.Sandbox)
+	require.NoError(t, err)
+
+	env.ResetLog(t)
+	o := options(env)
+	o.SessionID = "fork"
+	o.Image = "alpine"
+	_, err = src.Fork(ctx, o)
+	require.ErrorIs(t, err, session.ErrInvalid)
+	assert.ErrorContains(t, err, `a fork boots from a snapshot of its source, whose image is "debian"`)
+	assert.Equal(t, []string{"inspect"}, commands(t, env), "nothing but the inspect")
+
+	o.Image = ""
+	fork, err := src.Fork(ctx, o)
+	require.NoError(t, err)
+	info, err := client.Inspect(ctx, fork.Names().Sandbox)
+	require.NoError(t, err)
+	assert.Empty(t, info.CopyFiles, "the fork's own create placed nothing")
+	assert.Equal(t, "debian", info.Image)
+	require.NoError(t, src.Close(ctx))
+	assert.Empty(t, env.Snapshots(t))
+	res, err := fork.Shell(ctx, session.Command{Script: `cat /.oma-sandbox/marker`}, session.ShellOptions{User: "0"})
+	require.NoError(t, err)
+	assert.Equal(t, "root disk", string(res.Stdout), string(res.Stderr))
+	require.NoError(t, fork.Close(ctx))
+}
+
+// A fork whose create fails leaves nothing: no fork, no volume, no
+// snapshot; the source runs again as it was.
+func TestFailedForkLeavesNothing(t *testing.T) {
+	ctx := context.Background()
+	env := fakemsbtest.New(t)
+	src, err := microvm.Create(ctx, options(env))
+	require.NoError(t, err)
+	defer src.Close(ctx)
+	shellOut(t, src, `echo kept >note.txt`)
+	env.SetKnob("FAKEMSB_FAULTS", "create=exit:1:error: failed to start \"x\"")
+	o := options(env)
+	o.SessionID = "fork"
+	fork, err := src.Fork(ctx, o)
+	require.Error(t, err)
+	assert.Nil(t, fork)
+	env.SetKnob("FAKEMSB_FAULTS", "")
+	assert.Equal(t, []string{src.Name()}, env.Sandboxes(t))
+	assert.Equal(t, []string{src.Names().Volume}, env.Volumes(t))
+	assert.Empty(t, env.Snapshots(t))
+	assert.Equal(t, "Running", sandboxStatus(t, env, src.Name()))
+	assert.Equal(t, "kept\n", shellOut(t, src, `cat note.txt`))
 }
 
 // A paused source stays paused after the fork; the fork runs.

@@ -84,6 +84,9 @@ type Options struct {
 
 	// parent is the sandbox a fork is made from (its LabelParent).
 	parent string
+	// conf is an msb --conf file naming the root filesystem in place of
+	// Image: the snapshot a fork boots from.
+	conf string
 }
 
 func (o *Options) setDefaults() {
@@ -186,6 +189,9 @@ func createOptions(o Options, names session.Names) (msb.CreateOptions, error) {
 	if o.parent != "" {
 		c.Labels = append(c.Labels, msb.Label{Key: session.LabelParent, Value: o.parent})
 	}
+	if o.conf != "" {
+		c.Image, c.Conf = "", o.conf
+	}
 	if err := applyNetwork(o.Network, &c); err != nil {
 		return c, err
 	}
@@ -257,7 +263,8 @@ func Create(ctx context.Context, o Options) (*Session, error) {
 // named AgentFile that cannot be read is an error.
 func (s *Session) placeAgent(o Options, c *msb.CreateOptions) error {
 	s.ch.mode = channelOff
-	if o.NoAgent {
+	// msb refuses --copy-file with a snapshot (a --conf root filesystem).
+	if o.NoAgent || o.conf != "" {
 		return nil
 	}
 	bin, err := agentBinary(o)
