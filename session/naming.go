@@ -21,6 +21,11 @@ const (
 	LabelCreatedAt   = "open-managed-agents.created-at"
 	// LabelParent names the sandbox a fork was made from.
 	LabelParent = "open-managed-agents.parent"
+	// LabelAgent is AgentInherited on a fork whose root disk, a snapshot
+	// of its source's, holds the guest agent its source's create placed.
+	LabelAgent = "open-managed-agents.agent"
+
+	AgentInherited = "inherited"
 
 	SandboxLabelValue = "microsandbox-local"
 	OwnerLabelValue   = "open-managed-agents"

@@ -106,7 +106,7 @@ func (s *Session) openChannel(ctx context.Context) (*agentchan.Conn, *msb.Proces
 	case info.Status != "Running":
 		// A long-lived exec would keep a stopped sandbox running.
 		return nil, nil, fmt.Errorf("sandbox is %s", info.Status)
-	case !slices.Contains(info.CopyFiles, agentGuestPath):
+	case !slices.Contains(info.CopyFiles, agentGuestPath) && info.Labels[session.LabelAgent] != session.AgentInherited:
 		return nil, nil, fmt.Errorf("sandbox was created without the guest agent")
 	}
 	if s.ch.quietFor == 0 && info.IdleTimeout > 0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/oma-sandbox/oma-sandbox/internal/safefs"
@@ -28,9 +29,10 @@ import (
 // as soon as the fork's create returned, whatever it returned; the reaper
 // removes one a crash left. The snapshot pins the source's image: an
 // o.Image naming another is refused. msb refuses --copy-file with a
-// snapshot, so the fork gets no guest agent of its own and makes one msb
-// exec per call; the source's copy of the agent is in the disk it
-// inherits, untrusted like the rest of it.
+// snapshot, so the fork gets no agent of its own: when the source had one,
+// the fork runs the copy its disk inherited (labelled LabelAgent, so the
+// channel opens for it), as much the guest's as the disk's bash; else one
+// msb exec per call.
 //
 // The workspace: copied host-side from the source's volume into the
 // fork's new one, never following a guest's symlink (see
@@ -106,6 +108,9 @@ func (s *Session) forkStopped(ctx context.Context, o Options, info *msb.SandboxI
 		o.Memory = fmt.Sprintf("%dM", info.MemoryMiB)
 	}
 	o.parent = s.names.Sandbox
+	// The agent the source's create placed, or the one its own root disk
+	// inherited, is in the disk the fork gets.
+	o.agentInherited = !o.NoAgent && (slices.Contains(info.CopyFiles, agentGuestPath) || info.Labels[session.LabelAgent] == session.AgentInherited)
 	o.setDefaults()
 	snapshot, err := s.snapshotRootDisk(ctx, o)
 	if err != nil {

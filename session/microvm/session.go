@@ -85,8 +85,10 @@ type Options struct {
 	// parent is the sandbox a fork is made from (its LabelParent).
 	parent string
 	// conf is an msb --conf file naming the root filesystem in place of
-	// Image: the snapshot a fork boots from.
-	conf string
+	// Image: the snapshot a fork boots from. agentInherited says that
+	// snapshot holds the guest agent.
+	conf           string
+	agentInherited bool
 }
 
 func (o *Options) setDefaults() {
@@ -192,6 +194,9 @@ func createOptions(o Options, names session.Names) (msb.CreateOptions, error) {
 	if o.conf != "" {
 		c.Image, c.Conf = "", o.conf
 	}
+	if o.agentInherited {
+		c.Labels = append(c.Labels, msb.Label{Key: session.LabelAgent, Value: session.AgentInherited})
+	}
 	if err := applyNetwork(o.Network, &c); err != nil {
 		return c, err
 	}
@@ -263,8 +268,15 @@ func Create(ctx context.Context, o Options) (*Session, error) {
 // named AgentFile that cannot be read is an error.
 func (s *Session) placeAgent(o Options, c *msb.CreateOptions) error {
 	s.ch.mode = channelOff
-	// msb refuses --copy-file with a snapshot (a --conf root filesystem).
-	if o.NoAgent || o.conf != "" {
+	if o.NoAgent {
+		return nil
+	}
+	// msb refuses --copy-file with a snapshot (a --conf root filesystem):
+	// a fork has the agent its root disk inherited, or none.
+	if o.conf != "" {
+		if o.agentInherited {
+			s.armChannel(o)
+		}
 		return nil
 	}
 	bin, err := agentBinary(o)
@@ -281,13 +293,18 @@ func (s *Session) placeAgent(o Options, c *msb.CreateOptions) error {
 		return nil
 	}
 	c.CopyFiles = append(c.CopyFiles, msb.CopyFile{Src: path, Dst: agentGuestPath})
+	s.armChannel(o)
+	return nil
+}
+
+// armChannel opens the channel on the first call.
+func (s *Session) armChannel(o Options) {
 	s.ch.mode = channelClosed
 	if o.IdleTimeout != "" {
 		if d, err := msb.ParseDuration(o.IdleTimeout); err == nil {
 			s.ch.quietFor = d / 2
 		}
 	}
-	return nil
 }
 
 // DisableAgentChannel makes every later call use its own msb exec, and
