@@ -19,6 +19,7 @@ type fakeRunner struct {
 	mu        sync.Mutex
 	sandboxes map[string]fakeSandbox
 	volumes   map[string]string // name -> created_at as msb prints it
+	snapshots map[string]string // name -> created_at as msb prints it
 	calls     [][]string
 	inFlight  int
 	peak      int
@@ -49,6 +50,7 @@ func newFakeRunner() *fakeRunner {
 	return &fakeRunner{
 		sandboxes: map[string]fakeSandbox{},
 		volumes:   map[string]string{},
+		snapshots: map[string]string{},
 		fail:      map[string]string{},
 		gone:      map[string]bool{},
 	}
@@ -84,6 +86,16 @@ func (f *fakeRunner) setActivity(name, status string, updated time.Time) {
 
 func (f *fakeRunner) addVolume(name string, created time.Time) { f.volumes[name] = rfc3339(created) }
 
+func (f *fakeRunner) addSnapshot(name string, created time.Time) {
+	f.snapshots[name] = rfc3339(created)
+}
+
+func (f *fakeRunner) snapshotNames() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return sortedKeys(f.snapshots)
+}
+
 func (f *fakeRunner) log() [][]string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -116,8 +128,8 @@ func sortedKeys[V any](m map[string]V) []string {
 func parseArgv(argv []string) (cmd string, labels map[string]string, names []string) {
 	labels = map[string]string{}
 	rest := argv
-	if len(rest) > 0 && rest[0] == "volume" {
-		cmd, rest = "volume ", rest[1:]
+	if len(rest) > 0 && (rest[0] == "volume" || rest[0] == "snapshot") {
+		cmd, rest = rest[0]+" ", rest[1:]
 	}
 	if len(rest) > 0 {
 		cmd, rest = cmd+rest[0], rest[1:]
@@ -221,6 +233,38 @@ func (f *fakeRunner) Run(ctx context.Context, c msb.Call) (*msb.Result, error) {
 			out = append(out, entry{Name: name, Kind: "dir", CreatedAt: f.volumes[name]})
 		}
 		return f.json(argv, out)
+	case "snapshot list":
+		if msg, failed := f.fail["snapshot list"]; failed {
+			return f.exit(argv, "error: "+msg)
+		}
+		type entry struct {
+			Name      *string `json:"name"`
+			Digest    string  `json:"digest"`
+			ImageRef  string  `json:"image_ref"`
+			CreatedAt string  `json:"created_at"`
+		}
+		out := []entry{}
+		for _, name := range sortedKeys(f.snapshots) {
+			n := &name
+			if name == "" {
+				n = nil // made with a path
+			}
+			out = append(out, entry{Name: n, Digest: "sha256:00", ImageRef: "alpine", CreatedAt: f.snapshots[name]})
+		}
+		return f.json(argv, out)
+	case "snapshot remove":
+		if len(names) != 1 {
+			return nil, fmt.Errorf("fake msb: want one name per removal, got %q", argv)
+		}
+		name := names[0]
+		if msg, ok := f.fail[name]; ok {
+			return f.exit(argv, "error: "+msg)
+		}
+		if _, ok := f.snapshots[name]; !ok || f.gone[name] {
+			return f.exit(argv, "error: snapshot not found: /home/u/.microsandbox/snapshots/"+name)
+		}
+		delete(f.snapshots, name)
+		return &msb.Result{Args: argv}, nil
 	case "remove", "volume remove":
 		if len(names) != 1 {
 			return nil, fmt.Errorf("fake msb: want one name per removal, got %q", argv)
@@ -278,6 +322,8 @@ func (f *fakeRunner) exit(argv []string, line string) (*msb.Result, error) {
 		kind = msb.ErrSandboxNotFound
 	case strings.HasPrefix(msg, "volume not found: "):
 		kind = msb.ErrVolumeNotFound
+	case strings.HasPrefix(msg, "snapshot not found: "):
+		kind = msb.ErrSnapshotNotFound
 	case strings.Contains(msg, "is attached to active sandbox"):
 		kind = msb.ErrVolumeAttached
 	}

@@ -49,6 +49,17 @@ func TestReapFakemsb(t *testing.T) {
 	for i := range 3 {
 		gone = append(gone, newSession(i, past))
 	}
+	// A fork that crashed left its root-disk snapshot; a snapshot the user
+	// made stays, however old.
+	if err := client.Stop(ctx, msb.StopOptions{Names: []string{gone[0].Sandbox}}); err != nil {
+		t.Fatal(err)
+	}
+	staleSnapshot := session.SnapshotName(session.NewNames(session.DefaultPrefix, "ws-1", "fork", past, 8).Stem)
+	for _, snap := range []string{staleSnapshot, "before-pip-install"} {
+		if err := client.SnapshotCreate(ctx, msb.SnapshotCreateOptions{Name: snap, From: gone[0].Sandbox, Quiet: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	orphan := session.NewNames(session.DefaultPrefix, "ws-1", "sess-9", past, 9).Volume
 	if err := client.VolumeCreate(ctx, msb.VolumeCreateOptions{Name: orphan}); err != nil {
 		t.Fatal(err)
@@ -72,6 +83,8 @@ func TestReapFakemsb(t *testing.T) {
 	wantVolumes := []string{foreign.Volume, kept[0].Volume, kept[1].Volume}
 	equal(t, "sandboxes left", env.Sandboxes(t), wantSandboxes)
 	equal(t, "volumes left", env.Volumes(t), wantVolumes)
+	equal(t, "snapshots left", env.Snapshots(t), []string{"before-pip-install"})
+	equal(t, "removed snapshots", r.RemovedSnapshots, []string{staleSnapshot})
 	var removedSandboxes, removedVolumes []string
 	for _, n := range gone {
 		removedSandboxes = append(removedSandboxes, n.Sandbox)
@@ -87,8 +100,9 @@ func TestReapFakemsb(t *testing.T) {
 		}
 		calls = append(calls, inv.Argv)
 	}
-	want := map[string]int{"list": 1, "volume list": 1, "remove": 3, "volume remove": 4}
-	if got := count(calls); !maps.Equal(got, want) || len(calls) != 9 {
+	// The stopped one (a fork's source) is inspected for its last activity.
+	want := map[string]int{"list": 1, "volume list": 1, "snapshot list": 1, "inspect": 1, "remove": 3, "volume remove": 4, "snapshot remove": 1}
+	if got := count(calls); !maps.Equal(got, want) || len(calls) != 12 {
 		t.Errorf("invocations %v, want %v:\n%q", got, want, calls)
 	}
 	for _, argv := range calls {

@@ -1,5 +1,6 @@
-// Package reaper removes stale sandboxes of ours, and their workspace
-// volumes, using nothing but msb's own listings.
+// Package reaper removes stale sandboxes of ours, their workspace volumes
+// and the root-disk snapshots forks left, using nothing but msb's own
+// listings.
 //
 // What counts as ours: a sandbox listed by `msb list` under the owner labels
 // (session.OwnerLabels, ANDed with Options.Labels) whose name is a sandbox
@@ -8,7 +9,11 @@
 // a volume without a listed sandbox whose name is exactly a workspace
 // volume name of Options.Prefix (session.VolumeStem) and whose created_at
 // is within an hour of the time that name encodes. Volumes carry no labels,
-// so this is all that tells ours apart. Nothing else is touched, whatever
+// so this is all that tells ours apart. Likewise a snapshot (`msb snapshot
+// list` shows no labels) whose name is exactly a fork's snapshot name of
+// Options.Prefix (session.SnapshotStem) made within an hour of its name's
+// time: a fork removes its snapshot once the fork is created, so one that
+// is still listed was left by a fork that crashed. Nothing else is touched, whatever
 // its age, and listing entries that are not ours are never validated, so an
 // odd one cannot stop a sweep. A sandbox and its volume share one stem, so
 // they are paired by name alone.
@@ -22,18 +27,22 @@
 // nothing, so nothing happened in it since. A volume whose paired
 // sandbox is listed and kept stays, and so does the volume of a sandbox whose
 // removal failed (msb would refuse it while the sandbox lives). A stale volume
-// with no listed sandbox is an orphan and goes. When Options.Labels narrow the
-// listing, sandboxes outside it cannot be seen, so orphans are left alone
-// then: the sweep covers the listed sandboxes and their volumes only.
+// with no listed sandbox is an orphan and goes, and so does a snapshot of
+// ours at least Options.OlderThan old. When Options.Labels narrow the
+// listing, sandboxes outside it cannot be seen, so orphans and snapshots
+// are left alone then: the sweep covers the listed sandboxes and their
+// volumes only.
 //
 // Order: each stale sandbox is removed before its volume; pairs and orphans
 // run concurrently, at most Options.Concurrency msb calls at once. One failed
 // removal does not stop the others. A resource that is already gone at
 // removal time is reported as skipped, not as an error.
 //
-// Invocation budget: one sweep is two listings (`list --format json` with
-// the label filter and `volume list --format json`, run concurrently; their
-// created_at fields give every age), one `inspect` per stopped sandbox of
+// Invocation budget: one sweep is three listings (`list --format json` with
+// the label filter, `volume list --format json` and `snapshot list --format
+// json`, run concurrently; their created_at fields give every age; a failed
+// snapshot listing, as on a backend without snapshots, is an error in the
+// report and the rest of the sweep goes on), one `inspect` per stopped sandbox of
 // ours that is stale by its creation (its last activity may be recent),
 // and one msb call per removal. A dry run makes the listings and the
 // inspections only. A sandbox whose inspection fails is kept, with an
@@ -64,8 +73,9 @@ const DefaultConcurrency = 8
 
 // Kinds of resource in a Report.
 const (
-	KindSandbox = "sandbox"
-	KindVolume  = "volume"
+	KindSandbox  = "sandbox"
+	KindVolume   = "volume"
+	KindSnapshot = "snapshot"
 )
 
 // Options configure a sweep.
@@ -89,7 +99,7 @@ type Options struct {
 // Skipped is a resource of ours that a sweep left in place, and why.
 type Skipped struct {
 	Name   string `json:"name"`
-	Kind   string `json:"kind"` // KindSandbox or KindVolume
+	Kind   string `json:"kind"` // KindSandbox, KindVolume or KindSnapshot
 	Reason string `json:"reason"`
 }
 
@@ -99,6 +109,7 @@ type Report struct {
 	DryRun           bool      `json:"dry_run"`
 	RemovedSandboxes []string  `json:"removed_sandboxes"`
 	RemovedVolumes   []string  `json:"removed_volumes"`
+	RemovedSnapshots []string  `json:"removed_snapshots"`
 	Skipped          []Skipped `json:"skipped"`
 	// Errors holds one error per failed removal, each naming its resource.
 	Errors []error `json:"-"`
@@ -143,6 +154,8 @@ func Reap(ctx context.Context, client *msb.Client, opts Options) (*Report, error
 
 	var sandboxes []msb.Sandbox
 	var volumes []msb.Volume
+	var snapshots []msb.Snapshot
+	var snapshotErr error
 	lg, lctx := errgroup.WithContext(ctx)
 	lg.Go(func() (err error) {
 		sandboxes, err = client.List(lctx, msb.ListOptions{Labels: slices.Concat(session.OwnerLabels(), opts.Labels)})
@@ -158,6 +171,12 @@ func Reap(ctx context.Context, client *msb.Client, opts Options) (*Report, error
 		}
 		return err
 	})
+	if len(opts.Labels) == 0 {
+		lg.Go(func() error {
+			snapshots, snapshotErr = client.SnapshotList(lctx)
+			return nil
+		})
+	}
 	if err := lg.Wait(); err != nil {
 		return nil, err
 	}
@@ -169,11 +188,16 @@ func Reap(ctx context.Context, client *msb.Client, opts Options) (*Report, error
 			DryRun:           opts.DryRun,
 			RemovedSandboxes: []string{},
 			RemovedVolumes:   []string{},
+			RemovedSnapshots: []string{},
 			Skipped:          []Skipped{},
 		},
 	}
+	if snapshotErr != nil {
+		s.fail(fmt.Errorf("reaper: list snapshots: %w", snapshotErr))
+	}
 	active := s.lastActivity(ctx, opts, sandboxes)
 	removals := s.plan(opts, sandboxes, volumes, active)
+	removals = append(removals, s.planSnapshots(opts, snapshots)...)
 	if opts.DryRun {
 		for _, r := range removals {
 			if r.sandbox != "" {
@@ -182,6 +206,9 @@ func Reap(ctx context.Context, client *msb.Client, opts Options) (*Report, error
 			if r.volume != "" {
 				s.removed(KindVolume, r.volume)
 			}
+			if r.snapshot != "" {
+				s.removed(KindSnapshot, r.snapshot)
+			}
 		}
 	} else {
 		s.run(ctx, removals, opts.Concurrency)
@@ -189,8 +216,9 @@ func Reap(ctx context.Context, client *msb.Client, opts Options) (*Report, error
 	return s.finish()
 }
 
-// removal is one unit of work: a sandbox then its volume, or either alone.
-type removal struct{ sandbox, volume string }
+// removal is one unit of work: a sandbox then its volume, either alone, or
+// a snapshot.
+type removal struct{ sandbox, volume, snapshot string }
 
 type sweep struct {
 	client *msb.Client
@@ -309,6 +337,24 @@ func (s *sweep) plan(opts Options, sandboxes []msb.Sandbox, volumes []msb.Volume
 	return removals
 }
 
+// planSnapshots picks the stale snapshots of ours.
+func (s *sweep) planSnapshots(opts Options, snapshots []msb.Snapshot) []removal {
+	now := opts.Now()
+	var removals []removal
+	for _, snap := range snapshots {
+		stem, ok := session.SnapshotStem(opts.Prefix, snap.Name)
+		if !ok || !createdAsNamed(opts.Prefix, stem, snap.CreatedAt) {
+			continue
+		}
+		if age := now.Sub(snap.CreatedAt); age < opts.OlderThan {
+			s.skip(KindSnapshot, snap.Name, fmt.Sprintf("younger than %v (age %v)", opts.OlderThan, age.Round(time.Second)))
+			continue
+		}
+		removals = append(removals, removal{snapshot: snap.Name})
+	}
+	return removals
+}
+
 // maxStemSkew is how far an orphan volume's created_at may be from the time
 // its name encodes: a session names its volume just before creating it.
 const maxStemSkew = time.Hour
@@ -343,6 +389,18 @@ func (s *sweep) run(ctx context.Context, removals []removal, limit int) {
 }
 
 func (s *sweep) remove(ctx context.Context, r removal) {
+	if r.snapshot != "" {
+		err := s.client.SnapshotRemove(ctx, r.snapshot)
+		switch {
+		case err == nil:
+			s.removed(KindSnapshot, r.snapshot)
+		case errors.Is(err, msb.ErrSnapshotNotFound):
+			s.skip(KindSnapshot, r.snapshot, "already gone")
+		default:
+			s.fail(fmt.Errorf("remove snapshot %s: %w", r.snapshot, err))
+		}
+		return
+	}
 	if r.sandbox != "" {
 		err := s.client.Remove(ctx, msb.RemoveOptions{Names: []string{r.sandbox}, Force: true})
 		switch {
@@ -379,10 +437,13 @@ func (s *sweep) removed(kind, name string) {
 	s.log.Info("reaper: removed", "kind", kind, "name", name, "dry_run", s.report.DryRun)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if kind == KindSandbox {
+	switch kind {
+	case KindSandbox:
 		s.report.RemovedSandboxes = append(s.report.RemovedSandboxes, name)
-	} else {
+	case KindVolume:
 		s.report.RemovedVolumes = append(s.report.RemovedVolumes, name)
+	default:
+		s.report.RemovedSnapshots = append(s.report.RemovedSnapshots, name)
 	}
 }
 
@@ -406,11 +467,12 @@ func (s *sweep) finish() (*Report, error) {
 	r := s.report
 	slices.Sort(r.RemovedSandboxes)
 	slices.Sort(r.RemovedVolumes)
+	slices.Sort(r.RemovedSnapshots)
 	slices.SortFunc(r.Skipped, func(a, b Skipped) int {
 		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Name, b.Name))
 	})
 	slices.SortFunc(r.Errors, func(a, b error) int { return cmp.Compare(a.Error(), b.Error()) })
 	s.log.Info("reaper: sweep done", "dry_run", r.DryRun, "removed_sandboxes", len(r.RemovedSandboxes),
-		"removed_volumes", len(r.RemovedVolumes), "skipped", len(r.Skipped), "errors", len(r.Errors))
+		"removed_volumes", len(r.RemovedVolumes), "removed_snapshots", len(r.RemovedSnapshots), "skipped", len(r.Skipped), "errors", len(r.Errors))
 	return r, errors.Join(r.Errors...)
 }

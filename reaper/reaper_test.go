@@ -108,12 +108,12 @@ func TestReapScale(t *testing.T) {
 
 	calls := f.log()
 	// Each stale sandbox is stopped: one inspect reads its last activity.
-	want := map[string]int{"list": 1, "volume list": 1, "inspect": 200, "remove": 200, "volume remove": 230}
+	want := map[string]int{"list": 1, "volume list": 1, "snapshot list": 1, "inspect": 200, "remove": 200, "volume remove": 230}
 	if got := count(calls); !maps.Equal(got, want) {
 		t.Errorf("invocations %v, want %v", got, want)
 	}
-	if len(calls) != 2+200+200+230 {
-		t.Errorf("%d invocations, want 632", len(calls))
+	if len(calls) != 3+200+200+230 {
+		t.Errorf("%d invocations, want 633", len(calls))
 	}
 	removedFirst := map[string]bool{}
 	for _, argv := range calls {
@@ -199,8 +199,8 @@ func TestReapDryRun(t *testing.T) {
 	}
 	equal(t, "sandboxes left", f.sandboxNames(), before)
 	equal(t, "volumes left", f.volumeNames(), beforeVolumes)
-	if got := count(f.log()); !maps.Equal(got, map[string]int{"list": 1, "volume list": 1, "inspect": 1}) {
-		t.Errorf("invocations %v, want the 2 listings and the stale stopped sandbox's inspect", got)
+	if got := count(f.log()); !maps.Equal(got, map[string]int{"list": 1, "volume list": 1, "snapshot list": 1, "inspect": 1}) {
+		t.Errorf("invocations %v, want the 3 listings and the stale stopped sandbox's inspect", got)
 	}
 	if !r.DryRun {
 		t.Error("report does not say dry run")
@@ -380,6 +380,7 @@ func TestReportJSON(t *testing.T) {
 		"dry_run":           false,
 		"removed_sandboxes": []any{},
 		"removed_volumes":   []any{},
+		"removed_snapshots": []any{},
 		"skipped": []any{map[string]any{
 			"name": n.Volume, "kind": "volume", "reason": "its sandbox " + n.Sandbox + " could not be removed",
 		}},
@@ -463,4 +464,78 @@ func TestReapPausedByLastActivity(t *testing.T) {
 	}
 	slices.Sort(inspected)
 	equal(t, "inspected", inspected, []string{pausedRecently.Sandbox, pausedLongAgo.Sandbox, crashedRecently.Sandbox, unreadable.Sandbox, noUpdate.Sandbox})
+}
+
+// Snapshots: a fork removes its root-disk snapshot once it is created, so
+// a stale one of ours was left by a crash and goes; a young one (a fork in
+// progress), one whose name only looks like ours or whose created_at is not
+// its name's time, an unnamed one and the user's stay. One already gone at
+// removal is skipped.
+func TestReapSnapshots(t *testing.T) {
+	f := newFakeRunner()
+	snapshot := func(i int, at time.Time) string {
+		return session.SnapshotName(names(session.DefaultPrefix, i, at).Stem)
+	}
+	ours, gone, youngOne := snapshot(1, stale), snapshot(2, stale), snapshot(3, young)
+	foreign := []string{"before-pip-install", "", snapshot(4, stale.Add(-48*time.Hour)), names(session.DefaultPrefix, 5, stale).Sandbox}
+	for _, n := range []string{ours, gone, youngOne} {
+		f.addSnapshot(n, now.Add(-now.Sub(stale)))
+	}
+	f.snapshots[youngOne] = rfc3339(young)
+	for _, n := range foreign {
+		f.addSnapshot(n, stale) // the 3rd was made two days after its name's time
+	}
+	f.gone[gone] = true
+
+	r, err := Reap(t.Context(), msb.NewClient(f), options)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "removed snapshots", r.RemovedSnapshots, []string{ours})
+	equal(t, "snapshots left", f.snapshotNames(), append([]string{gone, youngOne}, foreign...))
+	wantSkipped := []Skipped{
+		{Name: gone, Kind: KindSnapshot, Reason: "already gone"},
+		{Name: youngOne, Kind: KindSnapshot, Reason: "younger than 2h0m0s (age 10m0s)"},
+	}
+	slices.SortFunc(wantSkipped, func(a, b Skipped) int { return strings.Compare(a.Name, b.Name) })
+	if !reflect.DeepEqual(r.Skipped, wantSkipped) {
+		t.Errorf("skipped %+v, want %+v", r.Skipped, wantSkipped)
+	}
+
+	// A dry run reports and removes nothing; narrowed labels leave
+	// snapshots alone, unlisted.
+	f.addSnapshot(ours, stale)
+	dry := options
+	dry.DryRun = true
+	if r, err = Reap(t.Context(), msb.NewClient(f), dry); err != nil || !slices.Equal(r.RemovedSnapshots, sorted([]string{ours, gone})) {
+		t.Errorf("dry run: %+v, %v", r, err)
+	}
+	narrowed := options
+	narrowed.Labels = []msb.Label{{Key: session.LabelWorkspaceID, Value: "ws-1"}}
+	before := len(f.log())
+	if r, err = Reap(t.Context(), msb.NewClient(f), narrowed); err != nil || len(r.RemovedSnapshots) != 0 {
+		t.Errorf("narrowed: %+v, %v", r, err)
+	}
+	for _, argv := range f.log()[before:] {
+		if argv[0] == "snapshot" {
+			t.Errorf("narrowed sweep ran %q", argv)
+		}
+	}
+	if !slices.Contains(f.snapshotNames(), ours) {
+		t.Error("a snapshot was removed by a dry or narrowed sweep")
+	}
+}
+
+// A backend without snapshots: the failed listing is an error in the
+// report, and sandboxes and volumes are still swept.
+func TestReapSnapshotListFails(t *testing.T) {
+	f := newFakeRunner()
+	n := f.addSession(1, stale)
+	f.fail["snapshot list"] = "unsupported operation: snapshot list"
+	r, err := Reap(t.Context(), msb.NewClient(f), options)
+	if err == nil || !strings.Contains(err.Error(), "list snapshots") {
+		t.Errorf("err = %v, want the snapshot listing's failure", err)
+	}
+	equal(t, "removed sandboxes", r.RemovedSandboxes, []string{n.Sandbox})
+	equal(t, "removed volumes", r.RemovedVolumes, []string{n.Volume})
 }
