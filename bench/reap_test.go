@@ -122,6 +122,8 @@ func (m *memMsb) Run(ctx context.Context, c msb.Call) (*msb.Result, error) {
 			list = append(list, map[string]any{"name": name, "kind": "dir", "used_bytes": 0, "created_at": m.volumes[name]})
 		}
 		out = list
+	case args[0] == "snapshot" && args[1] == "list":
+		out = []any{} // forks remove their snapshots: none left
 	case args[0] == "volume" && args[1] == "inspect":
 		created, ok := m.volumes[args[2]]
 		if !ok {
@@ -160,7 +162,7 @@ func matches(labels, want map[string]string) bool {
 }
 
 // BenchmarkReap removes -bench.reap stale sandboxes and their volumes: ours
-// (two concurrent listings, then removals at reaper.DefaultConcurrency)
+// (three concurrent listings, then removals at reaper.DefaultConcurrency)
 // side by side with the seed's sequential list, inspect each, remove each,
 // volume list, volume inspect each, remove each, every msb call delayed by
 // -bench.latency. Both run against the in-memory msb (see memMsb).

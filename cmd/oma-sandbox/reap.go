@@ -111,6 +111,9 @@ func (c *cli) printReap(m *reaper.Report, l *localReapReport, dryRun bool) {
 		for _, n := range m.RemovedVolumes {
 			fmt.Fprintf(c.stdout, "%s msb volume %s\n", verb, n)
 		}
+		for _, n := range m.RemovedSnapshots {
+			fmt.Fprintf(c.stdout, "%s msb snapshot %s\n", verb, n)
+		}
 		for _, s := range m.Skipped {
 			fmt.Fprintf(c.stdout, "kept msb %s %s: %s\n", s.Kind, s.Name, s.Reason)
 		}
