@@ -18,13 +18,13 @@ import (
 // workspace id is the source's. The fork carries its parent's name: on msb
 // the label open-managed-agents.parent, locally in its record.
 //
-// msb: the source is paused (msb stop) while its workspace volume is copied
-// host-side into the fork's new volume, and resumed afterwards if it was
-// running. The fork boots from the source's image, not from a snapshot of
-// its root disk (msb 0.6.18's create cannot start from a snapshot); the
-// root disk is not part of the agent's persistent state. It gets the
-// source's CPUs and memory and the network policy of the Options this
-// Session was opened or attached with (none unless they name one).
+// msb: the source is paused (msb stop), its root disk snapshotted, the
+// fork created from that snapshot (which is removed right after: the fork
+// has its own copy of the disk) and the source's workspace volume copied
+// host-side into the fork's new one; the source is resumed afterwards if
+// it was running. The fork so has the source's image and root disk; it
+// gets the source's CPUs and memory and the network policy of the Options
+// this Session was opened or attached with (none unless they name one).
 // Local: the workspace directory is copied; the fork keeps the source's
 // policy, limits and environment. Uploads and outputs start empty on both.
 // Neither copy follows a symlink the guest left.
@@ -40,7 +40,7 @@ func (s *Session) Fork(ctx context.Context, sessionID string) (*Session, error) 
 	case *microvm.Session:
 		var f *microvm.Session
 		f, err = src.Fork(ctx, microvm.Options{
-			Client: s.opts.client(), SessionID: sessionID, Image: s.opts.Image,
+			Client: s.opts.client(), SessionID: sessionID,
 			Network: s.opts.Network, IdleTimeout: s.opts.IdleTimeout, NoAutoResume: s.opts.NoAutoResume,
 			NoAgent:          s.opts.OneExecPerCall,
 			OperationTimeout: s.opts.OperationTimeout, Logger: s.opts.logger(),
