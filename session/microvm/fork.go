@@ -163,11 +163,20 @@ func (s *Session) snapshotRootDisk(ctx context.Context, o Options) (string, erro
 	sctx, cancel := context.WithTimeout(ctx, o.StartupTimeout)
 	defer cancel()
 	err := s.client.SnapshotCreate(sctx, msb.SnapshotCreateOptions{Name: name, From: s.names.Sandbox, Labels: labels, Quiet: true})
-	if err != nil {
-		_, mapped := shellResult(nil, err)
-		return "", fmt.Errorf("snapshot the root disk: %w", mapped)
+	if err == nil {
+		return name, nil
 	}
-	return name, nil
+	// A create cut short (a deadline, a cancel) may have finished its
+	// artifact; one that exists already is not this call's to remove.
+	if !errors.Is(err, msb.ErrAlreadyExists) {
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), inspectTimeout)
+		if rerr := s.client.SnapshotRemove(rctx, name); rerr != nil && !errors.Is(rerr, msb.ErrSnapshotNotFound) {
+			s.logger.Warn("failed fork snapshot not removed; left to the reaper", "snapshot", name, "err", rerr)
+		}
+		rcancel()
+	}
+	_, mapped := shellResult(nil, err)
+	return "", fmt.Errorf("snapshot the root disk: %w", mapped)
 }
 
 // volumeDir is the host directory of a dir volume, from msb volume

@@ -177,6 +177,35 @@ func TestFailedForkLeavesNothing(t *testing.T) {
 	assert.Equal(t, "kept\n", shellOut(t, src, `cat note.txt`))
 }
 
+// A snapshot that fails (msb refuses, or the caller gives up while msb
+// copies the disk) leaves nothing and names the step; the source runs
+// again as it was.
+func TestForkSnapshotFails(t *testing.T) {
+	ctx := context.Background()
+	env := fakemsbtest.New(t)
+	src, err := microvm.Create(ctx, options(env))
+	require.NoError(t, err)
+	defer src.Close(ctx)
+	shellOut(t, src, `echo kept >note.txt`)
+	for _, fault := range []string{"snapshot-create=exit:1:error: io error: No space left on device (os error 28)", "snapshot-create=hang"} {
+		env.SetKnob("FAKEMSB_FAULTS", fault)
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		o := options(env)
+		o.SessionID = "fork"
+		fork, err := src.Fork(cctx, o)
+		cancel()
+		require.Error(t, err, fault)
+		assert.Nil(t, fork)
+		assert.ErrorContains(t, err, "snapshot the root disk", fault)
+		env.SetKnob("FAKEMSB_FAULTS", "")
+		assert.Equal(t, []string{src.Name()}, env.Sandboxes(t), fault)
+		assert.Equal(t, []string{src.Names().Volume}, env.Volumes(t), fault)
+		assert.Empty(t, env.Snapshots(t), fault)
+		assert.Equal(t, "Running", sandboxStatus(t, env, src.Name()), fault)
+		assert.Equal(t, "kept\n", shellOut(t, src, `cat note.txt`), fault)
+	}
+}
+
 // A paused source stays paused after the fork; the fork runs.
 func TestForkOfPausedSourceStaysPaused(t *testing.T) {
 	ctx := context.Background()
