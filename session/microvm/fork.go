@@ -87,7 +87,7 @@ func (s *Session) Fork(ctx context.Context, o Options) (*Session, error) {
 
 // forkStopped snapshots the stopped source's root disk, creates the fork
 // from it and copies the source's workspace volume into the fork's.
-func (s *Session) forkStopped(ctx context.Context, o Options, info *msb.SandboxInfo) (fork *Session, err error) {
+func (s *Session) forkStopped(ctx context.Context, o Options, info *msb.SandboxInfo) (*Session, error) {
 	srcDir, err := s.volumeDir(ctx, s.names.Volume)
 	if err != nil {
 		return nil, fmt.Errorf("fork %s: %w", s.names.Sandbox, err)
@@ -116,24 +116,7 @@ func (s *Session) forkStopped(ctx context.Context, o Options, info *msb.SandboxI
 	if err != nil {
 		return nil, fmt.Errorf("fork %s: %w", s.names.Sandbox, err)
 	}
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), inspectTimeout)
-		defer cancel()
-		if rerr := s.client.SnapshotRemove(rctx, snapshot); rerr != nil {
-			// The fork has its own copy of the disk: it is whole either
-			// way, and the reaper removes the snapshot later.
-			s.logger.Warn("fork snapshot not removed; left to the reaper", "snapshot", snapshot, "err", rerr)
-		}
-	}()
-	dir, err := os.MkdirTemp("", "oma-fork-")
-	if err != nil {
-		return nil, fmt.Errorf("fork %s: %w", s.names.Sandbox, err)
-	}
-	defer os.RemoveAll(dir)
-	if o.conf, err = msb.WriteSnapshotConf(dir, snapshot); err != nil {
-		return nil, fmt.Errorf("fork %s: %w", s.names.Sandbox, err)
-	}
-	fork, err = Create(ctx, o)
+	fork, err := s.createFromSnapshot(ctx, o, snapshot)
 	if err != nil {
 		return nil, fmt.Errorf("fork %s: %w", s.names.Sandbox, err)
 	}
@@ -177,6 +160,29 @@ func (s *Session) snapshotRootDisk(ctx context.Context, o Options) (string, erro
 	}
 	_, mapped := shellResult(nil, err)
 	return "", fmt.Errorf("snapshot the root disk: %w", mapped)
+}
+
+// createFromSnapshot creates the fork from the snapshot, through a conf
+// file in a private temporary directory, then removes the snapshot,
+// whatever the create did: msb gave the fork its own copy of the disk.
+func (s *Session) createFromSnapshot(ctx context.Context, o Options, snapshot string) (*Session, error) {
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), inspectTimeout)
+		defer cancel()
+		if err := s.client.SnapshotRemove(rctx, snapshot); err != nil {
+			// The fork is whole either way; the reaper removes it later.
+			s.logger.Warn("fork snapshot not removed; left to the reaper", "snapshot", snapshot, "err", err)
+		}
+	}()
+	dir, err := os.MkdirTemp("", "oma-fork-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	if o.conf, err = msb.WriteSnapshotConf(dir, snapshot); err != nil {
+		return nil, err
+	}
+	return Create(ctx, o)
 }
 
 // volumeDir is the host directory of a dir volume, from msb volume

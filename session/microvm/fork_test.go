@@ -74,6 +74,10 @@ func TestForkDiverges(t *testing.T) {
 		return slices.Equal(a, []string{"snapshot", "remove", session.SnapshotName(stem)})
 	})
 	assert.Greater(t, removed, 4, "the snapshot is removed once the fork is made")
+	copied := slices.IndexFunc(argvs(t, env), func(a []string) bool {
+		return slices.Equal(a, []string{"volume", "inspect", fork.Names().Volume})
+	})
+	assert.Less(t, removed, copied, "before the workspace is copied")
 	assert.Empty(t, env.Snapshots(t), "no snapshot is kept")
 	_, err = os.Stat(create[2])
 	assert.ErrorIs(t, err, os.ErrNotExist, "the conf file is removed")
