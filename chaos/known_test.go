@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"runtime"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -42,15 +41,7 @@ type knownIssue struct {
 
 // knownIssues are the issues still open; TestKnownIssues keeps each fixed
 // one as a regression test.
-var knownIssues = []knownIssue{
-	{
-		id:    "bash-kill-cut-by-channel",
-		where: "tools/bash.go killBash: a kill exec that the guest-agent channel's death cuts (ErrChannelBroken) poisons the session, although the next Shell reopens the channel or falls back to one msb exec; retrying the kill once on ErrChannelBroken would keep the session",
-		errs: func(_ string, err error) bool {
-			return strings.Contains(err.Error(), "could not kill the command's processes: "+session.ErrChannelBroken.Error())
-		},
-	},
-}
+var knownIssues = []knownIssue{}
 
 // knownIssueOf returns the id of the known issue an error of op shows, or "".
 func knownIssueOf(op string, err error) string {
@@ -170,9 +161,6 @@ func TestKnownIssues(t *testing.T) {
 	})
 
 	t.Run("bash-kill-cut-by-channel", func(t *testing.T) {
-		if !*strict {
-			t.Skip("open known issue; -chaos.strict reproduces it")
-		}
 		env := fakemsbtest.New(t)
 		s, err := microvm.Create(ctx, microvm.Options{
 			Client: msb.NewClient(&msb.CLI{Path: env.Bin}), WorkspaceID: "known", SessionID: "s", Image: "debian",

@@ -176,14 +176,24 @@ func sessionNotes(stderr []byte) []string {
 }
 
 // killBash asks the guest to kill everything the call started: the second
-// round trip, only when the call did not see the command end. When that
-// fails nothing proves the command is gone, so the session is poisoned.
+// round trip, only when the call did not see the command end. A kill cut by
+// the death of the msb backend's guest-agent channel is sent once more (the
+// next Shell reopens the channel or falls back to one exec per call; the
+// kill script is idempotent). When the kill fails nothing proves the
+// command is gone, so the session is poisoned.
 func (t *Toolbox) killBash(ctx context.Context, call bashproto.Call) error {
 	kill, killArgs := bashproto.KillScript(call.ID)
-	res, err := t.sess.Shell(context.WithoutCancel(ctx), session.Command{Script: kill, Args: killArgs},
-		session.ShellOptions{GuestTimeout: 10 * time.Second})
-	if err == nil && res.ExitCode != 0 {
-		err = fmt.Errorf("exit %d: %s", res.ExitCode, strings.TrimSpace(string(clip(res.Stderr))))
+	send := func() error {
+		res, err := t.sess.Shell(context.WithoutCancel(ctx), session.Command{Script: kill, Args: killArgs},
+			session.ShellOptions{GuestTimeout: 10 * time.Second})
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("exit %d: %s", res.ExitCode, strings.TrimSpace(string(clip(res.Stderr))))
+		}
+		return err
+	}
+	err := send()
+	if errors.Is(err, session.ErrChannelBroken) {
+		err = send()
 	}
 	if err == nil || sessionOver(err) {
 		return nil
