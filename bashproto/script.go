@@ -121,13 +121,16 @@ type Limits struct {
 // At the end it prints the terminal record: `exit:N`, or `timeout:137`.
 const supervisorScript = `set -u
 if [ "$0" != ` + supervisorName + ` ]; then
+  unset OMA_SUBREAPER
   case ${HOSTTYPE-} in x86_64) nr=157 ;; aarch64) nr=167 ;; *) nr= ;; esac
   if [ -n "$nr" ] && command -v perl >/dev/null 2>&1; then
-    exec setsid -w perl -e 'syscall(shift @ARGV, 36, 1, 0, 0, 0); exec {$ARGV[0]} @ARGV; die "exec: $!\n"' \
+    exec setsid -w perl -e '$ENV{OMA_SUBREAPER} = 1 if syscall(shift @ARGV, 36, 1, 0, 0, 0) == 0; exec {$ARGV[0]} @ARGV; die "exec: $!\n"' \
       "$nr" /bin/bash -c "$BASH_EXECUTION_STRING" ` + supervisorName + ` "$@"
   fi
   exec setsid -w /bin/bash -c "$BASH_EXECUTION_STRING" ` + supervisorName + ` "$@"
 fi
+reaper=${OMA_SUBREAPER-}
+unset OMA_SUBREAPER
 id=$1 secs=$2 logdir=$3 keptdir=$4 maxlines=$5 maxbytes=$6 background=$7
 secret=
 IFS= read -r secret || :
@@ -143,12 +146,12 @@ if ! { mkdir -p -m 700 -- "$logdir" && : > "$log" && exec 4< "$log"; } 2>/dev/nu
   exit 92
 fi
 printf '__OMA_DISPATCHED__:%s\n' "$secret"
-setsid env "` + OwnerEnv + `=$id" /bin/bash -c \
+` + OwnerEnv + `="$id" setsid /bin/bash -c \
   'IFS= read -r -d "" __oma_command <&3; exec 3<&-; eval "unset __oma_command; $__oma_command"' \
   bash 3<<<"$command" 4<&- </dev/null >>"$log" 2>&1 &
 pid=$!
 command=
-tail -c +1 -s 0.05 -f --pid="$pid" -- "$log" </dev/null 2>/dev/null &
+tail -c +1 -s 0.01 -f --pid="$pid" -- "$log" </dev/null 2>/dev/null &
 follower=$!
 
 tick=
@@ -239,14 +242,13 @@ while :; do
 done
 kill "$tick" 2>/dev/null
 wait "$tick" "$pid" 2>/dev/null
-# tail ends within its 0.05 s poll once the command is reaped.
-for i in $(seq 50); do
-  sleep 0.1 </dev/null >/dev/null 2>&1 &
-  tick=$!
-  kill -0 "$follower" 2>/dev/null || break
-  ended=
-  wait -n -p ended "$follower" "$tick" 2>/dev/null
-  [ "${ended-}" = "$follower" ] && break
+# tail ends within its 0.01 s poll once the command is reaped; five
+# seconds bound the wait on a log the command replaced with a FIFO.
+sleep 5 </dev/null >/dev/null 2>&1 &
+tick=$!
+# A SIGUSR1 interrupts wait: wait again.
+while kill -0 "$follower" 2>/dev/null && kill -0 "$tick" 2>/dev/null; do
+  wait -n "$follower" "$tick" 2>/dev/null
 done
 kill "$tick" "$follower" 2>/dev/null
 wait "$tick" "$follower" 2>/dev/null
@@ -259,7 +261,15 @@ if [ "$(( ${1:-0} + 1 ))" -gt "$maxlines" ] || [ "${2:-0}" -gt "$maxbytes" ]; th
     printf '\n[The full output could not be saved to %s]\n' "$keptdir/$id.log"
   fi
 fi
-track
+# As a subreaper the supervisor adopts every orphan of the command, so with
+# no child of its own left nothing of the command runs: the /proc scan is
+# needed only when it has a child, or is no subreaper.
+children=/proc/$$/task/$$/children kids=x
+if [ -n "$reaper" ] && [ -r "$children" ]; then
+  kids=
+  read -r kids < "$children" || :
+fi
+if [ -n "$kids" ]; then track; else seen=(); fi
 if [ "${#seen[@]}" -gt 0 ] && [ "$background" = end ]; then
   killtree
   printf '\n[Background processes were killed: on this sandbox nothing outlives the call]\n'

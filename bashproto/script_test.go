@@ -445,3 +445,42 @@ func TestScriptLogFIFOsDoNotHang(t *testing.T) {
 		})
 	}
 }
+
+// Without perl the supervisor is no subreaper: an orphan of the command is
+// reparented past it, so its end-of-call check must scan /proc, and an
+// OMA_SUBREAPER the caller's environment happens to carry is not believed.
+func TestScriptBackgroundWithoutSubreaper(t *testing.T) {
+	requireSupported(t)
+	bin := t.TempDir()
+	for _, tool := range []string{"setsid", "tail", "sleep", "mkdir", "wc", "dd", "rm", "grep"} {
+		p, err := exec.LookPath(tool)
+		if err != nil {
+			t.Skip("needs " + tool)
+		}
+		require.NoError(t, os.Symlink(p, filepath.Join(bin, tool)))
+	}
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	c, logs := NewCall(), testLogs(t)
+	// The pause lets a tick record the background process before the
+	// command ends.
+	command := `sleep 30 & echo $! > ` + pidFile + `; sleep 0.5; echo started`
+	script, args, stdin := Script(c, command, 30*time.Second, logs, testLimits)
+	var out, errb bytes.Buffer
+	cmd := exec.Command("/bin/bash", append([]string{"-c", script, "bash"}, args...)...)
+	cmd.Env = []string{"PATH=" + bin, "OMA_SUBREAPER=1"}
+	cmd.Stdin = bytes.NewReader(stdin)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.WaitDelay = 10 * time.Second
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	code := exitCode(t, cmd.Wait())
+	pids := readPids(t, pidFile)
+	t.Cleanup(func() { _ = syscall.Kill(pids[0], syscall.SIGKILL) })
+	require.Equal(t, 0, code, errb.String())
+	f, text := filtered(t, c.Secret, out.Bytes())
+	assert.NoError(t, f.Verdict(code))
+	assert.Contains(t, text, "started\n")
+	assert.Contains(t, text, "[Background processes are still running; their output goes to "+c.LogPath(logs.Live)+"]")
+	assert.True(t, alive(pids[0]), "a normal end kills nothing")
+}
