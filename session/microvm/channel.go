@@ -247,6 +247,10 @@ func (s *Session) runChannel(ctx context.Context, conn *agentchan.Conn, cmd sess
 	if err == nil {
 		return out, nil
 	}
+	if errors.Is(err, agentchan.ErrBroken) && s.sandboxGone(ctx) {
+		// As the exec path reports it: removed outside this process.
+		return out, fmt.Errorf("%w: guest agent: %w", session.ErrGone, err)
+	}
 	for _, m := range channelErrorMap {
 		if errors.Is(err, m.from) {
 			return out, fmt.Errorf("%w: guest agent: %w", m.to, err)
@@ -262,4 +266,14 @@ var channelErrorMap = []struct{ from, to error }{
 	{agentchan.ErrTimedOut, session.ErrGuestTimeout},
 	{agentchan.ErrOutputOverflow, session.ErrOutputOverflow},
 	{agentchan.ErrCannotStart, session.ErrCannotStart},
+}
+
+// sandboxGone tells whether a dead channel died with its sandbox, removed
+// outside this process (session rm, the reaper): one msb inspect, only when
+// a channel dies under a call.
+func (s *Session) sandboxGone(ctx context.Context) bool {
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), inspectTimeout)
+	defer cancel()
+	_, err := s.client.Inspect(ictx, s.names.Sandbox)
+	return errors.Is(err, msb.ErrSandboxNotFound)
 }

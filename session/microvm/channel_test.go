@@ -211,6 +211,10 @@ func TestChannelDeath(t *testing.T) {
 		_, stderr, code := env.Run(t, "stop", "--force", s.Name())
 		require.Equal(t, 0, code, stderr)
 	}
+	removeSandbox := func(t *testing.T, env *fakemsbtest.Env, s *microvm.Session) {
+		_, stderr, code := env.Run(t, "remove", "--force", s.Name())
+		require.Equal(t, 0, code, stderr)
+	}
 	for _, c := range []struct {
 		name  string
 		agent string // "" for the real agent
@@ -219,6 +223,8 @@ func TestChannelDeath(t *testing.T) {
 		{name: "agent killed", kill: killAgent},
 		{name: "msb exec killed", kill: killMsb},
 		{name: "sandbox stopped", kill: stopSandbox},
+		// Removed outside this process: gone, as the exec path says.
+		{name: "sandbox removed", kill: removeSandbox},
 		// Says hello, then answers the first frame with garbage.
 		{name: "garbage", agent: `echo '{"type":"hello","version":1,"pid":1}'; read -r line; echo 'garbage'; exec sleep 300`},
 	} {
@@ -255,6 +261,14 @@ func TestChannelDeath(t *testing.T) {
 				}
 			}
 			err = call()
+			if c.name == "sandbox removed" {
+				require.ErrorIs(t, err, session.ErrGone)
+				awaitNoChannel(t, env, s.Name())
+				_, err = s.Shell(context.Background(), session.Command{Script: `true`}, session.ShellOptions{})
+				require.ErrorIs(t, err, session.ErrGone, "the next call")
+				assert.False(t, s.Poisoned())
+				return
+			}
 			require.ErrorIs(t, err, session.ErrChannelBroken, "first death")
 			if c.name == "sandbox stopped" {
 				// The next call finds it stopped: no long-lived exec would
@@ -269,7 +283,7 @@ func TestChannelDeath(t *testing.T) {
 			env.ResetLog(t)
 			err = call()
 			require.ErrorIs(t, err, session.ErrChannelBroken, "second death, after one reopen")
-			assert.Equal(t, []string{"inspect", "exec"}, commands(t, env), "one reopen")
+			assert.Equal(t, []string{"inspect", "exec", "inspect"}, commands(t, env), "one reopen, and one inspect when it died (was the sandbox removed?)")
 			awaitNoChannel(t, env, s.Name())
 
 			env.ResetLog(t)
