@@ -151,7 +151,7 @@ printf '__OMA_DISPATCHED__:%s\n' "$secret"
   bash 3<<<"$command" 4<&- </dev/null >>"$log" 2>&1 &
 pid=$!
 command=
-tail -c +1 -s 0.01 -f --pid="$pid" -- "$log" </dev/null 2>/dev/null &
+tail ---disable-inotify -c +1 -s 0.01 -f --pid="$pid" -- "$log" </dev/null 2>/dev/null &
 follower=$!
 
 tick=
@@ -242,8 +242,10 @@ while :; do
 done
 kill "$tick" 2>/dev/null
 wait "$tick" "$pid" 2>/dev/null
-# tail ends within its 0.01 s poll once the command is reaped; five
-# seconds bound the wait on a log the command replaced with a FIFO.
+# tail ends within its 0.01 s poll once the command is reaped (polling, not
+# inotify: closing an inotify instance waits for an RCU grace period, which
+# costs more than the poll); five seconds bound the wait on a log the
+# command replaced with a FIFO.
 sleep 5 </dev/null >/dev/null 2>&1 &
 tick=$!
 # A SIGUSR1 interrupts wait: wait again.
