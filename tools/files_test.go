@@ -238,3 +238,18 @@ func TestFailedWriteLeavesNothing(t *testing.T) {
 		assert.Equal(t, "./keep\n./keep/old\n./keep/old/f\n", sh(t, s, `find . -mindepth 1 | sort`))
 	})
 }
+
+// A write whose parent is a file, or whose path loops through symbolic
+// links, fails with the reason and leaves the workspace as it was.
+func TestWriteUnderFileOrLoop(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
+		tb := tools.New(s, tools.Options{})
+		sh(t, s, `printf 'kept\n' > f.txt && ln -s loop loop`)
+		_, err := call(t, tb, "write", obj{"path": "f.txt/x.txt", "content": "x"})
+		assert.EqualError(t, err, "Cannot create the directory of f.txt/x.txt: File exists")
+		_, err = call(t, tb, "write", obj{"path": "loop/x.txt", "content": "x"})
+		assert.EqualError(t, err, "Cannot create the directory of loop/x.txt: Too many levels of symbolic links")
+		assert.Equal(t, "./f.txt\n./loop\n", sh(t, s, `find . -mindepth 1 | sort`))
+		assert.Equal(t, "kept\n", sh(t, s, `cat f.txt`))
+	})
+}

@@ -32,9 +32,12 @@ const (
 // resolveScript is shared by the scripts that change a file. It sets real to
 // the final target of $f (every symbolic link followed, the last component
 // possibly missing) and refuses a target outside the workspace $ws: a link is
-// written through only when it stays inside.
+// written through only when it stays inside. One readlink resolves both.
 const resolveScript = `fail() { printf '%s\n' "$2" >&2; exit "$1"; }
-real=$(readlink -m -- "$f") && wsreal=$(readlink -f -- "$ws") || fail 3 "Cannot resolve $show"
+r=()
+{ mapfile -t -d '' r < <(readlink -zm -- "$f" "$ws"); } 2>/dev/null
+[ "${#r[@]}" -eq 2 ] || fail 3 "Cannot resolve $show"
+real=${r[0]} wsreal=${r[1]}
 case $real in
 "$wsreal" | "$wsreal"/*) ;;
 *) fail 10 "Refusing $show: it is a symbolic link (or lies under one) that resolves to $real, outside $ws; links are followed only inside the workspace" ;;
@@ -63,7 +66,9 @@ cleanup() {
 }
 trap cleanup EXIT
 reason() { printf '%s' "${1##*: }"; }
-err=$(mkdir -p -- "$dir" 2>&1) || fail 3 "Cannot create the directory of $show: $(reason "$err")"
+if [ -n "$made" ] || [ ! -d "$dir" ]; then
+	err=$(mkdir -p -- "$dir" 2>&1) || fail 3 "Cannot create the directory of $show: $(reason "$err")"
+fi
 err=$(mktemp -- "$dir/.oma-write.XXXXXXXX" 2>&1) || fail 3 "Cannot write $show: $(reason "$err")"
 tmp=$err
 err=$(cat 2>&1 >"$tmp") || fail 3 "Cannot write $show: $(reason "$err")"
