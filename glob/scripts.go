@@ -38,7 +38,7 @@ type Narrowing struct {
 func NarrowedEnumerationScript(root, token string, n Narrowing) (script string, args []string) {
 	// The background job is not a process group leader, so setsid detaches
 	// it in place instead of forking, and wait returns its status.
-	const s = `setsid env "$3=$2" bash -c '
+	const s = OwnerEnv + `="$2" setsid bash -c '
 printf "%s\0" "$1" || exit
 cd -- "$2" 2>/dev/null || { printf "Path not found: %s\n" "$2" >&2; exit 3; }
 prune=() name=() under=()
@@ -48,13 +48,13 @@ prune=() name=() under=()
 LC_ALL=C find . "${prune[@]}" -type f "${name[@]}" "${under[@]}" -print0
 code=$?
 [ "$code" -le 1 ] || exit "$code"
-' bash "$4" "$1" "$5" "$6" "$7" &
+' bash "$3" "$1" "$4" "$5" "$6" &
 wait "$!"`
 	skipGit := "0"
 	if n.SkipGit {
 		skipGit = "1"
 	}
-	return s, []string{root, token, OwnerEnv, ReadyMarker, skipGit, n.Name, n.Under}
+	return s, []string{root, token, ReadyMarker, skipGit, n.Name, n.Under}
 }
 
 // CleanupScript kills exactly the processes whose environment holds

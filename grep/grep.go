@@ -74,7 +74,7 @@ func NewCollector(opts CollectorOptions) (*glob.Collector, error) {
 //
 // Run it as `/bin/bash -c SCRIPT bash ARGS...`.
 func SearchScript(root, token, pattern, ripgrepGlob string) (script string, args []string) {
-	const s = `setsid env "$5=$2" bash -c '
+	const s = OwnerEnv + `="$2" setsid bash -c '
 set -u
 printf "%s\0" "$1" || exit
 root=$2 pattern=$3 glob=$4
@@ -99,9 +99,9 @@ codes=("${PIPESTATUS[@]}")
 [ "${codes[0]}" -eq 2 ] && [ -e "$root" ] || exit "${codes[0]}"
 LC_ALL=C rg --no-config -q -- "$pattern" /dev/null 2>/dev/null
 [ "$?" -le 1 ] || exit 2
-' bash "$6" "$1" "$3" "$4" &
+' bash "$5" "$1" "$3" "$4" &
 wait "$!"`
-	return s, []string{root, token, pattern, ripgrepGlob, OwnerEnv, ReadyMarker}
+	return s, []string{root, token, pattern, ripgrepGlob, ReadyMarker}
 }
 
 // PreflightScript proves, in the current directory, that the guest's rg
