@@ -141,7 +141,7 @@ case $secret in
 esac
 log=$logdir/$id.log
 # fd 4 keeps the log itself: the command may put anything at its path.
-if ! { mkdir -p -m 700 -- "$logdir" && : > "$log" && exec 4< "$log"; } 2>/dev/null; then
+if ! { { [ -d "$logdir" ] || mkdir -p -m 700 -- "$logdir"; } && : > "$log" && exec 4< "$log"; } 2>/dev/null; then
   printf 'oma-sandbox: cannot create the output log %s\n' "$log" >&2
   exit 92
 fi
