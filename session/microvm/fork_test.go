@@ -26,6 +26,37 @@ func shellOut(t *testing.T, s *microvm.Session, script string, args ...string) s
 	return string(res.Stdout)
 }
 
+// forkOptions are the options of a fork of a session made with options.
+func forkOptions(env *fakemsbtest.Env) microvm.Options {
+	o := options(env)
+	o.SessionID = "fork"
+	return o
+}
+
+// sourceWithNote is a running session, closed when the test ends, whose
+// workspace holds note.txt ("kept").
+func sourceWithNote(t *testing.T, env *fakemsbtest.Env) *microvm.Session {
+	t.Helper()
+	ctx := context.Background()
+	src, err := microvm.Create(ctx, options(env))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = src.Close(ctx) })
+	shellOut(t, src, `echo kept >note.txt`)
+	return src
+}
+
+// assertSourceAlone checks that a failed fork left nothing behind: the
+// source's sandbox and volume are all there is, no snapshot is kept, and
+// the source runs again with its workspace as it was.
+func assertSourceAlone(t *testing.T, env *fakemsbtest.Env, src *microvm.Session, msgAndArgs ...any) {
+	t.Helper()
+	assert.Equal(t, []string{src.Name()}, env.Sandboxes(t), msgAndArgs...)
+	assert.Equal(t, []string{src.Names().Volume}, env.Volumes(t), msgAndArgs...)
+	assert.Empty(t, env.Snapshots(t), msgAndArgs...)
+	assert.Equal(t, "Running", sandboxStatus(t, env, src.Name()), msgAndArgs...)
+	assert.Equal(t, "kept\n", shellOut(t, src, `cat note.txt`), msgAndArgs...)
+}
+
 func volumePath(t *testing.T, env *fakemsbtest.Env, volume string) string {
 	t.Helper()
 	text, err := msb.NewClient(&msb.CLI{Path: env.Bin}).VolumeInspect(context.Background(), volume)
@@ -54,8 +85,7 @@ func TestForkDiverges(t *testing.T) {
 	shellOut(t, src, `mkdir -p d && printf base >d/note.txt && ln -s "$1" leak`, secret)
 
 	env.ResetLog(t)
-	o := options(env)
-	o.SessionID = "fork"
+	o := forkOptions(env)
 	fork, err := src.Fork(ctx, o)
 	require.NoError(t, err)
 	cmds := commands(t, env)
@@ -135,8 +165,7 @@ func TestForkCarriesTheRootDisk(t *testing.T) {
 	require.NoError(t, err)
 
 	env.ResetLog(t)
-	o := options(env)
-	o.SessionID = "fork"
+	o := forkOptions(env)
 	o.Image = "alpine"
 	_, err = src.Fork(ctx, o)
 	require.ErrorIs(t, err, session.ErrInvalid)
@@ -163,22 +192,14 @@ func TestForkCarriesTheRootDisk(t *testing.T) {
 func TestFailedForkLeavesNothing(t *testing.T) {
 	ctx := context.Background()
 	env := fakemsbtest.New(t)
-	src, err := microvm.Create(ctx, options(env))
-	require.NoError(t, err)
-	defer src.Close(ctx)
-	shellOut(t, src, `echo kept >note.txt`)
+	src := sourceWithNote(t, env)
 	env.SetKnob("FAKEMSB_FAULTS", "create=exit:1:error: failed to start \"x\"")
-	o := options(env)
-	o.SessionID = "fork"
+	o := forkOptions(env)
 	fork, err := src.Fork(ctx, o)
 	require.Error(t, err)
 	assert.Nil(t, fork)
 	env.SetKnob("FAKEMSB_FAULTS", "")
-	assert.Equal(t, []string{src.Name()}, env.Sandboxes(t))
-	assert.Equal(t, []string{src.Names().Volume}, env.Volumes(t))
-	assert.Empty(t, env.Snapshots(t))
-	assert.Equal(t, "Running", sandboxStatus(t, env, src.Name()))
-	assert.Equal(t, "kept\n", shellOut(t, src, `cat note.txt`))
+	assertSourceAlone(t, env, src)
 }
 
 // A snapshot that fails (msb refuses, or the caller gives up while msb
@@ -187,10 +208,7 @@ func TestFailedForkLeavesNothing(t *testing.T) {
 func TestForkSnapshotFails(t *testing.T) {
 	ctx := context.Background()
 	env := fakemsbtest.New(t)
-	src, err := microvm.Create(ctx, options(env))
-	require.NoError(t, err)
-	defer src.Close(ctx)
-	shellOut(t, src, `echo kept >note.txt`)
+	src := sourceWithNote(t, env)
 	for _, fault := range []string{"snapshot-create=exit:1:error: io error: No space left on device (os error 28)", "snapshot-create=hang"} {
 		env.SetKnob("FAKEMSB_FAULTS", fault)
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -202,11 +220,7 @@ func TestForkSnapshotFails(t *testing.T) {
 		assert.Nil(t, fork)
 		assert.ErrorContains(t, err, "snapshot the root disk", fault)
 		env.SetKnob("FAKEMSB_FAULTS", "")
-		assert.Equal(t, []string{src.Name()}, env.Sandboxes(t), fault)
-		assert.Equal(t, []string{src.Names().Volume}, env.Volumes(t), fault)
-		assert.Empty(t, env.Snapshots(t), fault)
-		assert.Equal(t, "Running", sandboxStatus(t, env, src.Name()), fault)
-		assert.Equal(t, "kept\n", shellOut(t, src, `cat note.txt`), fault)
+		assertSourceAlone(t, env, src, fault)
 	}
 }
 
@@ -214,13 +228,9 @@ func TestForkSnapshotFails(t *testing.T) {
 func TestForkOfPausedSourceStaysPaused(t *testing.T) {
 	ctx := context.Background()
 	env := fakemsbtest.New(t)
-	src, err := microvm.Create(ctx, options(env))
-	require.NoError(t, err)
-	defer src.Close(ctx)
-	shellOut(t, src, `echo kept >note.txt`)
+	src := sourceWithNote(t, env)
 	require.NoError(t, src.Pause(ctx))
-	o := options(env)
-	o.SessionID = "fork"
+	o := forkOptions(env)
 	fork, err := src.Fork(ctx, o)
 	require.NoError(t, err)
 	defer fork.Close(ctx)
@@ -259,8 +269,7 @@ func TestForkRefusesADiskVolume(t *testing.T) {
 		Mounts: []msb.NamedMount{{Volume: names.Volume, Guest: "/workspace"}}, Quiet: true}))
 	src, err := microvm.Attach(client, "", names.Sandbox)
 	require.NoError(t, err)
-	o := options(env)
-	o.SessionID = "fork"
+	o := forkOptions(env)
 	_, err = src.Fork(ctx, o)
 	require.ErrorIs(t, err, session.ErrInvalid)
 	assert.ErrorContains(t, err, `volume `+names.Volume+` is of kind "disk"; only a dir volume`)
@@ -277,22 +286,15 @@ func TestForkRefusesADiskVolume(t *testing.T) {
 func TestForkCancelledMidCopy(t *testing.T) {
 	ctx := context.Background()
 	env := fakemsbtest.New(t)
-	src, err := microvm.Create(ctx, options(env))
-	require.NoError(t, err)
-	defer src.Close(ctx)
-	shellOut(t, src, `echo kept >note.txt`)
+	src := sourceWithNote(t, env)
 
 	env.SetKnob("FAKEMSB_FAULTS", "volume-inspect#2=hang")
 	cctx, cancel := context.WithCancel(ctx)
 	go func() { time.Sleep(time.Second); cancel() }()
-	o := options(env)
-	o.SessionID = "fork"
+	o := forkOptions(env)
 	fork, err := src.Fork(cctx, o)
 	require.Error(t, err)
 	assert.Nil(t, fork)
 	env.SetKnob("FAKEMSB_FAULTS", "")
-	assert.Equal(t, []string{src.Name()}, env.Sandboxes(t), "the fork is removed")
-	assert.Equal(t, []string{src.Names().Volume}, env.Volumes(t), "and its volume")
-	assert.Equal(t, "Running", sandboxStatus(t, env, src.Name()), "the source is started again")
-	assert.Equal(t, "kept\n", shellOut(t, src, `cat note.txt`))
+	assertSourceAlone(t, env, src)
 }
