@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
 // TestLimitsAreWrittenExactly reads back, while a call runs, every limit
@@ -22,29 +20,8 @@ import (
 func TestLimitsAreWrittenExactly(t *testing.T) {
 	lim := Limits{MemoryBytes: 64 << 20, Processes: 50, CPUQuota: 10 * time.Millisecond, CPUPeriod: 100 * time.Millisecond}
 	s := newTestSession(t, Options{Limits: lim})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	started := make(chan struct{}, 1)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, _ = s.Shell(ctx, session.Command{Script: `echo started; sleep 20`}, session.ShellOptions{
-			Stdout: func([]byte) {
-				select {
-				case started <- struct{}{}:
-				default:
-				}
-			}})
-	}()
-	select {
-	case <-started:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the call did not start")
-	}
-	data, err := os.ReadFile(filepath.Join(s.dirs.Root, cgroupFile))
-	if err != nil {
-		t.Fatal(err)
-	}
+	parents, stop := waitingCall(t, s)
+	defer stop()
 	want := map[string]string{
 		"memory.limit_in_bytes": "67108864", "pids.max": "50",
 		"cpu.cfs_quota_us": "10000", "cpu.cfs_period_us": "100000",
@@ -52,7 +29,7 @@ func TestLimitsAreWrittenExactly(t *testing.T) {
 		"memory.max": "67108864", "cpu.max": "10000 100000",
 	}
 	seen := map[string]bool{}
-	for _, parent := range strings.Fields(string(data)) {
+	for _, parent := range parents {
 		calls, _ := filepath.Glob(filepath.Join(parent, "call-*"))
 		if len(calls) != 1 {
 			t.Fatalf("%s holds %d call groups, want 1", parent, len(calls))
@@ -76,8 +53,6 @@ func TestLimitsAreWrittenExactly(t *testing.T) {
 	if !seen["pids.max"] || !v1 && !v2 {
 		t.Fatalf("limit files not all found: %v", seen)
 	}
-	cancel()
-	<-done
 }
 
 // TestCgroupV2EntersAtClone exercises the unified-hierarchy path on any

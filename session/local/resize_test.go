@@ -62,9 +62,10 @@ func hostEnforces(t *testing.T, s *Session, l Limits) bool {
 	return caps.check(s.rec.Policy, l) == nil
 }
 
-// runningCallLimits starts a call that waits, reads its cgroups' memory
-// and CPU limit files, and ends it.
-func runningCallLimits(t *testing.T, s *Session) map[string]string {
+// waitingCall starts a call that waits and returns the cgroup parents of
+// the session, under which the call's groups are, and a stop that ends the
+// call.
+func waitingCall(t *testing.T, s *Session) (parents []string, stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	started := make(chan struct{}, 1)
@@ -79,18 +80,29 @@ func runningCallLimits(t *testing.T, s *Session) map[string]string {
 				}
 			}})
 	}()
-	defer func() { cancel(); <-done }()
+	stop = func() { cancel(); <-done }
 	select {
 	case <-started:
 	case <-time.After(10 * time.Second):
+		stop()
 		t.Fatal("the call did not start")
 	}
 	data, err := os.ReadFile(filepath.Join(s.dirs.Root, cgroupFile))
 	if err != nil {
+		stop()
 		t.Fatal(err)
 	}
+	return strings.Fields(string(data)), stop
+}
+
+// runningCallLimits starts a call that waits, reads its cgroups' memory
+// and CPU limit files, and ends it.
+func runningCallLimits(t *testing.T, s *Session) map[string]string {
+	t.Helper()
+	parents, stop := waitingCall(t, s)
+	defer stop()
 	out := map[string]string{}
-	for _, parent := range strings.Fields(string(data)) {
+	for _, parent := range parents {
 		calls, _ := filepath.Glob(filepath.Join(parent, "call-*"))
 		for _, c := range calls {
 			for _, f := range []string{"memory.max", "memory.limit_in_bytes", "cpu.max", "cpu.cfs_quota_us"} {
