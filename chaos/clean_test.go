@@ -28,7 +28,7 @@ func checkClean(t *testing.T, envs []*fakemsbtest.Env, rec *recorder) {
 		if v := env.Volumes(t); len(v) > 0 {
 			t.Errorf("fakemsb %d: volumes left: %v", i, v)
 		}
-		holders := holdersOf(env.Home)
+		holders := env.HolderSandboxes()
 		if len(holders) == 0 {
 			continue
 		}
@@ -85,30 +85,4 @@ func eachLiveProcess(fn func(pid, dir, ppid, cmdline string)) {
 		cmdline, _ := os.ReadFile(dir + "/cmdline")
 		fn(ent.Name(), dir, fields[1], strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " "))
 	}
-}
-
-// holdersOf maps the live holder processes of the fakemsb at home to their
-// sandboxes' names (fakemsb tags each holder's command line).
-func holdersOf(home string) map[int]string {
-	out := map[int]string{}
-	ents, _ := os.ReadDir("/proc")
-	for _, ent := range ents {
-		pid, err := strconv.Atoi(ent.Name())
-		if err != nil {
-			continue
-		}
-		// A zombie has an empty command line: it is no longer running.
-		data, err := os.ReadFile("/proc/" + ent.Name() + "/cmdline")
-		if err != nil || len(data) == 0 {
-			continue
-		}
-		args := strings.Split(string(data), "\x00")
-		for i := 0; i+1 < len(args); i++ {
-			if name, ok := strings.CutPrefix(args[i+1], home+"|"); ok && args[i] == "FAKEMSB_HOLDER" {
-				out[pid] = name
-				break
-			}
-		}
-	}
-	return out
 }

@@ -201,7 +201,7 @@ func TestKnownIssues(t *testing.T) {
 			// cheap, and a scan of the process table alone is often
 			// slower than the rest of a create.
 			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-				if recordedStarting(env.Home, name) || slices.Contains(slices.Collect(maps.Values(holdersOf(env.Home))), name) {
+				if recordedStarting(env.Home, name) || slices.Contains(slices.Collect(maps.Values(env.HolderSandboxes())), name) {
 					break
 				}
 			}
@@ -215,7 +215,7 @@ func TestKnownIssues(t *testing.T) {
 			// What a session does after a create it killed.
 			env.Run(t, "remove", "--force", "-q", name)
 			for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-				if !slices.Contains(slices.Collect(maps.Values(holdersOf(env.Home))), name) {
+				if !slices.Contains(slices.Collect(maps.Values(env.HolderSandboxes())), name) {
 					return
 				}
 			}

@@ -30,29 +30,19 @@ func (e *Env) Channel(sandbox string) ChannelProcs {
 		args []string
 	}
 	procs := map[int]proc{}
-	ents, _ := os.ReadDir("/proc")
-	for _, ent := range ents {
-		pid, err := strconv.Atoi(ent.Name())
-		if err != nil {
-			continue
-		}
-		// A zombie has an empty command line: it is no longer running.
-		data, err := os.ReadFile("/proc/" + ent.Name() + "/cmdline")
-		if err != nil || len(data) == 0 {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + ent.Name() + "/stat")
+	eachLiveProc(func(pid int, args []string) {
+		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 		i := bytes.LastIndexByte(stat, ')')
 		if err != nil || i < 0 {
-			continue
+			return
 		}
 		f := strings.Fields(string(stat[i+1:]))
 		if len(f) < 2 {
-			continue
+			return
 		}
 		ppid, _ := strconv.Atoi(f[1])
-		procs[pid] = proc{ppid: ppid, args: strings.Split(strings.TrimSuffix(string(data), "\x00"), "\x00")}
-	}
+		procs[pid] = proc{ppid: ppid, args: args}
+	})
 	var out ChannelProcs
 	for pid, p := range procs {
 		a := p.args

@@ -314,8 +314,32 @@ type holderProc struct {
 }
 
 func holders(home string) []holderProc {
-	ents, _ := os.ReadDir("/proc")
 	var out []holderProc
+	eachLiveProc(func(pid int, args []string) {
+		for i := 0; i+1 < len(args); i++ {
+			if name, ok := strings.CutPrefix(args[i+1], home+"|"); ok && args[i] == "FAKEMSB_HOLDER" {
+				out = append(out, holderProc{pid: pid, sandbox: name})
+				return
+			}
+		}
+	})
+	return out
+}
+
+// HolderSandboxes maps the pids of this Env's live holder processes to
+// their sandboxes' names (fakemsb tags each holder's command line).
+func (e *Env) HolderSandboxes() map[int]string {
+	out := map[int]string{}
+	for _, h := range holders(e.Home) {
+		out[h.pid] = h.sandbox
+	}
+	return out
+}
+
+// eachLiveProc calls fn with the pid and arguments of every process that
+// still runs.
+func eachLiveProc(fn func(pid int, args []string)) {
+	ents, _ := os.ReadDir("/proc")
 	for _, ent := range ents {
 		pid, err := strconv.Atoi(ent.Name())
 		if err != nil {
@@ -326,15 +350,8 @@ func holders(home string) []holderProc {
 		if err != nil || len(data) == 0 {
 			continue
 		}
-		args := strings.Split(string(data), "\x00")
-		for i := 0; i+1 < len(args); i++ {
-			if name, ok := strings.CutPrefix(args[i+1], home+"|"); ok && args[i] == "FAKEMSB_HOLDER" {
-				out = append(out, holderProc{pid: pid, sandbox: name})
-				break
-			}
-		}
+		fn(pid, strings.Split(strings.TrimSuffix(string(data), "\x00"), "\x00"))
 	}
-	return out
 }
 
 func (e *Env) cleanup(t testing.TB) {
