@@ -23,6 +23,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
+	"github.com/oma-sandbox/oma-sandbox/internal/testutil"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/session/microvm"
@@ -77,33 +78,15 @@ func TestChaosChannel(t *testing.T) {
 	requireFakemsb(t)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	agent := agentFile(t)
-	seed := *seedFlag
-	if seed == 0 {
-		seed = rand.Uint64()
-	}
+	seed := pickSeed()
 	t.Logf("seed %d (rerun with -chaos.seed=%d -chaos.channels=%d)", seed, seed, *channelSessionsFlag)
 
 	rec := newRecorder()
-	envs := make([]*fakemsbtest.Env, 4)
-	for i := range envs {
-		envs[i] = fakemsbtest.New(t)
-	}
-	jobs := make(chan int)
-	var wg sync.WaitGroup
-	for _, env := range envs {
-		wg.Go(func() {
-			for k := range jobs {
-				runChannelSession(env, rec, agent, k, rand.New(rand.NewPCG(seed, uint64(k))))
-			}
-		})
-	}
-	start := time.Now()
-	for k := range *channelSessionsFlag {
-		jobs <- k
-	}
-	close(jobs)
-	wg.Wait()
-	t.Logf("%d channel sessions on %d fakemsbs in %v", *channelSessionsFlag, len(envs), time.Since(start).Round(time.Millisecond))
+	envs := newEnvs(t, 4)
+	took := runPool(len(envs), *channelSessionsFlag, seed, func(worker, k int, rng *rand.Rand) {
+		runChannelSession(envs[worker], rec, agent, k, rng)
+	})
+	t.Logf("%d channel sessions on %d fakemsbs in %v", *channelSessionsFlag, len(envs), took)
 	checkClean(t, envs, rec)
 	rec.summary(t)
 }
@@ -116,7 +99,7 @@ func runChannelSession(env *fakemsbtest.Env, rec *recorder, agent string, k int,
 	client := msb.NewClient(&watch{rec: rec, inner: &msb.CLI{Path: env.Bin}})
 	// The session's and the tools' debug log goes into the failures that
 	// name the session, to say what the channel went through.
-	log := &syncBuffer{}
+	log := &testutil.LockedBuffer{}
 	logger := slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	var sess *microvm.Session
 	err := rec.op(nil, k, "create", createDeadline, func(ctx context.Context) (err error) {
@@ -342,31 +325,13 @@ func (r *recorder) fail(format string, args ...any) {
 }
 
 // logs keeps session name's log for the failures that name it.
-func (r *recorder) logs(name string, log *syncBuffer) {
+func (r *recorder) logs(name string, log *testutil.LockedBuffer) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.sessionLogs == nil {
-		r.sessionLogs = map[string]*syncBuffer{}
+		r.sessionLogs = map[string]*testutil.LockedBuffer{}
 	}
 	r.sessionLogs[name] = log
-}
-
-// syncBuffer is a bytes.Buffer for concurrent writers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func (r *recorder) count(outcome string) {

@@ -27,6 +27,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
+	"github.com/oma-sandbox/oma-sandbox/internal/testutil"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/reaper"
 	"github.com/oma-sandbox/oma-sandbox/session"
@@ -79,6 +80,47 @@ var allowance = map[string]time.Duration{
 	"grep": 3*time.Second + session.HostGrace + 2*opTimeout,
 }
 
+// pickSeed is -chaos.seed, or a fresh seed where it is 0; the caller logs
+// it with the flags to rerun with.
+func pickSeed() uint64 {
+	if *seedFlag != 0 {
+		return *seedFlag
+	}
+	return rand.Uint64()
+}
+
+// newEnvs starts n fakemsbs, one per worker.
+func newEnvs(t *testing.T, n int) []*fakemsbtest.Env {
+	envs := make([]*fakemsbtest.Env, n)
+	for i := range envs {
+		envs[i] = fakemsbtest.New(t)
+	}
+	return envs
+}
+
+// runPool runs sessions 0 to n-1 on workers goroutines, session k with its
+// own generator seeded from seed and k, so that a rerun with the same seed
+// replays each session whichever worker takes it; it returns how long they
+// all took.
+func runPool(workers, n int, seed uint64, run func(worker, k int, rng *rand.Rand)) time.Duration {
+	start := time.Now()
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for k := range jobs {
+				run(w, k, rand.New(rand.NewPCG(seed, uint64(k))))
+			}
+		})
+	}
+	for k := range n {
+		jobs <- k
+	}
+	close(jobs)
+	wg.Wait()
+	return time.Since(start).Round(time.Millisecond)
+}
+
 // TestChaos opens -chaos.sessions sessions on fakemsb, -chaos.workers at a
 // time, each with a random FAKEMSB_FAULTS plan (see plan) and random
 // cancellations, runs a few tool calls in each (some of them a hostile
@@ -95,34 +137,16 @@ var allowance = map[string]time.Duration{
 func TestChaos(t *testing.T) {
 	requireFakemsb(t)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	seed := *seedFlag
-	if seed == 0 {
-		seed = rand.Uint64()
-	}
+	seed := pickSeed()
 	t.Logf("seed %d (rerun with -chaos.seed=%d -chaos.sessions=%d -chaos.workers=%d)", seed, seed, *sessionsFlag, *workersFlag)
 
 	agent := agentFile(t)
 	rec := newRecorder()
-	envs := make([]*fakemsbtest.Env, *workersFlag)
-	for i := range envs {
-		envs[i] = fakemsbtest.New(t)
-	}
-	jobs := make(chan int)
-	var wg sync.WaitGroup
-	for _, env := range envs {
-		wg.Go(func() {
-			for k := range jobs {
-				runSession(env, rec, agent, k, rand.New(rand.NewPCG(seed, uint64(k))))
-			}
-		})
-	}
-	start := time.Now()
-	for k := range *sessionsFlag {
-		jobs <- k
-	}
-	close(jobs)
-	wg.Wait()
-	t.Logf("%d sessions on %d fakemsbs in %v", *sessionsFlag, len(envs), time.Since(start).Round(time.Millisecond))
+	envs := newEnvs(t, *workersFlag)
+	took := runPool(len(envs), *sessionsFlag, seed, func(worker, k int, rng *rand.Rand) {
+		runSession(envs[worker], rec, agent, k, rng)
+	})
+	t.Logf("%d sessions on %d fakemsbs in %v", *sessionsFlag, len(envs), took)
 
 	// Every session removed what it made: a leak is a failure, whatever a
 	// reaper could do about it later.
@@ -172,7 +196,7 @@ type recorder struct {
 	// trails holds each session's operations, to explain what it left.
 	trails map[int][]string
 	// sessionLogs holds the debug logs of TestChaosChannel's sessions.
-	sessionLogs map[string]*syncBuffer
+	sessionLogs map[string]*testutil.LockedBuffer
 }
 
 func newRecorder() *recorder {

@@ -55,29 +55,14 @@ func TestChaosLocal(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	decoy := makeDecoy(t)
 	before := snapshotTree(t, decoy)
-	seed := *seedFlag
-	if seed == 0 {
-		seed = rand.Uint64()
-	}
+	seed := pickSeed()
 	t.Logf("seed %d (rerun with -run TestChaosLocal -chaos.seed=%d -chaos.local.sessions=%d)", seed, seed, *localSessionsFlag)
 
 	rec := newRecorder()
-	jobs := make(chan int)
-	var wg sync.WaitGroup
-	for range *localWorkersFlag {
-		wg.Go(func() {
-			for k := range jobs {
-				runLocalSession(stateDir, decoy, rec, k, rand.New(rand.NewPCG(seed, uint64(k))))
-			}
-		})
-	}
-	start := time.Now()
-	for k := range *localSessionsFlag {
-		jobs <- k
-	}
-	close(jobs)
-	wg.Wait()
-	t.Logf("%d local sessions in %v", *localSessionsFlag, time.Since(start).Round(time.Millisecond))
+	took := runPool(*localWorkersFlag, *localSessionsFlag, seed, func(_, k int, rng *rand.Rand) {
+		runLocalSession(stateDir, decoy, rec, k, rng)
+	})
+	t.Logf("%d local sessions in %v", *localSessionsFlag, took)
 
 	if ents, err := os.ReadDir(stateDir); err != nil || len(ents) > 0 {
 		t.Errorf("state directory %s after every session closed: %v, %v", stateDir, names(ents), err)

@@ -17,6 +17,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/oma-sandbox/oma-sandbox/internal/testutil"
 )
 
 // inspectNetwork returns config.network of an inspect document.
@@ -48,14 +50,6 @@ func TestPortsShownAsRealMSB(t *testing.T) {
 	}
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // TestPortForwardReachesGuest: a server the guest starts on its own
 // loopback is reachable from the host through -p, only on 127.0.0.1, only
 // for a guest port the ingress policy admits, and no longer once the
@@ -65,7 +59,7 @@ func TestPortForwardReachesGuest(t *testing.T) {
 		t.Skip("python3 serves the guest's page")
 	}
 	f := newFx(t)
-	open, closed := freePort(t), freePort(t)
+	open, closed := testutil.FreePort(t), testutil.FreePort(t)
 	f.ok("create", "alpine", "--name", "web", "-q", "--no-net", "--net-rule", "allow:ingress@any:tcp:8000",
 		"-p", fmt.Sprintf("%d:8000", open), "-p", fmt.Sprintf("%d:8001", closed))
 	f.ok("exec", "web", "--", "sh", "-c", `cd /tmp && echo from-guest >index.html &&

@@ -13,7 +13,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/oma-sandbox/oma-sandbox/guestagent/bundle"
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
+	"github.com/oma-sandbox/oma-sandbox/internal/testutil"
 	"github.com/oma-sandbox/oma-sandbox/mcpserver"
 )
 
@@ -227,7 +227,7 @@ func cmdMCPClient(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	token := mcpserver.NewToken()
 	cmd.Env = append(cmd.Env, "OMA_MCP_TOKEN="+token)
-	stderr := &lockedBuffer{}
+	stderr := &testutil.LockedBuffer{}
 	cmd.Stderr = stderr
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -311,7 +311,7 @@ func freeLoopback(ts *testscript.TestScript) string {
 	return ln.Addr().String()
 }
 
-func waitListening(ts *testscript.TestScript, addr string, stderr *lockedBuffer) {
+func waitListening(ts *testscript.TestScript, addr string, stderr *testutil.LockedBuffer) {
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if c, err := net.Dial("tcp", addr); err == nil {
 			c.Close()
@@ -319,22 +319,4 @@ func waitListening(ts *testscript.TestScript, addr string, stderr *lockedBuffer)
 		}
 	}
 	ts.Fatalf("mcp server never listened on %s\n%s", addr, stderr.String())
-}
-
-// lockedBuffer collects a child's stderr while the test may read it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -27,3 +27,15 @@ func LoopbackServer(t testing.TB, addr, name string) int {
 	t.Cleanup(s.Close)
 	return l.Addr().(*net.TCPAddr).Port
 }
+
+// FreePort returns a loopback TCP port that was free a moment ago (it is
+// listened on and released), for a server the test starts elsewhere.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

@@ -15,18 +15,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
+	"github.com/oma-sandbox/oma-sandbox/internal/testutil"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 )
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 func createArgv(t *testing.T, env *fakemsbtest.Env) []string {
 	t.Helper()
@@ -48,7 +41,7 @@ func TestPreviewPort(t *testing.T) {
 	}
 	ctx := context.Background()
 	env := fakemsbtest.New(t)
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	o := options(env)
 	o.Ports = []msb.PortForward{{Host: port, Guest: 8000}}
 	s, err := microvm.Create(ctx, o)
