@@ -3,18 +3,13 @@
 package chaos
 
 import (
-	"os"
 	"testing"
 
 	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
 )
 
 // TestMain removes the guest agent the channel sessions were given.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	agenttest.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { agenttest.Main(m) }
 
 // agentFile builds the guest agent (once per process) and gives t a
 // private agent cache for Create to copy it into.

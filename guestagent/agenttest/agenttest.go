@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+
+	"go.uber.org/goleak"
 )
 
 var (
@@ -21,7 +23,8 @@ var (
 
 // AgentBinary builds cmd/oma-guest-agent for linux and this GOARCH, once
 // per test process, and returns its path. It fails t when the build does.
-// Call Cleanup when the tests are done (goleak.Cleanup in TestMain, say).
+// Call Cleanup when the tests are done (Main or MainNoLeaks as TestMain
+// do it).
 func AgentBinary(t testing.TB) string {
 	t.Helper()
 	once.Do(func() {
@@ -48,4 +51,22 @@ func Cleanup() {
 	if dir != "" {
 		_ = os.RemoveAll(dir)
 	}
+}
+
+// Main runs the package's tests, removes what AgentBinary built and exits
+// with the tests' code: the TestMain of a package whose tests use the
+// agent.
+func Main(m *testing.M) {
+	code := m.Run()
+	Cleanup()
+	os.Exit(code)
+}
+
+// MainNoLeaks is Main that also fails the package if a test leaves a
+// goroutine behind, such as the watcher of a channel never closed.
+func MainNoLeaks(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		Cleanup()
+		os.Exit(code)
+	}))
 }

@@ -1,19 +1,11 @@
 package microvm_test
 
 import (
-	"os"
 	"testing"
-
-	"go.uber.org/goleak"
 
 	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
 )
 
 // TestMain fails the package if a test leaves a goroutine behind, such as
 // the watcher of a channel that was never closed.
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		agenttest.Cleanup()
-		os.Exit(code)
-	}))
-}
+func TestMain(m *testing.M) { agenttest.MainNoLeaks(m) }
