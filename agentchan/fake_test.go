@@ -86,6 +86,20 @@ func wait(t *testing.T, done <-chan runResult) runResult {
 	}
 }
 
+// secondCallWorks runs a second call (id 2) on c, which the fake agent
+// answers with exit 0: the channel survived what the first call did.
+func secondCallWorks(t *testing.T, c *Conn, f *fakeAgent) {
+	t.Helper()
+	done := goRun(context.Background(), c, Request{Script: "y"}, Output{})
+	if run, ok := f.next().(*agentwire.Run); !ok || run.ID != 2 {
+		t.Fatalf("the second call's frame: %+v", run)
+	}
+	f.send(`{"type":"exit","id":2,"code":0}`)
+	if r := wait(t, done); r.err != nil {
+		t.Fatalf("the channel died: %v", r.err)
+	}
+}
+
 func TestFakeHappyPath(t *testing.T) {
 	c, f := openFake(t)
 	if c.AgentPID() != 42 {
@@ -119,12 +133,7 @@ func TestHostCountsOutput(t *testing.T) {
 	}
 	// What it still sends for the call is dropped, then its exit.
 	f.send(`{"type":"out","id":1,"fd":1,"data":"MTIz"}`, `{"type":"exit","id":1,"code":255}`)
-	done = goRun(context.Background(), c, Request{Script: "y"}, Output{})
-	f.next()
-	f.send(`{"type":"exit","id":2,"code":0}`)
-	if r := wait(t, done); r.err != nil {
-		t.Fatalf("the channel died: %v", r.err)
-	}
+	secondCallWorks(t, c, f)
 }
 
 // Every protocol violation kills the channel: the call in flight and every
@@ -185,12 +194,7 @@ func TestContextEndGivesUp(t *testing.T) {
 		t.Fatal("no kill")
 	}
 	f.send(`{"type":"out","id":1,"fd":1,"data":"YQ=="}`, `{"type":"exit","id":1,"code":255}`)
-	done = goRun(context.Background(), c, Request{Script: "y"}, Output{})
-	f.next()
-	f.send(`{"type":"exit","id":2,"code":0}`)
-	if r := wait(t, done); r.err != nil {
-		t.Fatal(r.err)
-	}
+	secondCallWorks(t, c, f)
 	// After its exit, the call's id is no longer quietly accepted.
 	f.send(`{"type":"exit","id":1,"code":255}`)
 	<-c.Done()
