@@ -62,9 +62,7 @@ func awaitNoChannel(t *testing.T, env *fakemsbtest.Env, sandbox string) {
 // call costs another invocation. Close leaves nothing running.
 func TestChannelBudget(t *testing.T) {
 	env := fakemsbtest.New(t)
-	s, err := microvm.Create(context.Background(), channelOptions(t, env, ""))
-	require.NoError(t, err)
-	defer s.Close(context.Background())
+	s := createSession(t, channelOptions(t, env, ""))
 
 	calls := argvs(t, env)
 	require.Len(t, calls, 2, "create + one prepare exec")
@@ -175,9 +173,7 @@ func TestChannelFallback(t *testing.T) {
 				o.AgentFile = fakeAgent(t, c.agent)
 			}
 			o.NoAgent = c.noAgent
-			created, err := microvm.Create(context.Background(), o)
-			require.NoError(t, err)
-			defer created.Close(context.Background())
+			created := createSession(t, o)
 			// Attached: a session object that does not know whether the
 			// sandbox has the agent.
 			s, err := microvm.Attach(o.Client, "", created.Name())
@@ -234,9 +230,7 @@ func TestChannelDeath(t *testing.T) {
 			if c.agent != "" {
 				o.AgentFile = fakeAgent(t, c.agent)
 			}
-			s, err := microvm.Create(context.Background(), o)
-			require.NoError(t, err)
-			defer s.Close(context.Background())
+			s := createSession(t, o)
 
 			call := func() error {
 				done := make(chan error, 1)
@@ -260,7 +254,7 @@ func TestChannelDeath(t *testing.T) {
 					return nil
 				}
 			}
-			err = call()
+			err := call()
 			if c.name == "sandbox removed" {
 				require.ErrorIs(t, err, session.ErrGone)
 				awaitNoChannel(t, env, s.Name())
@@ -298,9 +292,7 @@ func TestChannelDeath(t *testing.T) {
 // ran on it; a call after a pause resumes the sandbox and reopens it.
 func TestChannelLifecycle(t *testing.T) {
 	env := fakemsbtest.New(t)
-	s, err := microvm.Create(context.Background(), channelOptions(t, env, ""))
-	require.NoError(t, err)
-	defer s.Close(context.Background())
+	s := createSession(t, channelOptions(t, env, ""))
 	ctx := context.Background()
 
 	sh(t, s, "true")
@@ -345,9 +337,7 @@ func TestChannelQuietClose(t *testing.T) {
 	env := fakemsbtest.New(t)
 	o := channelOptions(t, env, "")
 	o.IdleTimeout = "1s"
-	s, err := microvm.Create(context.Background(), o)
-	require.NoError(t, err)
-	defer s.Close(context.Background())
+	s := createSession(t, o)
 
 	sh(t, s, "true")
 	require.False(t, env.Channel(s.Name()).Empty())
@@ -371,9 +361,7 @@ func TestChannelQuietClose(t *testing.T) {
 // the call without holding it or the channel.
 func TestChannelBackgroundProcess(t *testing.T) {
 	env := fakemsbtest.New(t)
-	s, err := microvm.Create(context.Background(), channelOptions(t, env, ""))
-	require.NoError(t, err)
-	defer s.Close(context.Background())
+	s := createSession(t, channelOptions(t, env, ""))
 	start := time.Now()
 	sh(t, s, `sleep 300 >/dev/null 2>&1 </dev/null & echo $! > /tmp/bg.pid`)
 	assert.Less(t, time.Since(start), 5*time.Second)
@@ -407,9 +395,7 @@ func TestChannelClosedWhenPoisonCannotEndTheSandbox(t *testing.T) {
 func TestChannelFork(t *testing.T) {
 	env := fakemsbtest.New(t)
 	o := channelOptions(t, env, "")
-	src, err := microvm.Create(context.Background(), o)
-	require.NoError(t, err)
-	defer src.Close(context.Background())
+	src := createSession(t, o)
 	sh(t, src, "echo shared > f.txt")
 	require.Len(t, env.Channel(src.Name()).Msb, 1)
 

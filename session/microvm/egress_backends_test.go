@@ -19,7 +19,6 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/internal/testutil"
 	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/session/local"
-	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 )
 
 // egressFixture is the allowlist scenario's servers and policy: A on
@@ -114,9 +113,7 @@ func TestAllowlistOnFakemsb(t *testing.T) {
 	env.SetKnob("FAKEMSB_HOSTS", "api.test.example=127.0.0.2,rebind.test.example=127.0.0.1,other.example=127.0.0.1")
 	o := options(env)
 	o.Network = f.policy
-	s, err := microvm.Create(context.Background(), o)
-	require.NoError(t, err)
-	defer s.Close(context.Background())
+	s := createSession(t, o)
 	f.run(t, s, true)
 }
 

@@ -90,13 +90,11 @@ func TestPausedWithoutAutoResume(t *testing.T) {
 	env := fakemsbtest.New(t)
 	o := options(env)
 	o.NoAutoResume = true
-	s, err := microvm.Create(ctx, o)
-	require.NoError(t, err)
-	defer s.Close(ctx)
+	s := createSession(t, o)
 	require.NoError(t, s.Pause(ctx))
 
 	env.ResetLog(t)
-	_, err = s.Shell(ctx, session.Command{Script: `true`}, session.ShellOptions{})
+	_, err := s.Shell(ctx, session.Command{Script: `true`}, session.ShellOptions{})
 	assert.ErrorIs(t, err, session.ErrPaused)
 	assert.ErrorContains(t, err, "session resume "+s.Name())
 	assert.ErrorIs(t, s.CopyIn(ctx, t.TempDir(), "/workspace/x"), session.ErrPaused)
@@ -118,9 +116,7 @@ func TestPausedWithoutAutoResume(t *testing.T) {
 func TestAttachedPausedSession(t *testing.T) {
 	ctx := context.Background()
 	env := fakemsbtest.New(t)
-	s, err := microvm.Create(ctx, options(env))
-	require.NoError(t, err)
-	defer s.Close(ctx)
+	s := createSession(t, options(env))
 	require.NoError(t, s.Pause(ctx))
 
 	client := msb.NewClient(&msb.CLI{Path: env.Bin})
@@ -177,15 +173,13 @@ func TestIdleTimeoutOption(t *testing.T) {
 	env := fakemsbtest.New(t)
 	o := options(env)
 	o.IdleTimeout = "30m"
-	s, err := microvm.Create(ctx, o)
-	require.NoError(t, err)
-	defer s.Close(ctx)
+	createSession(t, o)
 	assert.Contains(t, argvs(t, env)[0], "--idle-timeout")
 	assert.Subset(t, argvs(t, env)[0], []string{"--idle-timeout", "30m"})
 
 	env.ResetLog(t)
 	o.IdleTimeout, o.SessionID = "1d", "other"
-	_, err = microvm.Create(ctx, o)
+	_, err := microvm.Create(ctx, o)
 	assert.ErrorIs(t, err, session.ErrInvalid)
 	assert.ErrorContains(t, err, "idle timeout")
 	assert.Empty(t, argvs(t, env))

@@ -59,9 +59,7 @@ func TestCreateMapsTheNetworkPolicy(t *testing.T) {
 			env := fakemsbtest.New(t)
 			o := options(env)
 			o.Network = c.p
-			s, err := microvm.Create(context.Background(), o)
-			require.NoError(t, err)
-			defer s.Close(context.Background())
+			createSession(t, o)
 			assert.Equal(t, c.want, netFlags(argvs(t, env)[0]))
 		})
 	}

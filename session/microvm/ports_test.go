@@ -44,14 +44,12 @@ func TestPreviewPort(t *testing.T) {
 	port := testutil.FreePort(t)
 	o := options(env)
 	o.Ports = []msb.PortForward{{Host: port, Guest: 8000}}
-	s, err := microvm.Create(ctx, o)
-	require.NoError(t, err)
-	defer s.Close(ctx)
+	s := createSession(t, o)
 	argv := strings.Join(createArgv(t, env), " ")
 	assert.Contains(t, argv, fmt.Sprintf("--no-net --net-rule allow:ingress@any:tcp:8000"))
 	assert.Contains(t, argv, fmt.Sprintf("--port 127.0.0.1:%d:8000", port))
 
-	_, err = s.Shell(ctx, session.Command{Script: `echo preview >index.html && setsid -f python3 -m http.server 8000 --bind 127.0.0.1 >/dev/null 2>&1 </dev/null`}, session.ShellOptions{})
+	_, err := s.Shell(ctx, session.Command{Script: `echo preview >index.html && setsid -f python3 -m http.server 8000 --bind 127.0.0.1 >/dev/null 2>&1 </dev/null`}, session.ShellOptions{})
 	require.NoError(t, err)
 	client := http.Client{Timeout: 3 * time.Second}
 	var body []byte
@@ -119,11 +117,9 @@ func TestResize(t *testing.T) {
 	env := fakemsbtest.New(t)
 	o := options(env)
 	o.CPUs, o.Memory = 2, "1G"
-	s, err := microvm.Create(ctx, o)
-	require.NoError(t, err)
-	defer s.Close(ctx)
+	s := createSession(t, o)
 	name := s.Names().Sandbox
-	_, err = s.Shell(ctx, session.Command{Script: `echo kept >note.txt`}, session.ShellOptions{})
+	_, err := s.Shell(ctx, session.Command{Script: `echo kept >note.txt`}, session.ShellOptions{})
 	require.NoError(t, err)
 
 	env.ResetLog(t)

@@ -37,6 +37,15 @@ func options(env *fakemsbtest.Env) microvm.Options {
 	}
 }
 
+// createSession creates a session with o, closed when the test ends.
+func createSession(t *testing.T, o microvm.Options) *microvm.Session {
+	t.Helper()
+	s, err := microvm.Create(context.Background(), o)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	return s
+}
+
 func argvs(t *testing.T, env *fakemsbtest.Env) [][]string {
 	var out [][]string
 	for _, inv := range env.Invocations(t) {
@@ -47,9 +56,7 @@ func argvs(t *testing.T, env *fakemsbtest.Env) [][]string {
 
 func TestCreateArgvAndBudget(t *testing.T) {
 	env := fakemsbtest.New(t)
-	s, err := microvm.Create(context.Background(), options(env))
-	require.NoError(t, err)
-	defer s.Close(context.Background())
+	s := createSession(t, options(env))
 
 	names := s.Names()
 	assert.Equal(t, "oma-workspace-42-sess-7-mx1seio0-0009ix-sandbox", names.Sandbox)
@@ -197,9 +204,7 @@ func TestShellOutcomes(t *testing.T) {
 			if transport == "channel" {
 				o.NoAgent, o.AgentFile = false, agenttest.AgentBinary(t)
 			}
-			s, err := microvm.Create(context.Background(), o)
-			require.NoError(t, err)
-			defer s.Close(context.Background())
+			s := createSession(t, o)
 			testShellOutcomes(t, s)
 			if transport == "channel" {
 				assert.Len(t, env.Channel(s.Name()).Msb, 1, "the calls went over the channel")
