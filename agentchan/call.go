@@ -189,15 +189,7 @@ func (c *Conn) abandonLocked(cl *call) {
 // dispatch applies one frame from the agent; an error is a protocol
 // violation.
 func (c *Conn) dispatch(f agentwire.Frame) error {
-	var id uint64
-	switch f := f.(type) {
-	case *agentwire.Out:
-		id = f.ID
-	case *agentwire.Ack:
-		id = f.ID
-	case *agentwire.Exit:
-		id = f.ID
-	}
+	id := agentwire.CallID(f)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	cl, ok := c.calls[id]

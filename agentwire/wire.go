@@ -120,6 +120,28 @@ func (*Exit) frameType() string  { return "exit" }
 // Type names f's type as it appears on the wire.
 func Type(f Frame) string { return f.frameType() }
 
+// CallID is the call f belongs to: its ID, or 0 for a hello, which
+// belongs to none.
+func CallID(f Frame) uint64 {
+	switch f := f.(type) {
+	case *Run:
+		return f.ID
+	case *Stdin:
+		return f.ID
+	case *EOF:
+		return f.ID
+	case *Kill:
+		return f.ID
+	case *Out:
+		return f.ID
+	case *Ack:
+		return f.ID
+	case *Exit:
+		return f.ID
+	}
+	return 0
+}
+
 // FromHost tells whether frames of f's type travel from host to guest.
 func FromHost(f Frame) bool {
 	switch f.(type) {

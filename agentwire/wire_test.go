@@ -40,6 +40,19 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
+// Every frame but hello names its call.
+func TestCallID(t *testing.T) {
+	frames := map[Frame]uint64{
+		&Run{ID: 1}: 1, &Stdin{ID: 2}: 2, &EOF{ID: 3}: 3, &Kill{ID: 4}: 4,
+		&Out{ID: 5}: 5, &Ack{ID: 6}: 6, &Exit{ID: 7}: 7, &Hello{Version: 1, PID: 8}: 0,
+	}
+	for f, want := range frames {
+		if got := CallID(f); got != want {
+			t.Errorf("CallID(%s) = %d, want %d", Type(f), got, want)
+		}
+	}
+}
+
 func TestReaders(t *testing.T) {
 	var guest bytes.Buffer
 	w := NewWriter(&guest)

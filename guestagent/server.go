@@ -117,15 +117,7 @@ func (s *Server) loop(running *sync.WaitGroup) error {
 			}()
 			continue
 		}
-		var id uint64
-		switch f := f.(type) {
-		case *agentwire.Stdin:
-			id = f.ID
-		case *agentwire.EOF:
-			id = f.ID
-		case *agentwire.Kill:
-			id = f.ID
-		}
+		id := agentwire.CallID(f)
 		if id > lastID {
 			return fmt.Errorf("%s frame for call %d, which was never started", agentwire.Type(f), id)
 		}
