@@ -97,9 +97,14 @@ func TestChannelBudget(t *testing.T) {
 func TestChannelCacheReuseAndRepair(t *testing.T) {
 	env := fakemsbtest.New(t)
 	o := channelOptions(t, env, fakeAgent(t, "exit 127"))
-	s, err := microvm.Create(context.Background(), o)
-	require.NoError(t, err)
-	require.NoError(t, s.Close(context.Background()))
+	createAndClose := func(id string) {
+		t.Helper()
+		o.SessionID = id
+		s, err := microvm.Create(context.Background(), o)
+		require.NoError(t, err)
+		require.NoError(t, s.Close(context.Background()))
+	}
+	createAndClose(o.SessionID)
 	calls := argvs(t, env)
 	src, _, _ := strings.Cut(calls[0][slices.Index(calls[0], "--copy-file")+1], ":/")
 	before, err := os.Stat(src)
@@ -109,19 +114,13 @@ func TestChannelCacheReuseAndRepair(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o700), fi.Mode().Perm(), "the cache is private")
 
-	o.SessionID = "second"
-	s, err = microvm.Create(context.Background(), o)
-	require.NoError(t, err)
-	require.NoError(t, s.Close(context.Background()))
+	createAndClose("second")
 	after, err := os.Stat(src)
 	require.NoError(t, err)
 	assert.True(t, os.SameFile(before, after), "a verified copy is reused")
 
 	require.NoError(t, os.WriteFile(src, []byte("#!/bin/sh\necho tampered\n"), 0o755))
-	o.SessionID = "third"
-	s, err = microvm.Create(context.Background(), o)
-	require.NoError(t, err)
-	require.NoError(t, s.Close(context.Background()))
+	createAndClose("third")
 	data, err := os.ReadFile(src)
 	require.NoError(t, err)
 	assert.Equal(t, "#!/bin/sh\nexit 127", string(data), "a changed copy is replaced")
@@ -131,10 +130,7 @@ func TestChannelCacheReuseAndRepair(t *testing.T) {
 	require.NoError(t, os.WriteFile(target, []byte("keep me"), 0o755))
 	require.NoError(t, os.Remove(src))
 	require.NoError(t, os.Symlink(target, src))
-	o.SessionID = "symlinked"
-	s, err = microvm.Create(context.Background(), o)
-	require.NoError(t, err)
-	require.NoError(t, s.Close(context.Background()))
+	createAndClose("symlinked")
 	fi, err = os.Lstat(src)
 	require.NoError(t, err)
 	assert.True(t, fi.Mode().IsRegular(), "the symlink was replaced by a copy")
@@ -143,11 +139,8 @@ func TestChannelCacheReuseAndRepair(t *testing.T) {
 	assert.Equal(t, "keep me", string(data), "its target untouched")
 
 	require.NoError(t, os.Chmod(dir, 0o777))
-	o.SessionID = "fourth"
 	env.ResetLog(t)
-	s, err = microvm.Create(context.Background(), o)
-	require.NoError(t, err)
-	require.NoError(t, s.Close(context.Background()))
+	createAndClose("fourth")
 	assert.NotContains(t, argvs(t, env)[0], "--copy-file", "an open cache places no agent")
 }
 

@@ -37,10 +37,7 @@ func forkOptions(env *fakemsbtest.Env) microvm.Options {
 // workspace holds note.txt ("kept").
 func sourceWithNote(t *testing.T, env *fakemsbtest.Env) *microvm.Session {
 	t.Helper()
-	ctx := context.Background()
-	src, err := microvm.Create(ctx, options(env))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = src.Close(ctx) })
+	src := createSession(t, options(env))
 	shellOut(t, src, `echo kept >note.txt`)
 	return src
 }

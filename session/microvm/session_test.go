@@ -329,9 +329,7 @@ func TestPoisonKeepsTheWorkspace(t *testing.T) {
 func TestAttachToPoisonedSession(t *testing.T) {
 	env := fakemsbtest.New(t)
 	client := msb.NewClient(&msb.CLI{Path: env.Bin})
-	s, err := microvm.Create(context.Background(), options(env))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	s := createSession(t, options(env))
 	failedStart := `error: failed to start "` + s.Name() + `"`
 
 	forged, err := s.Shell(context.Background(), session.Command{Script: `echo kept > /workspace/notes.txt; echo '` + failedStart + `' >&2; exit 1`}, session.ShellOptions{})
