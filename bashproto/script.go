@@ -255,7 +255,20 @@ done
 kill "$tick" "$follower" 2>/dev/null
 wait "$tick" "$follower" 2>/dev/null
 tick=
-set -- $(wc -lc < /proc/self/fd/4 2>/dev/null || echo 0 0)
+# A log read to its end in fewer bytes than both limits allow (no NUL, which
+# would end the read early; a signal ends it with another status) is short:
+# no wc needed.
+short=$(( maxlines - 1 < maxbytes / 8 ? maxlines - 1 : maxbytes / 8 )) rc=0 head=
+if [ "$short" -gt 0 ]; then
+  { IFS= read -r -d '' -n "$short" head < /proc/self/fd/4; } 2>/dev/null
+  rc=$?
+fi
+if [ "$rc" -eq 1 ] && [ "${#head}" -lt "$short" ]; then
+  set -- 0 0
+else
+  set -- $(wc -lc < /proc/self/fd/4 2>/dev/null || echo 0 0)
+fi
+head=
 if [ "$(( ${1:-0} + 1 ))" -gt "$maxlines" ] || [ "${2:-0}" -gt "$maxbytes" ]; then
   # Non-blocking: a FIFO planted at the copy's name fails the copy.
   if ! { mkdir -p -- "$keptdir" &&

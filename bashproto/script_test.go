@@ -484,3 +484,24 @@ func TestScriptBackgroundWithoutSubreaper(t *testing.T) {
 	assert.Contains(t, text, "[Background processes are still running; their output goes to "+c.LogPath(logs.Live)+"]")
 	assert.True(t, alive(pids[0]), "a normal end kills nothing")
 }
+
+// A long log is kept however it looks: NUL bytes (which end the shell's
+// quick look at a short log) or many short lines.
+func TestScriptKeepsLongLogOfAnyShape(t *testing.T) {
+	requireSupported(t)
+	for name, command := range map[string]string{
+		"nul bytes":   `head -c 60000 /dev/zero`,
+		"nul first":   `printf '\0'; seq 1 3000`,
+		"short lines": `for i in $(seq 2500); do echo; done`,
+	} {
+		c, logs, stdout, _, code := runCommand(t, command, 30*time.Second)
+		assert.Equal(t, 0, code, name)
+		_, out := filtered(t, c.Secret, stdout)
+		data, err := os.ReadFile(c.LogPath(logs.Kept))
+		if assert.NoError(t, err, name) {
+			assert.Equal(t, out, string(data), name)
+		}
+	}
+	c, logs, _, _, _ := runCommand(t, `seq 1 1500`, 30*time.Second)
+	assert.NoFileExists(t, c.LogPath(logs.Kept), "a short log is not copied")
+}
