@@ -240,17 +240,25 @@ while :; do
   track
   if [ "$((10#${EPOCHREALTIME/[.,]/}))" -ge "$deadline" ]; then kind=timeout; killtree; break; fi
 done
-kill "$tick" 2>/dev/null
-wait "$tick" "$pid" 2>/dev/null
-# tail ends within its 0.01 s poll once the command is reaped (polling, not
-# inotify: closing an inotify instance waits for an RCU grace period, which
-# costs more than the poll); five seconds bound the wait on a log the
-# command replaced with a FIFO.
-sleep 5 </dev/null >/dev/null 2>&1 &
-tick=$!
-# A SIGUSR1 interrupts wait: wait again.
-while kill -0 "$follower" 2>/dev/null && kill -0 "$tick" 2>/dev/null; do
-  wait -n "$follower" "$tick" 2>/dev/null
+# The command is reaped (to tail --pid a zombie is alive). tail ends within
+# its 0.01 s poll (polling, not inotify: closing an inotify instance waits
+# for an RCU grace period, which costs more than the poll). The loop's last
+# tick bounds the first wait for it, fifty more the rest, for a log the
+# command replaced with a FIFO; a wait for a job bash no longer knows (127)
+# uses a tick up.
+[ "${ended-}" = "$tick" ] && tick=
+wait "$pid" 2>/dev/null
+n=0
+while kill -0 "$follower" 2>/dev/null; do
+  if [ -z "$tick" ]; then
+    [ "$n" -lt 50 ] || break
+    sleep 0.1 </dev/null >/dev/null 2>&1 &
+    tick=$! n=$((n + 1))
+  fi
+  ended=
+  wait -n -p ended "$follower" "$tick" 2>/dev/null
+  rc=$?
+  if [ "${ended-}" = "$tick" ] || [ "$rc" -eq 127 ]; then tick=; fi
 done
 kill "$tick" "$follower" 2>/dev/null
 wait "$tick" "$follower" 2>/dev/null
