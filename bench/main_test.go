@@ -1,15 +1,10 @@
 package bench
 
 import (
-	"os"
 	"testing"
 
 	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
 )
 
 // TestMain removes the guest agent the channel rows built.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	agenttest.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { agenttest.Main(m) }

@@ -1,14 +1,9 @@
 package transfer_test
 
 import (
-	"os"
 	"testing"
 
 	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	agenttest.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { agenttest.Main(m) }
