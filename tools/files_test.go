@@ -220,6 +220,7 @@ type renameFails struct{ session.Session }
 
 func (r renameFails) Shell(ctx context.Context, cmd session.Command, o session.ShellOptions) (*session.Result, error) {
 	cmd.Script = strings.Replace(cmd.Script, `err=$(mv -fT -- "$tmp" "$real" 2>&1)`, `err=$({ echo 'mv: No space left on device' >&2; false; } 2>&1)`, 1)
+	cmd.Script = strings.Replace(cmd.Script, `rename($tmp, $real) or`, `($! = 28) && 0 or`, 1) // ENOSPC
 	return r.Session.Shell(ctx, cmd, o)
 }
 

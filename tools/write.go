@@ -50,10 +50,74 @@ esac
 // 644. When $want is a sha256, the rename happens only if the file still has
 // that digest (the edit tool's lost-update guard), under a lock on the file.
 // A failure removes the temp file and the directories this call created.
+// Where perl exists (the image's perl-base), one perl process does all after
+// the resolve, calling sha256sum only for an edit (perl-base has no SHA
+// module); else coreutils do, with the same results and messages.
 const writeScript = `set -u
 f=$1 want=$2 ws=$3 show=$4
 ` + resolveScript + `
 [ -d "$real" ] && fail 3 "Path is a directory: $show"
+if command -v perl >/dev/null 2>&1; then
+	exec perl -e '
+	use strict;
+	use Fcntl qw(O_WRONLY O_CREAT O_EXCL LOCK_EX);
+	my ($real, $want, $show) = @ARGV;
+	my ($dir) = $real =~ m{^(.*)/};
+	my ($tmp, @made);
+	sub fail {
+		print STDERR "$_[1]\n";
+		unlink $tmp if defined $tmp;
+		for (reverse @made) { rmdir $_ or last }
+		exit $_[0];
+	}
+	my $d = $dir;
+	my @missing;
+	while ($d ne "" && !-e $d && !-l $d) { unshift @missing, $d; $d =~ s{/[^/]*$}{} }
+	@missing = ($dir) if !@missing && !-d $dir;
+	for (@missing) {
+		if (mkdir $_) { push @made, $_; next }
+		my $err = "$!";
+		# As mkdir -p: an existing directory will do; a name that cannot be
+		# looked up (a link loop) is reported by why.
+		if ($!{EEXIST}) { next if -d $_; $err = "$!" if !-e $_ }
+		fail(3, "Cannot create the directory of $show: $err");
+	}
+	my @chars = ("A" .. "Z", "a" .. "z", "0" .. "9");
+	my $out;
+	until (defined $tmp) {
+		my $name = "$dir/.oma-write." . join("", map { $chars[rand @chars] } 1 .. 8);
+		if (sysopen($out, $name, O_WRONLY | O_CREAT | O_EXCL, 0600)) { $tmp = $name }
+		elsif (!$!{EEXIST}) { fail(3, "Cannot write $show: $!") }
+	}
+	binmode STDIN;
+	while (1) {
+		my $n = sysread(STDIN, my $buf, 65536);
+		defined $n or fail(3, "Cannot write $show: $!");
+		last if $n == 0;
+		for (my $off = 0; $off < $n;) {
+			my $w = syswrite($out, $buf, $n - $off, $off);
+			defined $w or fail(3, "Cannot write $show: $!");
+			$off += $w;
+		}
+	}
+	close $out or fail(3, "Cannot write $show: $!");
+	my @st = stat $real;
+	chmod(@st ? $st[2] & 07777 : 0644, $tmp);
+	my $lock; # held until exit: a handle closed at the end of a block would unlock before the rename
+	if ($want ne "") {
+		open($lock, "<", $real) or fail(9, "file changed since it was read");
+		flock($lock, LOCK_EX);
+		my $pid = open(my $sum, "-|") // fail(3, "Cannot write $show: $!");
+		# Digest the file the name holds now, not the one locked: a writer
+		# that renamed over it while this waited for the lock has won.
+		if (!$pid) { open(STDIN, "<", $real) and exec("sha256sum"); exit 127 }
+		my ($have) = (join("", <$sum>) =~ /^([^ ]*)/);
+		close $sum;
+		$have eq $want or fail(9, "file changed since it was read");
+	}
+	rename($tmp, $real) or fail(3, "Cannot write $show: $!");
+' -- "$real" "$want" "$show"
+fi
 dir=${real%/*}
 made='' d=$dir
 while [ ! -e "$d" ] && [ ! -L "$d" ]; do made=$d; d=${d%/*}; done
@@ -74,7 +138,7 @@ tmp=$err
 err=$(cat 2>&1 >"$tmp") || fail 3 "Cannot write $show: $(reason "$err")"
 if [ -e "$real" ]; then chmod --reference="$real" -- "$tmp"; else chmod 644 -- "$tmp"; fi
 if [ -n "$want" ]; then
-	exec 9<"$real" || fail 9 "file changed since it was read"
+	{ exec 9<"$real"; } 2>/dev/null || fail 9 "file changed since it was read"
 	flock 9
 	have=$(sha256sum <"$real")
 	[ "${have%% *}" = "$want" ] || fail 9 "file changed since it was read"
