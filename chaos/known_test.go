@@ -9,9 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"maps"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"sync/atomic"
@@ -201,7 +199,7 @@ func TestKnownIssues(t *testing.T) {
 			// cheap, and a scan of the process table alone is often
 			// slower than the rest of a create.
 			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-				if recordedStarting(env.Home, name) || slices.Contains(slices.Collect(maps.Values(env.HolderSandboxes())), name) {
+				if env.Status(t, name) == "Starting" || slices.Contains(slices.Collect(maps.Values(env.HolderSandboxes())), name) {
 					break
 				}
 			}
@@ -247,19 +245,4 @@ func (c *killCutter) Shell(ctx context.Context, cmd session.Command, o session.S
 		defer timer.Stop()
 	}
 	return c.Session.Shell(ctx, cmd, o)
-}
-
-// recordedStarting reports whether fakemsb's state file at home records
-// the sandbox name as Starting.
-func recordedStarting(home, name string) bool {
-	data, err := os.ReadFile(filepath.Join(home, "state.json"))
-	if err != nil {
-		return false
-	}
-	var st struct {
-		Sandboxes map[string]struct {
-			Status string `json:"status"`
-		} `json:"sandboxes"`
-	}
-	return json.Unmarshal(data, &st) == nil && st.Sandboxes[name].Status == "Starting"
 }

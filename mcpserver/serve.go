@@ -91,6 +91,11 @@ func ListenHTTP(addr string) (net.Listener, error) {
 // URL is the endpoint ServeHTTP serves on ln.
 func URL(ln net.Listener) string { return "http://" + ln.Addr().String() + HTTPPath }
 
+// httpIdleTimeout closes a connection that sends no next request, so a
+// client (with or without the token) cannot hold connections open for ever;
+// it applies only between requests, never to a stream in progress.
+var httpIdleTimeout = 2 * time.Minute
+
 // ServeHTTP serves the streamable HTTP transport at HTTPPath on ln, from
 // ListenHTTP, and closes ln. Every request must name this server in its Host
 // header, carry no Origin but this server's, and carry
@@ -98,11 +103,6 @@ func URL(ln net.Listener) string { return "http://" + ln.Addr().String() + HTTPP
 // refused as on stdio. Any number of clients may connect; they share the
 // Toolbox. It returns when serving fails, or nil when ctx ends, after
 // cancelling the tool calls still running and closing every connection.
-// httpIdleTimeout closes a connection that sends no next request, so a
-// client (with or without the token) cannot hold connections open for ever;
-// it applies only between requests, never to a stream in progress.
-var httpIdleTimeout = 2 * time.Minute
-
 func ServeHTTP(ctx context.Context, ln net.Listener, token string, opts Options) error {
 	if err := CheckToken(token); err != nil {
 		ln.Close()

@@ -229,6 +229,7 @@ func (e *Env) ResetLog(t testing.TB) {
 
 type stateFile struct {
 	Sandboxes map[string]struct {
+		Status string `json:"status"`
 		Holder *struct {
 			InitPID int `json:"init_pid"`
 		} `json:"holder"`
@@ -257,6 +258,13 @@ func (e *Env) state(t testing.TB) stateFile {
 func (e *Env) Sandboxes(t testing.TB) []string {
 	t.Helper()
 	return sortedKeys(e.state(t).Sandboxes)
+}
+
+// Status is the sandbox's status in the state ("Starting", "Running",
+// "Stopped"), or "" when the state has no such sandbox.
+func (e *Env) Status(t testing.TB, name string) string {
+	t.Helper()
+	return e.state(t).Sandboxes[name].Status
 }
 
 // Volumes returns the names of the volumes in the state, sorted.
