@@ -249,6 +249,11 @@ type VolumeCreateOptions struct {
 	Size string // disk only
 }
 
+// Stopped reports whether a sandbox in this status (msb's Status field of
+// list and inspect) runs nothing, and a start is what brings it back:
+// Stopped or Crashed.
+func Stopped(status string) bool { return status == "Stopped" || status == "Crashed" }
+
 // Sandbox is one entry of `msb list --format json`.
 type Sandbox struct {
 	Name      string

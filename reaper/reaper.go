@@ -228,9 +228,6 @@ type sweep struct {
 	report *Report
 }
 
-// stoppedStatus: msb's statuses in which a sandbox runs nothing.
-func stoppedStatus(status string) bool { return status == "Stopped" || status == "Crashed" }
-
 // lastActivity inspects each stopped sandbox of ours that is stale by its
 // creation and returns its updated_at by name (its creation when msb shows
 // none). One whose inspection fails
@@ -245,7 +242,7 @@ func (s *sweep) lastActivity(ctx context.Context, opts Options, sandboxes []msb.
 	)
 	g.SetLimit(opts.Concurrency)
 	for _, sb := range sandboxes {
-		if _, ok := session.SandboxStem(opts.Prefix, sb.Name); !ok || !stoppedStatus(sb.Status) || now.Sub(sb.CreatedAt) < opts.OlderThan {
+		if _, ok := session.SandboxStem(opts.Prefix, sb.Name); !ok || !msb.Stopped(sb.Status) || now.Sub(sb.CreatedAt) < opts.OlderThan {
 			continue
 		}
 		g.Go(func() error {

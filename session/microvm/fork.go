@@ -63,7 +63,7 @@ func (s *Session) Fork(ctx context.Context, o Options) (*Session, error) {
 	if o.Image != "" && o.Image != info.Image {
 		return nil, fmt.Errorf("%w: fork %s: image %q: a fork boots from a snapshot of its source, whose image is %q", session.ErrInvalid, s.names.Sandbox, o.Image, info.Image)
 	}
-	wasRunning := !stoppedStatus(info.Status)
+	wasRunning := !msb.Stopped(info.Status)
 	if wasRunning {
 		if err := s.stop(ctx); err != nil {
 			return nil, fmt.Errorf("fork %s: pause the source: %w", s.names.Sandbox, err)

@@ -97,15 +97,11 @@ func (s *Session) learnState(ctx context.Context) error {
 		return fmt.Errorf("state of %s: %w", s.names.Sandbox, mapped)
 	}
 	s.life.state = stateRunning
-	if stoppedStatus(info.Status) {
+	if msb.Stopped(info.Status) {
 		s.life.state = statePaused
 	}
 	return nil
 }
-
-// stoppedStatus: msb's statuses in which a sandbox runs nothing and a
-// start is what brings it back.
-func stoppedStatus(status string) bool { return status == "Stopped" || status == "Crashed" }
 
 // start boots the stopped sandbox again; s.life.mu must be held.
 func (s *Session) start(ctx context.Context) error {

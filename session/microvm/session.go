@@ -457,7 +457,7 @@ func (s *Session) stoppedError(ctx context.Context, err error) error {
 	ictx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	info, inspectErr := s.client.Inspect(ictx, s.names.Sandbox)
 	cancel()
-	if inspectErr != nil || !stoppedStatus(info.Status) {
+	if inspectErr != nil || !msb.Stopped(info.Status) {
 		return nil
 	}
 	s.closeChannel(true)
