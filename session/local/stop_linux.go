@@ -22,10 +22,30 @@ const stopTimeout = 5 * time.Second
 // (--die-with-parent). Each process is signalled through a pidfd whose
 // command line was checked after it was opened, so a recycled pid is
 // never signalled.
+//
+// The scan is repeated until it finds nothing: a bwrap killed just after
+// it cloned its namespace's init, before that child asked for its parent's
+// death signal, leaves the child (with the same command line) running and
+// unknown to the scan that killed the parent.
 func stopSessionProcesses(d hostDirs) error {
+	deadline := time.Now().Add(stopTimeout)
+	for {
+		killed, err := killWorkspaceBinders(d.Workspace, deadline)
+		if err != nil || killed == 0 {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("sandbox processes still appearing %s after the first SIGKILL", stopTimeout)
+		}
+	}
+}
+
+// killWorkspaceBinders SIGKILLs the processes binding ws and waits, until
+// deadline, for them to exit. It returns how many it signalled.
+func killWorkspaceBinders(ws string, deadline time.Time) (int, error) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return err
+		return 0, err
 	}
 	var fds []int
 	defer func() {
@@ -38,7 +58,7 @@ func stopSessionProcesses(d hostDirs) error {
 		if err != nil || pid == os.Getpid() {
 			continue
 		}
-		if !bindsWorkspace(pid, d.Workspace) {
+		if !bindsWorkspace(pid, ws) {
 			continue
 		}
 		fd, err := unix.PidfdOpen(pid, 0)
@@ -47,16 +67,15 @@ func stopSessionProcesses(d hostDirs) error {
 		}
 		// Checked again through the pidfd's process: the pid may have
 		// been recycled between the two looks.
-		if !bindsWorkspace(pid, d.Workspace) {
+		if !bindsWorkspace(pid, ws) {
 			unix.Close(fd)
 			continue
 		}
 		fds = append(fds, fd)
 		if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
-			return fmt.Errorf("stopping sandbox process %d: %w", pid, err)
+			return len(fds), fmt.Errorf("stopping sandbox process %d: %w", pid, err)
 		}
 	}
-	deadline := time.Now().Add(stopTimeout)
 	for _, fd := range fds {
 		for {
 			// A pidfd turns readable when its process has exited.
@@ -66,15 +85,15 @@ func stopSessionProcesses(d hostDirs) error {
 				continue
 			}
 			if err != nil {
-				return err
+				return len(fds), err
 			}
 			if n == 0 {
-				return fmt.Errorf("sandbox processes still running %s after SIGKILL", stopTimeout)
+				return len(fds), fmt.Errorf("sandbox processes still running %s after SIGKILL", stopTimeout)
 			}
 			break
 		}
 	}
-	return nil
+	return len(fds), nil
 }
 
 // bindsWorkspace reports whether pid's command line binds ws at the guest
