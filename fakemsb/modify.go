@@ -23,6 +23,32 @@ func (sb *sandbox) configured() resources {
 	return resources{sb.CPUs, sb.MemoryMiB, max(sb.MaxCPUs, sb.CPUs), max(sb.MaxMemoryMiB, sb.MemoryMiB)}
 }
 
+// pendingChange is one entry of inspect's pending_changes: a resource the
+// running guest has otherwise than its next start will (a `modify
+// --next-start`), worded as msb words it.
+type pendingChange struct {
+	Field   string `json:"field"`
+	Active  string `json:"active"`
+	Desired string `json:"desired"`
+	Effect  string `json:"effect"`
+}
+
+// pendingChanges compares a running guest's resources with its configured
+// ones, in msb's order: cpus, max_cpus, memory, max_memory.
+func pendingChanges(active, desired resources) []pendingChange {
+	out := []pendingChange{}
+	add := func(field, a, d string) {
+		if a != d {
+			out = append(out, pendingChange{field, a, d, "requires restart"})
+		}
+	}
+	add("cpus", strconv.Itoa(active.CPUs), strconv.Itoa(desired.CPUs))
+	add("max_cpus", strconv.Itoa(active.MaxCPUs), strconv.Itoa(desired.MaxCPUs))
+	add("memory", formatMiB(active.MemoryMiB), formatMiB(desired.MemoryMiB))
+	add("max_memory", formatMiB(active.MaxMemoryMiB), formatMiB(desired.MaxMemoryMiB))
+	return out
+}
+
 // change is one resource a modify asks for, as msb words it.
 type change struct {
 	field         string

@@ -18,6 +18,7 @@ type inspected struct {
 	Active *struct {
 		Resources resources `json:"resources"`
 	} `json:"active_config"`
+	Pending []pendingChange `json:"pending_changes"`
 }
 
 func (f *fx) inspectDoc(name string) inspected {
@@ -53,11 +54,16 @@ func TestModifyRunning(t *testing.T) {
 	d = f.inspectDoc("box")
 	assert.Equal(t, 3, d.Config.Resources.CPUs)
 	assert.Equal(t, 1, d.Active.Resources.CPUs, "--next-start touched the running guest")
+	assert.Equal(t, []pendingChange{{"cpus", "1", "3", "requires restart"}, {"max_cpus", "2", "3", "requires restart"}}, d.Pending)
+	f.ok("modify", "box", "--memory", "2G", "--next-start")
+	assert.Equal(t, []pendingChange{{"cpus", "1", "3", "requires restart"}, {"max_cpus", "2", "3", "requires restart"},
+		{"memory", "512 MiB", "2 GiB", "requires restart"}, {"max_memory", "1 GiB", "2 GiB", "requires restart"}}, f.inspectDoc("box").Pending)
 
 	r = f.ok("modify", "box", "--cpus", "4", "--restart")
 	assert.Equal(t, "   ✓ Modified     box\n   ✓ Restarted    box\n", r.stderr)
 	d = f.inspectDoc("box")
-	assert.Equal(t, resources{4, 512, 4, 1024}, d.Active.Resources)
+	assert.Equal(t, resources{4, 2048, 4, 2048}, d.Active.Resources)
+	assert.Empty(t, d.Pending, "a restart left changes pending")
 
 	f.env = []string{"FAKEMSB_NOW=2026-01-01T03:00:00Z"}
 	f.ok("modify", "box", "--cpus", "4")

@@ -458,13 +458,13 @@ func (a *app) printTable(rows [][]string) {
 
 // inspectDoc is `inspect --format json`; field order follows msb.
 type inspectDoc struct {
-	Name           string         `json:"name"`
-	Status         string         `json:"status"`
-	CreatedAt      string         `json:"created_at"`
-	UpdatedAt      string         `json:"updated_at"`
-	ActiveConfig   *sandboxConfig `json:"active_config"`
-	PendingChanges []any          `json:"pending_changes"`
-	Config         *sandboxConfig `json:"config"`
+	Name           string          `json:"name"`
+	Status         string          `json:"status"`
+	CreatedAt      string          `json:"created_at"`
+	UpdatedAt      string          `json:"updated_at"`
+	ActiveConfig   *sandboxConfig  `json:"active_config"`
+	PendingChanges []pendingChange `json:"pending_changes"`
+	Config         *sandboxConfig  `json:"config"`
 }
 
 type sandboxConfig struct {
@@ -597,13 +597,14 @@ func (a *app) inspect(p *parsed) error {
 		doc := inspectDoc{
 			Name: sb.Name, Status: sb.Status,
 			CreatedAt: fmtTime(sb.CreatedAt), UpdatedAt: fmtTime(sb.UpdatedAt),
-			PendingChanges: []any{}, Config: sb.config(),
+			PendingChanges: []pendingChange{}, Config: sb.config(),
 		}
 		if sb.Status == statusRunning {
 			doc.ActiveConfig = sb.config()
 			if sb.Booted != nil {
 				doc.ActiveConfig.Resources = *sb.Booted
 			}
+			doc.PendingChanges = pendingChanges(doc.ActiveConfig.Resources, doc.Config.Resources)
 		}
 		return a.printJSON(doc)
 	}

@@ -201,6 +201,7 @@ func (a *app) volumeList(p *parsed) error {
 	return nil
 }
 
+// formatMiB is msb's rendering of a size: whole GiB when it is one.
 func formatMiB(mib int) string {
 	if mib >= 1024 && mib%1024 == 0 {
 		return fmt.Sprintf("%d GiB", mib/1024)
