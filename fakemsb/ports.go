@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -195,9 +196,11 @@ func runForwarder(args []string) {
 		}
 		addr := net.JoinHostPort(f[1], f[2])
 		if f[0] == "udp" {
-			if _, err := net.ListenPacket("udp", addr); err != nil {
+			pc, err := net.ListenPacket("udp", addr)
+			if err != nil {
 				fail("network: bind %s/udp: %v", addr, cause(err))
 			}
+			go serveUDPForward(pc, ns, net.JoinHostPort("127.0.0.1", f[3]), f[4] == "allow")
 			continue
 		}
 		l, err := net.Listen("tcp", addr)
@@ -247,11 +250,64 @@ func serveForward(l net.Listener, ns *os.File, guest string, allowed bool) {
 	}
 }
 
+// udpIdle closes a UDP flow (one host client) whose guest side has sent
+// nothing for this long; the client's next datagram opens a new one.
+const udpIdle = time.Minute
+
+// serveUDPForward relays datagrams: each host client gets its own socket
+// in ns, connected to guest, and the guest's replies go back to that
+// client. A port the ingress policy refuses drops what it receives.
+func serveUDPForward(pc net.PacketConn, ns *os.File, guest string, allowed bool) {
+	var mu sync.Mutex
+	flows := map[string]net.Conn{}
+	buf := make([]byte, 64<<10)
+	for {
+		n, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		if !allowed {
+			continue
+		}
+		key := from.String()
+		mu.Lock()
+		g, ok := flows[key]
+		mu.Unlock()
+		if !ok {
+			if g, err = dialIn(ns, "udp", guest); err != nil {
+				continue
+			}
+			mu.Lock()
+			flows[key] = g
+			mu.Unlock()
+			go func() {
+				defer func() {
+					mu.Lock()
+					delete(flows, key)
+					mu.Unlock()
+					g.Close()
+				}()
+				reply := make([]byte, 64<<10)
+				for {
+					_ = g.SetReadDeadline(time.Now().Add(udpIdle))
+					m, err := g.Read(reply)
+					if err != nil {
+						return
+					}
+					_, _ = pc.WriteTo(reply[:m], from)
+				}
+			}()
+		}
+		_, _ = g.Write(buf[:n])
+	}
+}
+
 // relay connects to guest inside ns and copies both ways until either
 // side is done.
 func relay(c net.Conn, ns *os.File, guest string) {
 	defer c.Close()
-	g, err := dialIn(ns, guest)
+	g, err := dialIn(ns, "tcp", guest)
 	if err != nil {
 		return
 	}
@@ -273,7 +329,7 @@ func relay(c net.Conn, ns *os.File, guest string) {
 // dialIn opens the connection from a thread that joined ns: a socket
 // belongs to the namespace it was made in. The thread is never unlocked,
 // so Go ends it with the goroutine instead of reusing it elsewhere.
-func dialIn(ns *os.File, addr string) (net.Conn, error) {
+func dialIn(ns *os.File, network, addr string) (net.Conn, error) {
 	type result struct {
 		c   net.Conn
 		err error
@@ -285,7 +341,7 @@ func dialIn(ns *os.File, addr string) (net.Conn, error) {
 			ch <- result{nil, err}
 			return
 		}
-		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		c, err := net.DialTimeout(network, addr, 5*time.Second)
 		ch <- result{c, err}
 	}()
 	r := <-ch

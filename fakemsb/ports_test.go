@@ -89,6 +89,56 @@ func TestPortForwardReachesGuest(t *testing.T) {
 	assert.Error(t, err, "the forward outlived its sandbox")
 }
 
+// TestUDPPortForwardReachesGuest: a UDP service in the guest answers a host
+// client through -p HOST:GUEST/udp, only on a port the ingress policy
+// admits.
+func TestUDPPortForwardReachesGuest(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 serves the guest's UDP echo")
+	}
+	f := newFx(t)
+	open, closed := freeUDPPort(t), freeUDPPort(t)
+	f.ok("create", "alpine", "--name", "dns", "-q", "--no-net", "--net-rule", "allow:ingress@any:udp:5300",
+		"-p", fmt.Sprintf("%d:5300/udp", open), "-p", fmt.Sprintf("%d:5301/udp", closed))
+	f.ok("exec", "dns", "--", "sh", "-c", `for p in 5300 5301; do (setsid python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+while True:
+    d, a = s.recvfrom(65535)
+    s.sendto(d.upper(), a)
+' $p >/dev/null 2>&1 &); done`)
+	ask := func(port int) (string, error) {
+		c, err := net.Dial("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		if _, err := c.Write([]byte("ping")); err != nil {
+			return "", err
+		}
+		_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		b := make([]byte, 64)
+		n, err := c.Read(b)
+		return string(b[:n]), err
+	}
+	require.Eventually(t, func() bool { _, err := ask(open); return err == nil }, 10*time.Second, 50*time.Millisecond)
+	got, err := ask(open)
+	require.NoError(t, err)
+	assert.Equal(t, "PING", got)
+	_, err = ask(closed)
+	assert.Error(t, err, "a guest port without an ingress rule answered")
+	f.ok("stop", "dns")
+}
+
+func freeUDPPort(t *testing.T) int {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer pc.Close()
+	return pc.LocalAddr().(*net.UDPAddr).Port
+}
+
 // TestPortConflictFailsStart: a host port already in use fails the start
 // as msb does (failed to start, the record kept stopped), and the port
 // stays its owner's.
