@@ -90,17 +90,12 @@ func (p *proc) execute() *agentwire.Exit {
 	if dir == "" {
 		dir = p.s.DefaultWorkdir
 	}
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		// msb's own agent dies on a missing workdir: exit 255, no output.
-		p.stdin.abandon()
-		return &agentwire.Exit{Code: 255}
-	}
 
 	args := []string{"bash", "-c", string(p.run.Script), "bash"}
 	for _, a := range p.run.Args {
 		args = append(args, string(a))
 	}
-	cmd := &exec.Cmd{Path: p.s.Shell, Args: args, Dir: dir, Env: os.Environ(), SysProcAttr: attr}
+	cmd := &exec.Cmd{Path: p.s.Shell, Args: args, Env: os.Environ(), SysProcAttr: attr}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return startFailed(err)
@@ -123,7 +118,7 @@ func (p *proc) execute() *agentwire.Exit {
 		}
 		cmd.Stdin = inR
 	}
-	err = cmd.Start()
+	err = startIn(cmd, dir, p.s.home)
 	// The child holds its ends now; without ours, a command that closes
 	// its stdin makes the feeder's writes fail instead of block.
 	outW.Close()
@@ -134,6 +129,11 @@ func (p *proc) execute() *agentwire.Exit {
 	if err != nil {
 		if inW != nil {
 			inW.Close()
+		}
+		if errors.Is(err, errWorkdir) {
+			// msb's own agent dies on a missing workdir: exit 255, no output.
+			p.stdin.abandon()
+			return &agentwire.Exit{Code: 255}
 		}
 		return startFailed(fmt.Errorf("starting %s: %w", p.s.Shell, err))
 	}

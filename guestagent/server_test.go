@@ -214,3 +214,61 @@ func TestErrorText(t *testing.T) {
 		}
 	}
 }
+
+// A call enters its workdir as root and only then becomes its user, as
+// msb's agent does: a workdir its user cannot search (here mode 000, under
+// a private parent) still runs the call there. A workdir that does not
+// exist, or is not a directory, answers 255 and no output. The agent's own
+// directory is the same after its calls.
+func TestServeEntersTheWorkdirAsRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("running a call as another user needs root")
+	}
+	locked := filepath.Join(t.TempDir(), "locked")
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.Mkdir(locked, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cwd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := func(id int, dir string) string {
+		b, _ := agentwire.Append(nil, &agentwire.Run{ID: uint64(id), Script: []byte(`pwd; id -u; ls . || exit 3`), Workdir: dir, MaxOutput: 1 << 20})
+		return strings.TrimSuffix(string(b), "\n")
+	}
+	err, frames := serveHostWith(t, &Server{DefaultUser: "65534"},
+		line(1, locked), line(2, filepath.Join(locked, "missing")), line(3, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout := map[uint64]string{}
+	codes := map[uint64]int{}
+	for _, f := range frames {
+		switch f := f.(type) {
+		case *agentwire.Out:
+			if f.FD == 1 {
+				stdout[f.ID] += string(f.Data)
+			}
+		case *agentwire.Exit:
+			if f.Error != "" {
+				t.Fatalf("call %d could not start: %s", f.ID, f.Error)
+			}
+			codes[f.ID] = f.Code
+		}
+	}
+	if want := locked + "\n65534\n"; stdout[1] != want || codes[1] != 3 {
+		t.Errorf("locked workdir: exit %d, stdout %q; want 3 (ls refused), %q", codes[1], stdout[1], want)
+	}
+	for _, id := range []uint64{2, 3} {
+		if codes[id] != 255 || stdout[id] != "" {
+			t.Errorf("call %d: exit %d, stdout %q; want 255 and nothing", id, codes[id], stdout[id])
+		}
+	}
+	if after, err := os.Getwd(); err != nil || after != cwd {
+		t.Errorf("the agent's directory is %q (%v) after its calls, was %q", after, err, cwd)
+	}
+}

@@ -2,6 +2,7 @@ package microvm_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -403,4 +404,52 @@ func TestChannelFork(t *testing.T) {
 	assert.Equal(t, "shared\n", sh(t, src, "cat f.txt"))
 	assert.Len(t, env.Channel(src.Name()).Msb, 1, "the source reopened its channel")
 	assert.Len(t, env.Channel(fork.Name()).Msb, 1, "the fork has its own")
+}
+
+// TestChannelWorkdirParity: a call gets the same outcome over the channel
+// as over its own msb exec when the guest made its workdir unsearchable
+// for the call's user. msb's agent changes into the workdir as root and
+// only then becomes the call's user, so such a call starts (in a directory
+// it cannot read) rather than failing.
+func TestChannelWorkdirParity(t *testing.T) {
+	env := fakemsbtest.New(t)
+	exec := createSession(t, options(env))
+	o := channelOptions(t, env, "")
+	o.SessionID = "channel"
+	channel := createSession(t, o)
+	asRoot := session.ShellOptions{User: "0"}
+	const probe = `echo "in $PWD as $(id -u)"; ls . >/dev/null 2>&1 || echo unreadable >&2; exit 3`
+	for _, c := range []struct {
+		name, setup string
+		opts        session.ShellOptions
+	}{
+		// The default user (the image's, who owns /workspace) locks itself out.
+		{name: "workspace mode 000", setup: `chmod 000 /workspace`},
+		{name: "root's private workdir", setup: `mkdir -p /srv/private && chmod 700 /srv/private`,
+			opts: session.ShellOptions{Workdir: "/srv/private"}},
+		{name: "workdir missing", opts: session.ShellOptions{Workdir: "/srv/missing"}},
+		{name: "workdir is a file", setup: `touch /srv/file`, opts: session.ShellOptions{Workdir: "/srv/file"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			outcome := func(s *microvm.Session) string {
+				t.Helper()
+				if c.setup != "" {
+					res, err := s.Shell(context.Background(), session.Command{Script: c.setup}, asRoot)
+					require.NoError(t, err)
+					require.Equal(t, 0, res.ExitCode, "%s", res.Stderr)
+				}
+				defer func() {
+					_, _ = s.Shell(context.Background(), session.Command{Script: `chmod 755 /workspace`}, asRoot)
+				}()
+				res, err := s.Shell(context.Background(), session.Command{Script: probe}, c.opts)
+				if err != nil {
+					return "error: " + err.Error()
+				}
+				return fmt.Sprintf("exit %d, stdout %q, stderr %q", res.ExitCode, res.Stdout, res.Stderr)
+			}
+			want := outcome(exec)
+			assert.Equal(t, want, outcome(channel), "the channel's outcome, against one exec's")
+			require.Len(t, env.Channel(channel.Name()).Agents, 1, "the call went over the channel")
+		})
+	}
 }
