@@ -46,6 +46,30 @@ type channel struct {
 	inFlight int           // calls running on a channel of this session
 	quietFor time.Duration // close after this long without calls; 0: never
 	quiet    *time.Timer
+	// known holds what an msb inspect of this session said about the
+	// sandbox that a stop and a start leave as they were (nil: no inspect
+	// yet); started says this session has just started the sandbox again
+	// (a resume), so it runs. Together they spare the reopen after a
+	// resume its inspect.
+	known   *sandboxFacts
+	started bool
+}
+
+// sandboxFacts is what opening a channel needs from msb inspect, besides
+// the status: the image's user (config.runtime.user, which msb modify
+// cannot change) and whether the sandbox has the agent (a create-time
+// patch, or the label a fork's create wrote). msb records both on the
+// host; the guest cannot change them.
+type sandboxFacts struct {
+	user  string
+	agent bool
+}
+
+func factsOf(info *msb.SandboxInfo) *sandboxFacts {
+	return &sandboxFacts{
+		user:  info.User,
+		agent: slices.Contains(info.CopyFiles, agentGuestPath) || info.Labels[session.LabelAgent] == session.AgentInherited,
+	}
 }
 
 // channelConn returns the open channel, opening it when it is closed (a
@@ -93,30 +117,20 @@ func (s *Session) channelConn(ctx context.Context) *agentchan.Conn {
 // the sandbox is; the next call tries again.
 var errInspect = errors.New("inspect")
 
-// openChannel reads the image's user from msb inspect, then starts the
-// agent as root (its calls switch to their own users) with that user as
-// its default, and waits for its hello.
+// openChannel learns the image's user (see runningFacts), then starts
+// the agent as root (its calls switch to their own users) with that user
+// as its default, and waits for its hello. s.ch.mu must be held.
 func (s *Session) openChannel(ctx context.Context) (*agentchan.Conn, *msb.Process, error) {
-	ictx, cancel := context.WithTimeout(ctx, inspectTimeout)
-	info, err := s.client.Inspect(ictx, s.names.Sandbox)
-	cancel()
+	facts, err := s.runningFacts(ctx)
 	switch {
 	case err != nil:
-		return nil, nil, fmt.Errorf("%w: %w", errInspect, err)
-	case info.Status != "Running":
-		// A long-lived exec would keep a stopped sandbox running.
-		return nil, nil, fmt.Errorf("sandbox is %s", info.Status)
-	case !slices.Contains(info.CopyFiles, agentGuestPath) && info.Labels[session.LabelAgent] != session.AgentInherited:
+		return nil, nil, err
+	case !facts.agent:
 		return nil, nil, fmt.Errorf("sandbox was created without the guest agent")
 	}
-	if s.ch.quietFor == 0 && info.IdleTimeout > 0 {
-		// msb counts an open exec as activity: an idle timeout would never
-		// fire while the channel is open.
-		s.ch.quietFor = info.IdleTimeout / 2
-	}
 	argv := []string{agentGuestPath, "serve"}
-	if info.User != "" {
-		argv = append(argv, "--default-user", info.User)
+	if facts.user != "" {
+		argv = append(argv, "--default-user", facts.user)
 	}
 	proc, err := s.client.ExecStream(ctx, msb.ExecOptions{Name: s.names.Sandbox, User: "0", Argv: argv})
 	if err != nil {
@@ -130,6 +144,57 @@ func (s *Session) openChannel(ctx context.Context) (*agentchan.Conn, *msb.Proces
 		return nil, nil, fmt.Errorf("%w (msb: %v)", err, stopErr)
 	}
 	return conn, proc, nil
+}
+
+// runningFacts makes sure the sandbox runs (a long-lived exec would keep
+// a stopped one running) and returns its facts: from one msb inspect,
+// except right after this session started the sandbox again when an
+// inspect of this session already gave them. Any other reopen (after a
+// death, or a quiet period during which msb may have stopped the
+// sandbox) asks msb. s.ch.mu must be held.
+func (s *Session) runningFacts(ctx context.Context) (*sandboxFacts, error) {
+	started := s.ch.started
+	s.ch.started = false
+	if started && s.ch.known != nil {
+		return s.ch.known, nil
+	}
+	ictx, cancel := context.WithTimeout(ctx, inspectTimeout)
+	info, err := s.client.Inspect(ictx, s.names.Sandbox)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errInspect, err)
+	}
+	s.ch.learnLocked(info)
+	if info.Status != "Running" {
+		return nil, fmt.Errorf("sandbox is %s", info.Status)
+	}
+	return s.ch.known, nil
+}
+
+// learned keeps the facts of an inspect made for another reason (the
+// lifecycle's), for the next open after a start.
+func (s *Session) learned(info *msb.SandboxInfo) {
+	s.ch.mu.Lock()
+	s.ch.learnLocked(info)
+	s.ch.mu.Unlock()
+}
+
+// learnLocked keeps what info says that a stop and a start do not change.
+// ch.mu must be held.
+func (ch *channel) learnLocked(info *msb.SandboxInfo) {
+	ch.known = factsOf(info)
+	if ch.quietFor == 0 && info.IdleTimeout > 0 {
+		// msb counts an open exec as activity: an idle timeout would never
+		// fire while the channel is open.
+		ch.quietFor = info.IdleTimeout / 2
+	}
+}
+
+// resumed says this session has just started the sandbox: it runs.
+func (s *Session) resumed() {
+	s.ch.mu.Lock()
+	s.ch.started = true
+	s.ch.mu.Unlock()
 }
 
 // watchChannel reaps a channel that dies on its own (the agent or its msb

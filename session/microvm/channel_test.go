@@ -297,7 +297,7 @@ func TestChannelLifecycle(t *testing.T) {
 	for range 3 { // a pause is no death: the channel reopens after each
 		env.ResetLog(t)
 		assert.Equal(t, "back\n", sh(t, s, "echo back"))
-		assert.Equal(t, []string{"start", "inspect", "exec"}, commands(t, env), "resume, then reopen")
+		assert.Equal(t, []string{"start", "exec"}, commands(t, env), "resume, then reopen with what the first inspect said")
 		require.Len(t, env.Channel(s.Name()).Msb, 1)
 		require.NoError(t, s.Pause(ctx))
 		awaitNoChannel(t, env, s.Name())
@@ -322,6 +322,52 @@ func TestChannelLifecycle(t *testing.T) {
 	awaitNoChannel(t, env, s.Name())
 	require.NoError(t, s.Close(ctx))
 	awaitNoChannel(t, env, s.Name())
+}
+
+// TestChannelResumeAttached: an attached session learns what the channel
+// needs from the first inspect it makes, the lifecycle's included, and
+// reopens without another after its own start; a session that never
+// inspected asks msb once.
+func TestChannelResumeAttached(t *testing.T) {
+	env := fakemsbtest.New(t)
+	o := channelOptions(t, env, "")
+	o.IdleTimeout = "1h"
+	created := createSession(t, o)
+	created.DisableAgentChannel()
+	stop := func() {
+		t.Helper()
+		_, stderr, code := env.Run(t, "stop", created.Name())
+		require.Equal(t, 0, code, stderr)
+	}
+
+	// Without auto-resume, Resume asks msb whether the sandbox runs.
+	stop()
+	s, err := microvm.Attach(o.Client, "", created.Name())
+	require.NoError(t, err)
+	s.SetAutoResume(false)
+	env.ResetLog(t)
+	require.NoError(t, s.Resume(context.Background()))
+	assert.Equal(t, "back\n", sh(t, s, "echo back"))
+	assert.Equal(t, []string{"inspect", "start", "exec"}, commands(t, env), "the resume's inspect serves the open")
+	assert.Equal(t, 30*time.Minute, microvm.ChannelQuiet(s), "and gives the idle timeout")
+	require.Len(t, env.Channel(s.Name()).Msb, 1)
+	s.DisableAgentChannel()
+	awaitNoChannel(t, env, s.Name())
+
+	// Paused by a session that never asked msb about the sandbox.
+	other, err := microvm.Attach(o.Client, "", created.Name())
+	require.NoError(t, err)
+	require.NoError(t, other.Pause(context.Background()))
+	env.ResetLog(t)
+	assert.Equal(t, "back\n", sh(t, other, "echo back"))
+	assert.Equal(t, []string{"start", "inspect", "exec"}, commands(t, env), "nothing known: one inspect")
+	require.NoError(t, other.Pause(context.Background()))
+	awaitNoChannel(t, env, other.Name())
+	env.ResetLog(t)
+	assert.Equal(t, "back\n", sh(t, other, "echo back"))
+	assert.Equal(t, []string{"start", "exec"}, commands(t, env), "then known")
+	other.DisableAgentChannel()
+	awaitNoChannel(t, env, other.Name())
 }
 
 // TestChannelQuietClose: with an idle timeout, the channel closes after a

@@ -96,6 +96,7 @@ func (s *Session) learnState(ctx context.Context) error {
 		_, mapped := shellResult(nil, err)
 		return fmt.Errorf("state of %s: %w", s.names.Sandbox, mapped)
 	}
+	s.learned(info)
 	s.life.state = stateRunning
 	if msb.Stopped(info.Status) {
 		s.life.state = statePaused
@@ -113,6 +114,7 @@ func (s *Session) start(ctx context.Context) error {
 		return fmt.Errorf("resume %s: %w", s.names.Sandbox, mapped)
 	}
 	s.life.state = stateRunning
+	s.resumed()
 	s.logger.Debug("session resumed", "sandbox", s.names.Sandbox)
 	return nil
 }
