@@ -2,8 +2,6 @@ package tools
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sort"
@@ -28,12 +26,29 @@ var editTool = tool{
 }
 
 // catScript prints the final target of $f, which must be a regular file
-// inside the workspace, or fails with a message naming it.
+// inside the workspace, or fails with a message naming it. Where perl exists
+// it does the whole job in one process; its open is nonblocking and checked
+// afterwards, so a FIFO swapped in after the checks cannot stall it.
 const catScript = `f=$1 ws=$2 show=$3
+command -v perl >/dev/null 2>&1 && exec perl -e '` + perlResolve + `
+-e $real or fail(3, "File not found: $show");
+-f _ or fail(3, "Not a regular file: $show");
+sysopen(my $in, $real, 04000) or fail(3, "Cannot read $show: $!");
+-f $in or fail(3, "Not a regular file: $show");
+binmode STDOUT;
+while (1) {
+	my $n = sysread($in, my $buf, 65536);
+	defined $n or fail(3, "Cannot read $show: $!");
+	last if $n == 0;
+	print $buf or exit 1;
+}
+close STDOUT or exit 1;
+' -- "$f" "$ws" "$show"
 ` + resolveScript + `
-if [ ! -e "$real" ]; then printf 'File not found: %s\n' "$show" >&2; exit 3; fi
-if [ ! -f "$real" ]; then printf 'Not a regular file: %s\n' "$show" >&2; exit 3; fi
-exec cat -- "$real"
+[ -e "$real" ] || fail 3 "File not found: $show"
+[ -f "$real" ] || fail 3 "Not a regular file: $show"
+{ exec 3<"$real"; } 2>/dev/null || { err=$({ : <"$real"; } 2>&1); fail 3 "Cannot read $show: ${err##*: }"; }
+exec cat <&3
 `
 
 func runEdit(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error) {
@@ -69,8 +84,11 @@ func runEdit(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error
 	if updated == string(res.Stdout) {
 		return "", &EditError{Msg: fmt.Sprintf("No changes made to %s. The replacement produced identical content.", p)}
 	}
-	sum := sha256.Sum256(res.Stdout)
-	if err := t.writeFile(ctx, abs, p, updated, hex.EncodeToString(sum[:])); err != nil {
+	original := res.Stdout
+	if original == nil {
+		original = []byte{} // an empty file is still checked
+	}
+	if err := t.writeFile(ctx, abs, p, original, updated); err != nil {
 		var g *GuestError
 		if errors.As(err, &g) {
 			if g.ExitCode == conflictExit {
