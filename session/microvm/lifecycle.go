@@ -28,6 +28,10 @@ const (
 	stateUnknown runState = iota // attached: not asked yet
 	stateRunning
 	statePaused
+	// stateUnsure: a stop or a start failed or was cut short (its context
+	// ended while msb ran), so msb may have done it or not: the next call
+	// or Resume asks msb, and the next Pause stops again.
+	stateUnsure
 )
 
 // lifecycle serialises pause and resume against calls: each Shell and
@@ -52,7 +56,7 @@ func (s *Session) SetAutoResume(on bool) { s.life.manual.Store(!on) }
 // with auto-resume it runs the call as is (msb itself starts a stopped
 // sandbox for the call and stops it again afterwards); without, it asks
 // msb once (inspect) so that a paused sandbox is not started behind the
-// caller's back.
+// caller's back. After a stop or a start that failed, it asks msb too.
 func (s *Session) enter(ctx context.Context) (func(), error) {
 	for {
 		s.life.mu.RLock()
@@ -72,7 +76,7 @@ func (s *Session) enter(ctx context.Context) (func(), error) {
 func (s *Session) settle(ctx context.Context) error {
 	s.life.mu.Lock()
 	defer s.life.mu.Unlock()
-	if s.life.state == stateUnknown {
+	if s.life.state == stateUnknown || s.life.state == stateUnsure {
 		if err := s.learnState(ctx); err != nil {
 			return err
 		}
@@ -110,6 +114,7 @@ func (s *Session) start(ctx context.Context) error {
 	err := s.client.Start(sctx, s.names.Sandbox)
 	cancel()
 	if err != nil {
+		s.life.state = stateUnsure
 		_, mapped := shellResult(nil, err)
 		return fmt.Errorf("resume %s: %w", s.names.Sandbox, mapped)
 	}
@@ -122,12 +127,14 @@ func (s *Session) start(ctx context.Context) error {
 // stop stops the sandbox gracefully (msb stop, killed after
 // stopGraceSecs), after closing the agent's channel (the next call after a
 // start reopens it); the error is mapped onto the Session errors.
+// s.life.mu must be held.
 func (s *Session) stop(ctx context.Context) error {
 	s.closeChannel(false)
 	pctx, cancel := context.WithTimeout(ctx, pauseTimeout)
 	err := s.client.Stop(pctx, msb.StopOptions{Names: []string{s.names.Sandbox}, Timeout: stopGraceSecs})
 	cancel()
 	if err != nil {
+		s.life.state = stateUnsure
 		_, err = shellResult(nil, err)
 	}
 	return err
@@ -164,7 +171,7 @@ func (s *Session) Resume(ctx context.Context) error {
 	}
 	s.life.mu.Lock()
 	defer s.life.mu.Unlock()
-	if s.life.state == stateUnknown {
+	if s.life.state == stateUnknown || s.life.state == stateUnsure {
 		if err := s.learnState(ctx); err != nil {
 			return err
 		}
