@@ -91,23 +91,28 @@ type Limits struct {
 	EndBackground bool
 }
 
-// supervisorScript runs in two stages. The first leaves the caller's
-// process group and session (setsid), so a host that kills msb's exec
-// with its group does not take the supervisor along before it has killed
-// the command, and, where perl exists, makes itself a child subreaper
-// (prctl PR_SET_CHILD_SUBREAPER survives exec): a process that double-forks
-// out of the command's tree is reparented to the supervisor, not to init,
-// so the tree walk still finds it.
+// supervisorScript runs in two stages. The first picks the supervisor:
+// where perl exists (and the guest's architecture is known) it execs
+// perlSupervisor, which does all that follows in one process; otherwise
+// the shell supervisor below, which this comment describes, in two
+// stages. The first leaves the caller's process group and session
+// (setsid), so a host that kills msb's exec with its group does not take
+// the supervisor along before it has killed the command. Without perl it
+// is no child subreaper, so a process that double-forks out of the
+// command's tree before a tick records it is reparented to init and
+// escapes the tree walk (the perl supervisor is one: such a process is
+// reparented to it).
 //
 // The second stage reads the secret (one line) and the command (the rest)
 // from stdin, creates the log, prints the dispatch line and starts the
 // command as the leader of its own session with stdin /dev/null and stdout
 // and stderr appended to the log. The command text reaches that bash on
 // fd 3, which it closes before evaluating it. `tail --pid` relays the log
-// to stdout as it grows and exits once the command has ended and the log is
-// drained; background processes keep appending to the log and never hold
-// the exec's output, so the exec ends with the command and its status is
-// the real wait's.
+// (the file the supervisor created, through its descriptor: never the
+// path, where the command may have put a FIFO) to stdout as it grows and
+// exits once the command has ended and the log is drained; background
+// processes keep appending to the log and never hold the exec's output, so
+// the exec ends with the command and its status is the real wait's.
 //
 // Every tenth of a second the supervisor records the command's process
 // tree (pids with their start times, so a reused pid is never taken for
@@ -121,16 +126,12 @@ type Limits struct {
 // At the end it prints the terminal record: `exit:N`, or `timeout:137`.
 const supervisorScript = `set -u
 if [ "$0" != ` + supervisorName + ` ]; then
-  unset OMA_SUBREAPER
-  case ${HOSTTYPE-} in x86_64) nr=157 ;; aarch64) nr=167 ;; *) nr= ;; esac
+  case ${HOSTTYPE-} in x86_64) nr='112 157 228' ;; aarch64) nr='157 167 113' ;; *) nr= ;; esac
   if [ -n "$nr" ] && command -v perl >/dev/null 2>&1; then
-    exec setsid -w perl -e '$ENV{OMA_SUBREAPER} = 1 if syscall(shift @ARGV, 36, 1, 0, 0, 0) == 0; exec {$ARGV[0]} @ARGV; die "exec: $!\n"' \
-      "$nr" /bin/bash -c "$BASH_EXECUTION_STRING" ` + supervisorName + ` "$@"
+    exec perl -e '` + perlSupervisor + `' ` + supervisorName + ` "$@" $nr
   fi
   exec setsid -w /bin/bash -c "$BASH_EXECUTION_STRING" ` + supervisorName + ` "$@"
 fi
-reaper=${OMA_SUBREAPER-}
-unset OMA_SUBREAPER
 id=$1 secs=$2 logdir=$3 keptdir=$4 maxlines=$5 maxbytes=$6 background=$7
 secret=
 IFS= read -r secret || :
@@ -151,7 +152,7 @@ printf '__OMA_DISPATCHED__:%s\n' "$secret"
   bash 3<<<"$command" 4<&- </dev/null >>"$log" 2>&1 &
 pid=$!
 command=
-tail ---disable-inotify -c +1 -s 0.01 -f --pid="$pid" -- "$log" </dev/null 2>/dev/null &
+tail ---disable-inotify -c +1 -s 0.01 -f --pid="$pid" -- /proc/self/fd/4 </dev/null 2>/dev/null &
 follower=$!
 
 tick=
@@ -181,17 +182,12 @@ tree() {
     for c in ${K[$p]-}; do q+=("$c"); done
   done
 }
-# roots are the command, every recorded process still alive, and the
-# supervisor's children but its helpers: as a subreaper it adopts the
-# command's orphans.
+# roots are the command and every recorded process still alive.
 roots() {
   local p
   r=("$pid")
   for p in "${!seen[@]}"; do
     [ "${T[$p]-}" = "${seen[$p]}" ] && r+=("$p")
-  done
-  for p in ${K[$$]-}; do
-    case $p in "$follower" | "${tick-}") ;; *) r+=("$p") ;; esac
   done
 }
 track() {
@@ -243,9 +239,9 @@ done
 # The command is reaped (to tail --pid a zombie is alive). tail ends within
 # its 0.01 s poll (polling, not inotify: closing an inotify instance waits
 # for an RCU grace period, which costs more than the poll). The loop's last
-# tick bounds the first wait for it, fifty more the rest, for a log the
-# command replaced with a FIFO; a wait for a job bash no longer knows (127)
-# uses a tick up.
+# tick bounds the first wait for it, fifty more the rest, for a tail
+# blocked on a host that does not read; a wait for a job bash no longer
+# knows (127) uses a tick up.
 [ "${ended-}" = "$tick" ] && tick=
 wait "$pid" 2>/dev/null
 n=0
@@ -278,21 +274,14 @@ else
 fi
 head=
 if [ "$(( ${1:-0} + 1 ))" -gt "$maxlines" ] || [ "${2:-0}" -gt "$maxbytes" ]; then
-  # Non-blocking: a FIFO planted at the copy's name fails the copy.
+  # Exclusive: a FIFO or a symlink planted at the copy's name fails the
+  # copy instead of being opened or followed.
   if ! { mkdir -p -- "$keptdir" &&
-    dd if=/proc/self/fd/4 of="$keptdir/$id.log" oflag=nonblock bs=1M status=none; } 2>/dev/null; then
+    dd if=/proc/self/fd/4 of="$keptdir/$id.log" conv=excl bs=1M status=none; } 2>/dev/null; then
     printf '\n[The full output could not be saved to %s]\n' "$keptdir/$id.log"
   fi
 fi
-# As a subreaper the supervisor adopts every orphan of the command, so with
-# no child of its own left nothing of the command runs: the /proc scan is
-# needed only when it has a child, or is no subreaper.
-children=/proc/$$/task/$$/children kids=x
-if [ -n "$reaper" ] && [ -r "$children" ]; then
-  kids=
-  read -r kids < "$children" || :
-fi
-if [ -n "$kids" ]; then track; else seen=(); fi
+track
 if [ "${#seen[@]}" -gt 0 ] && [ "$background" = end ]; then
   killtree
   printf '\n[Background processes were killed: on this sandbox nothing outlives the call]\n'

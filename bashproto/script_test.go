@@ -5,6 +5,7 @@ package bashproto
 import (
 	"bytes"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -188,6 +189,75 @@ func requireSupported(t *testing.T) {
 
 var testLimits = Limits{MaxLines: 2000, MaxBytes: 50 << 10}
 
+// forEachSupervisor runs body with each supervisor: the perl one, and the
+// shell one that images without perl get (perl hidden from PATH). Both
+// must keep every guarantee.
+func forEachSupervisor(t *testing.T, body func(t *testing.T)) {
+	t.Run("perl", func(t *testing.T) {
+		if _, err := exec.LookPath("perl"); err != nil {
+			t.Skip("needs perl")
+		}
+		requireSupervisorIs(t, "perl")
+		body(t)
+	})
+	t.Run("shell", func(t *testing.T) {
+		t.Setenv("PATH", pathWithoutPerl(t))
+		requireSupervisorIs(t, "bash")
+		body(t)
+	})
+}
+
+// subreaper reports whether the supervisor of a forEachSupervisor body is
+// a subreaper: the shell supervisor is none (it would need perl).
+func subreaper(t *testing.T) bool {
+	return !strings.HasSuffix(t.Name(), "/shell")
+}
+
+// requireDaemonGone checks that the process whose pid is in file, which
+// double-forked out of the command's tree and dropped the owner tag, was
+// killed: the subreaper adopted it. Without one it escapes, and is only
+// killed here.
+func requireDaemonGone(t *testing.T, file string) {
+	t.Helper()
+	pid := readPids(t, file)[0]
+	if !subreaper(t) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		t.Log("without a subreaper a double-forked daemon that dropped the owner tag escapes the kill")
+		return
+	}
+	requireGone(t, pid)
+}
+
+// pathWithoutPerl is a PATH of one directory that holds every program of
+// the current PATH but perl.
+func pathWithoutPerl(t *testing.T) string {
+	t.Helper()
+	bin := t.TempDir()
+	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), "perl") {
+				continue
+			}
+			err := os.Symlink(filepath.Join(dir, e.Name()), filepath.Join(bin, e.Name()))
+			if err != nil && !errors.Is(err, os.ErrExist) {
+				require.NoError(t, err)
+			}
+		}
+	}
+	return bin
+}
+
+// requireSupervisorIs checks which program supervises a command: the
+// command's parent.
+func requireSupervisorIs(t *testing.T, comm string) {
+	t.Helper()
+	c, _, stdout, _, code := runCommand(t, `cat /proc/$PPID/comm`, 10*time.Second)
+	require.Equal(t, 0, code)
+	_, out := filtered(t, c.Secret, stdout)
+	require.Equal(t, comm+"\n", out, "the command's supervisor")
+}
+
 // runCommand runs command through Script with its log in a fresh directory.
 func runCommand(t *testing.T, command string, timeout time.Duration) (c Call, logs Logs, stdout, stderr []byte, code int) {
 	t.Helper()
@@ -205,31 +275,35 @@ func testLogs(t *testing.T) Logs {
 
 func TestScriptExitCode(t *testing.T) {
 	requireSupported(t)
-	c, logs, stdout, stderr, code := runCommand(t, `echo out; echo err >&2; printf 'no newline'; exit 7`, 10*time.Second)
-	assert.Equal(t, 7, code)
-	assert.Empty(t, stderr)
-	assert.Equal(t, dispatchLine(c.Secret)+"out\nerr\nno newline"+terminalLine(c.Secret, "exit:7"), string(stdout))
+	forEachSupervisor(t, func(t *testing.T) {
+		c, logs, stdout, stderr, code := runCommand(t, `echo out; echo err >&2; printf 'no newline'; exit 7`, 10*time.Second)
+		assert.Equal(t, 7, code)
+		assert.Empty(t, stderr)
+		assert.Equal(t, dispatchLine(c.Secret)+"out\nerr\nno newline"+terminalLine(c.Secret, "exit:7"), string(stdout))
 
-	f, out := filtered(t, c.Secret, stdout)
-	assert.Equal(t, "out\nerr\nno newline", out)
-	assert.NoError(t, f.Verdict(code))
-	term, ok := f.Terminal()
-	assert.True(t, ok)
-	assert.Equal(t, Terminal{Code: 7}, term)
-	requireEmptyDir(t, logs.Live)
-	assert.NoDirExists(t, logs.Kept, "nothing is copied into the workspace")
+		f, out := filtered(t, c.Secret, stdout)
+		assert.Equal(t, "out\nerr\nno newline", out)
+		assert.NoError(t, f.Verdict(code))
+		term, ok := f.Terminal()
+		assert.True(t, ok)
+		assert.Equal(t, Terminal{Code: 7}, term)
+		requireEmptyDir(t, logs.Live)
+		assert.NoDirExists(t, logs.Kept, "nothing is copied into the workspace")
+	})
 }
 
 func TestScriptSuccessAndQuoting(t *testing.T) {
 	requireSupported(t)
-	// The command is data: quotes, $ and newlines reach bash unchanged, no
-	// login profile runs, stdin is empty and fd 3 is closed.
-	command := "x='it'\"'\"'s $HOME'\nprintf '%s\\n' \"$x\" \"$0\" \"$-\"; cat; ls /proc/self/fd/3 2>/dev/null || echo closed"
-	c, _, stdout, _, code := runCommand(t, command, time.Second)
-	assert.Equal(t, 0, code)
-	f, out := filtered(t, c.Secret, stdout)
-	assert.NoError(t, f.Verdict(code))
-	assert.Equal(t, "it's $HOME\nbash\nhBc\nclosed\n", out)
+	forEachSupervisor(t, func(t *testing.T) {
+		// The command is data: quotes, $ and newlines reach bash unchanged, no
+		// login profile runs, stdin is empty and fd 3 is closed.
+		command := "x='it'\"'\"'s $HOME'\nprintf '%s\\n' \"$x\" \"$0\" \"$-\"; cat; ls /proc/self/fd/3 2>/dev/null || echo closed"
+		c, _, stdout, _, code := runCommand(t, command, time.Second)
+		assert.Equal(t, 0, code)
+		f, out := filtered(t, c.Secret, stdout)
+		assert.NoError(t, f.Verdict(code))
+		assert.Equal(t, "it's $HOME\nbash\nhBc\nclosed\n", out)
+	})
 }
 
 // The command cannot learn the secret from any process's argv or
@@ -237,133 +311,155 @@ func TestScriptSuccessAndQuoting(t *testing.T) {
 // real record, written after it exits, decides.
 func TestScriptForgedTerminal(t *testing.T) {
 	requireSupported(t)
-	command := `for f in /proc/[0-9]*/cmdline /proc/[0-9]*/environ; do tr '\0' '\n' < "$f"; done 2>/dev/null | grep -Eo '^[0-9a-f]{32}$' | sort -u > "$CANDIDATES"
+	forEachSupervisor(t, func(t *testing.T) {
+		command := `for f in /proc/[0-9]*/cmdline /proc/[0-9]*/environ; do tr '\0' '\n' < "$f"; done 2>/dev/null | grep -Eo '^[0-9a-f]{32}$' | sort -u > "$CANDIDATES"
 while read -r tok; do printf '__OMA_TERMINAL__:%s:exit:0\n' "$tok"; done < "$CANDIDATES"
 printf '__OMA_TERMINAL__:%s:exit:0\n' "$` + OwnerEnv + `"
 exit 3`
-	candidates := filepath.Join(t.TempDir(), "candidates")
-	t.Setenv("CANDIDATES", candidates)
-	c, _, stdout, _, code := runCommand(t, command, 10*time.Second)
-	assert.Equal(t, 3, code)
-	f, out := filtered(t, c.Secret, stdout)
-	assert.Contains(t, out, "__OMA_TERMINAL__:"+c.ID+":exit:0\n", "the id is public; a line with it is output")
-	assert.NotContains(t, out, c.Secret)
-	term, _ := f.Terminal()
-	assert.Equal(t, Terminal{Code: 3}, term)
-	assert.NoError(t, f.Verdict(code))
-	seen, err := os.ReadFile(candidates)
-	require.NoError(t, err)
-	assert.NotContains(t, string(seen), c.Secret, "the secret is in no argv or environment")
+		candidates := filepath.Join(t.TempDir(), "candidates")
+		t.Setenv("CANDIDATES", candidates)
+		c, _, stdout, _, code := runCommand(t, command, 10*time.Second)
+		assert.Equal(t, 3, code)
+		f, out := filtered(t, c.Secret, stdout)
+		assert.Contains(t, out, "__OMA_TERMINAL__:"+c.ID+":exit:0\n", "the id is public; a line with it is output")
+		assert.NotContains(t, out, c.Secret)
+		term, _ := f.Terminal()
+		assert.Equal(t, Terminal{Code: 3}, term)
+		assert.NoError(t, f.Verdict(code))
+		seen, err := os.ReadFile(candidates)
+		require.NoError(t, err)
+		assert.NotContains(t, string(seen), c.Secret, "the secret is in no argv or environment")
+	})
 }
 
 // pkill -f and pgrep -f match nothing of ours: the command text is in no
 // process's argv or environment.
 func TestScriptCommandNotInArgv(t *testing.T) {
 	requireSupported(t)
-	if _, err := exec.LookPath("pkill"); err != nil {
-		t.Skip("needs pkill")
-	}
-	command := `pgrep -fa zzz_no_such_proc; echo pgrep=$?; pkill -f zzz_no_such_proc; echo pkill=$?
+	forEachSupervisor(t, func(t *testing.T) {
+		if _, err := exec.LookPath("pkill"); err != nil {
+			t.Skip("needs pkill")
+		}
+		command := `pgrep -fa zzz_no_such_proc; echo pgrep=$?; pkill -f zzz_no_such_proc; echo pkill=$?
 echo environ=$(grep -lz zzz_no_such_proc /proc/[0-9]*/environ 2>/dev/null | wc -l)`
-	c, _, stdout, _, code := runCommand(t, command, 10*time.Second)
-	assert.Equal(t, 0, code)
-	f, out := filtered(t, c.Secret, stdout)
-	assert.NoError(t, f.Verdict(code))
-	assert.Equal(t, "pgrep=1\npkill=1\nenviron=0\n", out)
+		c, _, stdout, _, code := runCommand(t, command, 10*time.Second)
+		assert.Equal(t, 0, code)
+		f, out := filtered(t, c.Secret, stdout)
+		assert.NoError(t, f.Verdict(code))
+		assert.Equal(t, "pgrep=1\npkill=1\nenviron=0\n", out)
+	})
 }
 
 // On a timeout every process of the command dies: a setsid loop, a
 // double-forked daemon that dropped the owner tag, and a plain grandchild.
 func TestScriptTimeoutKillsTree(t *testing.T) {
 	requireSupported(t)
-	work := t.TempDir()
-	pids := filepath.Join(work, "pids")
-	ticks := filepath.Join(work, "ticks")
-	t.Setenv("PIDS", pids)
-	t.Setenv("TICKS", ticks)
-	command := `setsid bash -c 'echo $$ >> "$PIDS"; while :; do echo x >> "$TICKS"; sleep 0.05; done' &
-(env -u ` + OwnerEnv + ` setsid bash -c 'echo $$ >> "$PIDS"; exec sleep 100' &)
+	forEachSupervisor(t, func(t *testing.T) {
+		work := t.TempDir()
+		pids := filepath.Join(work, "pids")
+		ticks := filepath.Join(work, "ticks")
+		t.Setenv("PIDS", pids)
+		t.Setenv("TICKS", ticks)
+		daemon := filepath.Join(work, "daemon")
+		t.Setenv("DAEMON", daemon)
+		command := `setsid bash -c 'echo $$ >> "$PIDS"; while :; do echo x >> "$TICKS"; sleep 0.05; done' &
+(env -u ` + OwnerEnv + ` setsid bash -c 'echo $$ > "$DAEMON"; exec sleep 100' &)
 (sleep 100 & echo $! >> "$PIDS"; wait) &
 echo started; sleep 100`
-	began := time.Now()
-	c, _, stdout, _, code := runCommand(t, command, 500*time.Millisecond)
-	assert.Less(t, time.Since(began), 10*time.Second)
-	assert.Equal(t, TimeoutExitCode, code)
-	f, out := filtered(t, c.Secret, stdout)
-	assert.Equal(t, "started\n", out)
-	assert.NoError(t, f.Verdict(code))
-	term, _ := f.Terminal()
-	assert.Equal(t, Terminal{Timeout: true, Code: 137}, term)
+		began := time.Now()
+		c, _, stdout, _, code := runCommand(t, command, 500*time.Millisecond)
+		assert.Less(t, time.Since(began), 10*time.Second)
+		assert.Equal(t, TimeoutExitCode, code)
+		f, out := filtered(t, c.Secret, stdout)
+		assert.Equal(t, "started\n", out)
+		assert.NoError(t, f.Verdict(code))
+		term, _ := f.Terminal()
+		assert.Equal(t, Terminal{Timeout: true, Code: 137}, term)
 
-	requireGone(t, readPids(t, pids)...)
-	st, err := os.Stat(ticks)
-	require.NoError(t, err)
-	time.Sleep(300 * time.Millisecond)
-	st2, err := os.Stat(ticks)
-	require.NoError(t, err)
-	assert.Equal(t, st.Size(), st2.Size(), "the setsid loop stopped writing")
-	assert.Empty(t, processesMentioning(t, c.ID), "supervisor or command left running")
+		requireGone(t, readPids(t, pids)...)
+		requireDaemonGone(t, daemon)
+		st, err := os.Stat(ticks)
+		require.NoError(t, err)
+		time.Sleep(300 * time.Millisecond)
+		st2, err := os.Stat(ticks)
+		require.NoError(t, err)
+		assert.Equal(t, st.Size(), st2.Size(), "the setsid loop stopped writing")
+		assert.Empty(t, processesMentioning(t, c.ID), "supervisor or command left running")
+	})
 }
 
 // A normal end kills nothing: a background process keeps writing to the
 // log, which is kept and named, and never holds the supervisor's output.
 func TestScriptBackgroundOutlivesCall(t *testing.T) {
 	requireSupported(t)
-	command := `(for i in $(seq 40); do echo tick$i; sleep 0.05; done) & echo started`
-	began := time.Now()
-	c, logs, stdout, _, code := runCommand(t, command, 30*time.Second)
-	assert.Less(t, time.Since(began), 1500*time.Millisecond, "the background loop does not hold the call")
-	assert.Equal(t, 0, code)
-	f, out := filtered(t, c.Secret, stdout)
-	assert.NoError(t, f.Verdict(code))
-	log := c.LogPath(logs.Live)
-	assert.Contains(t, out, "started\n")
-	assert.Contains(t, out, "[Background processes are still running; their output goes to "+log+"]")
-	require.Eventually(t, func() bool {
-		data, _ := os.ReadFile(log)
-		return strings.Contains(string(data), "tick40\n")
-	}, 10*time.Second, 20*time.Millisecond, "the loop wrote to the end")
+	forEachSupervisor(t, func(t *testing.T) {
+		if !subreaper(t) {
+			t.Skip("without a subreaper the orphan must be recorded first: TestScriptBackgroundWithoutSubreaper")
+		}
+		command := `(for i in $(seq 40); do echo tick$i; sleep 0.05; done) & echo started`
+		began := time.Now()
+		c, logs, stdout, _, code := runCommand(t, command, 30*time.Second)
+		assert.Less(t, time.Since(began), 1500*time.Millisecond, "the background loop does not hold the call")
+		assert.Equal(t, 0, code)
+		f, out := filtered(t, c.Secret, stdout)
+		assert.NoError(t, f.Verdict(code))
+		log := c.LogPath(logs.Live)
+		assert.Contains(t, out, "started\n")
+		assert.Contains(t, out, "[Background processes are still running; their output goes to "+log+"]")
+		require.Eventually(t, func() bool {
+			data, _ := os.ReadFile(log)
+			return strings.Contains(string(data), "tick40\n")
+		}, 10*time.Second, 20*time.Millisecond, "the loop wrote to the end")
+	})
 }
 
 // A log over the limits stays for the agent to read; the host names it.
 func TestScriptKeepsLongLog(t *testing.T) {
 	requireSupported(t)
-	c, logs, stdout, _, code := runCommand(t, `seq 1 3000`, 30*time.Second)
-	assert.Equal(t, 0, code)
-	_, out := filtered(t, c.Secret, stdout)
-	data, err := os.ReadFile(c.LogPath(logs.Kept))
-	require.NoError(t, err)
-	assert.Equal(t, out, string(data))
-	requireEmptyDir(t, logs.Live)
+	forEachSupervisor(t, func(t *testing.T) {
+		c, logs, stdout, _, code := runCommand(t, `seq 1 3000`, 30*time.Second)
+		assert.Equal(t, 0, code)
+		_, out := filtered(t, c.Secret, stdout)
+		data, err := os.ReadFile(c.LogPath(logs.Kept))
+		require.NoError(t, err)
+		assert.Equal(t, out, string(data))
+		requireEmptyDir(t, logs.Live)
+	})
 }
 
 func TestKillScript(t *testing.T) {
 	requireSupported(t)
-	work := t.TempDir()
-	pids := filepath.Join(work, "pids")
-	t.Setenv("PIDS", pids)
-	c := NewCall()
-	script, args, stdin := Script(c, `echo $$ > "$PIDS"; (env -u `+OwnerEnv+` setsid bash -c 'echo $$ >> "$PIDS"; exec sleep 100' &); sleep 100 & echo $! >> "$PIDS"; sleep 100`,
-		time.Minute, testLogs(t), testLimits)
-	var stdout, stderr bytes.Buffer
-	cmd := start(t, script, args, stdin, &stdout, &stderr)
-	require.Eventually(t, func() bool {
-		data, err := os.ReadFile(pids)
-		return err == nil && len(strings.Fields(string(data))) == 3
-	}, 5*time.Second, 10*time.Millisecond)
+	forEachSupervisor(t, func(t *testing.T) {
+		work := t.TempDir()
+		pids := filepath.Join(work, "pids")
+		t.Setenv("PIDS", pids)
+		c := NewCall()
+		daemon := filepath.Join(work, "daemon")
+		t.Setenv("DAEMON", daemon)
+		script, args, stdin := Script(c, `echo $$ > "$PIDS"; (env -u `+OwnerEnv+` setsid bash -c 'echo $$ > "$DAEMON"; exec sleep 100' &); sleep 100 & echo $! >> "$PIDS"; sleep 100`,
+			time.Minute, testLogs(t), testLimits)
+		var stdout, stderr bytes.Buffer
+		cmd := start(t, script, args, stdin, &stdout, &stderr)
+		require.Eventually(t, func() bool {
+			data, err := os.ReadFile(pids)
+			_, derr := os.Stat(daemon)
+			return err == nil && derr == nil && len(strings.Fields(string(data))) == 2
+		}, 5*time.Second, 10*time.Millisecond)
 
-	kill, killArgs := KillScript(c.ID)
-	_, kstderr, kcode := run(t, kill, killArgs, nil)
-	assert.Equal(t, 0, kcode, "stderr: %s", kstderr)
-	code := exitCode(t, cmd.Wait())
-	assert.Equal(t, TimeoutExitCode, code)
-	f, out := filtered(t, c.Secret, stdout.Bytes())
-	assert.Empty(t, out)
-	assert.NoError(t, f.Verdict(code))
-	term, _ := f.Terminal()
-	assert.Equal(t, Terminal{Code: 137}, term, "killed on request, not by the timer")
-	requireGone(t, readPids(t, pids)...)
-	assert.Empty(t, processesMentioning(t, c.ID), "supervisor or command left running")
+		kill, killArgs := KillScript(c.ID)
+		_, kstderr, kcode := run(t, kill, killArgs, nil)
+		assert.Equal(t, 0, kcode, "stderr: %s", kstderr)
+		code := exitCode(t, cmd.Wait())
+		assert.Equal(t, TimeoutExitCode, code)
+		f, out := filtered(t, c.Secret, stdout.Bytes())
+		assert.Empty(t, out)
+		assert.NoError(t, f.Verdict(code))
+		term, _ := f.Terminal()
+		assert.Equal(t, Terminal{Code: 137}, term, "killed on request, not by the timer")
+		requireGone(t, readPids(t, pids)...)
+		requireDaemonGone(t, daemon)
+		assert.Empty(t, processesMentioning(t, c.ID), "supervisor or command left running")
+	})
 }
 
 // Without a supervisor (it was killed) the kill script still ends what
@@ -396,12 +492,14 @@ func TestKillScriptWithoutSupervisor(t *testing.T) {
 
 func TestScriptMalformedRequest(t *testing.T) {
 	requireSupported(t)
-	c := NewCall()
-	script, args, _ := Script(c, "echo hi", time.Second, testLogs(t), testLimits)
-	stdout, stderr, code := run(t, script, args, []byte("not-a-secret\necho hi"))
-	assert.Equal(t, 91, code)
-	assert.Empty(t, stdout)
-	assert.Equal(t, "oma-sandbox: malformed bash request\n", string(stderr))
+	forEachSupervisor(t, func(t *testing.T) {
+		c := NewCall()
+		script, args, _ := Script(c, "echo hi", time.Second, testLogs(t), testLimits)
+		stdout, stderr, code := run(t, script, args, []byte("not-a-secret\necho hi"))
+		assert.Equal(t, 91, code)
+		assert.Empty(t, stdout)
+		assert.Equal(t, "oma-sandbox: malformed bash request\n", string(stderr))
+	})
 }
 
 func requireEmptyDir(t *testing.T, dir string) {
@@ -416,34 +514,36 @@ func requireEmptyDir(t *testing.T, dir string) {
 // hold the supervisor past the command's end: the real status still comes.
 func TestScriptLogFIFOsDoNotHang(t *testing.T) {
 	requireSupported(t)
-	for name, command := range map[string]string{
-		"live": `l="$LIVE/$` + OwnerEnv + `.log"; rm -f "$l"; mkfifo "$l"; echo hi`,
-		"kept": `mkdir -p "$KEPT" && mkfifo "$KEPT/$` + OwnerEnv + `.log"; seq 3000`,
-	} {
-		t.Run(name, func(t *testing.T) {
-			c, logs := NewCall(), testLogs(t)
-			t.Setenv("LIVE", logs.Live)
-			t.Setenv("KEPT", logs.Kept)
-			t.Cleanup(func() {
-				for _, p := range processesMentioning(t, c.ID) {
-					pid, _ := strconv.Atoi(p[:strings.IndexByte(p, ':')])
-					_ = syscall.Kill(pid, syscall.SIGKILL)
+	forEachSupervisor(t, func(t *testing.T) {
+		for name, command := range map[string]string{
+			"live": `l="$LIVE/$` + OwnerEnv + `.log"; rm -f "$l"; mkfifo "$l"; echo hi`,
+			"kept": `mkdir -p "$KEPT" && mkfifo "$KEPT/$` + OwnerEnv + `.log"; seq 3000`,
+		} {
+			t.Run(name, func(t *testing.T) {
+				c, logs := NewCall(), testLogs(t)
+				t.Setenv("LIVE", logs.Live)
+				t.Setenv("KEPT", logs.Kept)
+				t.Cleanup(func() {
+					for _, p := range processesMentioning(t, c.ID) {
+						pid, _ := strconv.Atoi(p[:strings.IndexByte(p, ':')])
+						_ = syscall.Kill(pid, syscall.SIGKILL)
+					}
+				})
+				script, args, stdin := Script(c, command, 5*time.Second, logs, testLimits)
+				var out, errb bytes.Buffer
+				cmd := start(t, script, args, stdin, &out, &errb)
+				done := make(chan error, 1)
+				go func() { done <- cmd.Wait() }()
+				select {
+				case err := <-done:
+					assert.Equal(t, 0, exitCode(t, err))
+					assert.Contains(t, out.String(), terminalLine(c.Secret, "exit:0"))
+				case <-time.After(4 * time.Second):
+					t.Fatal("the supervisor hangs on a FIFO the command planted")
 				}
 			})
-			script, args, stdin := Script(c, command, 5*time.Second, logs, testLimits)
-			var out, errb bytes.Buffer
-			cmd := start(t, script, args, stdin, &out, &errb)
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			select {
-			case err := <-done:
-				assert.Equal(t, 0, exitCode(t, err))
-				assert.Contains(t, out.String(), terminalLine(c.Secret, "exit:0"))
-			case <-time.After(4 * time.Second):
-				t.Fatal("the supervisor hangs on a FIFO the command planted")
-			}
-		})
-	}
+		}
+	})
 }
 
 // Without perl the supervisor is no subreaper: an orphan of the command is
@@ -489,19 +589,78 @@ func TestScriptBackgroundWithoutSubreaper(t *testing.T) {
 // quick look at a short log) or many short lines.
 func TestScriptKeepsLongLogOfAnyShape(t *testing.T) {
 	requireSupported(t)
-	for name, command := range map[string]string{
-		"nul bytes":   `head -c 60000 /dev/zero`,
-		"nul first":   `printf '\0'; seq 1 3000`,
-		"short lines": `for i in $(seq 2500); do echo; done`,
-	} {
-		c, logs, stdout, _, code := runCommand(t, command, 30*time.Second)
-		assert.Equal(t, 0, code, name)
-		_, out := filtered(t, c.Secret, stdout)
-		data, err := os.ReadFile(c.LogPath(logs.Kept))
-		if assert.NoError(t, err, name) {
-			assert.Equal(t, out, string(data), name)
+	forEachSupervisor(t, func(t *testing.T) {
+		for name, command := range map[string]string{
+			"nul bytes":   `head -c 60000 /dev/zero`,
+			"nul first":   `printf '\0'; seq 1 3000`,
+			"short lines": `for i in $(seq 2500); do echo; done`,
+		} {
+			c, logs, stdout, _, code := runCommand(t, command, 30*time.Second)
+			assert.Equal(t, 0, code, name)
+			_, out := filtered(t, c.Secret, stdout)
+			data, err := os.ReadFile(c.LogPath(logs.Kept))
+			if assert.NoError(t, err, name) {
+				assert.Equal(t, out, string(data), name)
+			}
 		}
-	}
-	c, logs, _, _, _ := runCommand(t, `seq 1 1500`, 30*time.Second)
-	assert.NoFileExists(t, c.LogPath(logs.Kept), "a short log is not copied")
+		c, logs, _, _, _ := runCommand(t, `seq 1 1500`, 30*time.Second)
+		assert.NoFileExists(t, c.LogPath(logs.Kept), "a short log is not copied")
+	})
+}
+
+// A symlink the command plants at the kept copy's name (its id is public)
+// is not followed: the file it points to is untouched and the result says
+// the copy could not be saved.
+func TestScriptKeptCopyDoesNotFollowSymlink(t *testing.T) {
+	requireSupported(t)
+	forEachSupervisor(t, func(t *testing.T) {
+		c, logs := NewCall(), testLogs(t)
+		target := filepath.Join(t.TempDir(), "precious")
+		require.NoError(t, os.WriteFile(target, []byte("precious\n"), 0o644))
+		t.Setenv("KEPT", logs.Kept)
+		t.Setenv("TARGET", target)
+		script, args, stdin := Script(c, `mkdir -p "$KEPT" && ln -s "$TARGET" "$KEPT/$`+OwnerEnv+`.log"; seq 3000`, 10*time.Second, logs, testLimits)
+		stdout, _, code := run(t, script, args, stdin)
+		assert.Equal(t, 0, code)
+		_, out := filtered(t, c.Secret, stdout)
+		note := "\n[The full output could not be saved to " + c.LogPath(logs.Kept) + "]\n"
+		assert.True(t, strings.Contains(out, note), "%q missing", note)
+		data, err := os.ReadFile(target)
+		require.NoError(t, err)
+		assert.Equal(t, "precious\n", string(data))
+	})
+}
+
+// A host that stops reading the supervisor's output (its relay blocks on a
+// full pipe) does not hold back the timeout: the command is killed on time,
+// and the terminal record still comes once the host reads again.
+func TestScriptTimeoutWhileHostDoesNotRead(t *testing.T) {
+	requireSupported(t)
+	forEachSupervisor(t, func(t *testing.T) {
+		c, logs := NewCall(), testLogs(t)
+		pidFile := filepath.Join(t.TempDir(), "pid")
+		t.Setenv("PIDFILE", pidFile)
+		script, args, stdin := Script(c, `echo $$ > "$PIDFILE"; seq 1 300000; sleep 100`, time.Second, logs, testLimits)
+		cmd := exec.Command("/bin/bash", append([]string{"-c", script, "bash"}, args...)...)
+		cmd.Stdin = bytes.NewReader(stdin)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		stdout, err := cmd.StdoutPipe()
+		require.NoError(t, err)
+		require.NoError(t, cmd.Start())
+		t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+		require.Eventually(t, func() bool {
+			data, err := os.ReadFile(pidFile)
+			return err == nil && strings.HasSuffix(string(data), "\n")
+		}, 5*time.Second, 10*time.Millisecond)
+		requireGone(t, readPids(t, pidFile)...) // within 5 s, nothing read yet
+
+		all, err := io.ReadAll(stdout)
+		require.NoError(t, err)
+		code := exitCode(t, cmd.Wait())
+		assert.Equal(t, TimeoutExitCode, code)
+		f, _ := filtered(t, c.Secret, all)
+		assert.NoError(t, f.Verdict(code))
+		term, _ := f.Terminal()
+		assert.Equal(t, Terminal{Timeout: true, Code: 137}, term)
+	})
 }
