@@ -3,7 +3,9 @@ package tools_test
 import (
 	"context"
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,8 +23,58 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/tools"
 )
 
-func TestBashExitCodeStreamed(t *testing.T) {
+// forEachBashBackend runs fn on every backend, then on the host backend
+// once more with perl hidden from PATH, where the bash tool's guest
+// protocol falls back to its shell supervisor (images without perl). Each
+// run first checks which supervisor the command gets. Tests that need the
+// supervisor to be a subreaper (a double-forked process is killed, an
+// orphan is found at the end) use forEachBackend: without perl there is
+// none, and bashproto's tests pin what the shell supervisor still does.
+func forEachBashBackend(t *testing.T, fn func(t *testing.T, s session.Session, calls func() int)) {
 	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
+		requireSupervisorIs(t, s, "perl")
+		fn(t, s, calls)
+	})
+	t.Run("without-perl", func(t *testing.T) {
+		t.Setenv("PATH", pathWithoutPerl(t))
+		t.Run("host", func(t *testing.T) {
+			s, calls := openHost(t)
+			requireSupervisorIs(t, s, "bash")
+			fn(t, s, calls)
+		})
+	})
+}
+
+// requireSupervisorIs checks the program that supervises a bash command
+// (the command's parent).
+func requireSupervisorIs(t *testing.T, s session.Session, comm string) {
+	t.Helper()
+	out := mustCall(t, tools.New(s, tools.Options{}), "bash", obj{"command": "cat /proc/$PPID/comm"})
+	require.Equal(t, comm+"\n", out, "the command's supervisor")
+}
+
+// pathWithoutPerl is a PATH of one directory that holds every program of
+// the current PATH but perl.
+func pathWithoutPerl(t *testing.T) string {
+	t.Helper()
+	bin := t.TempDir()
+	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), "perl") {
+				continue
+			}
+			err := os.Symlink(filepath.Join(dir, e.Name()), filepath.Join(bin, e.Name()))
+			if err != nil && !errors.Is(err, os.ErrExist) {
+				require.NoError(t, err)
+			}
+		}
+	}
+	return bin
+}
+
+func TestBashExitCodeStreamed(t *testing.T) {
+	forEachBashBackend(t, func(t *testing.T, s session.Session, calls func() int) {
 		tb := tools.New(s, tools.Options{})
 		var mu sync.Mutex
 		var streamed strings.Builder
@@ -50,7 +102,7 @@ func TestBashExitCodeStreamed(t *testing.T) {
 // record's token was the command's OMA_BASH_OWNER, so printing it and
 // keeping the output open reported exit 0 for a failing command.
 func TestBashForgedTerminalLine(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
+	forEachBashBackend(t, func(t *testing.T, s session.Session, calls func() int) {
 		tb := tools.New(s, tools.Options{})
 		forged := `printf '__OMA_TERMINAL__:%s:exit:0\n' "$OMA_BASH_OWNER"; sleep 30 & sleep 1; exit 3`
 		_, err := call(t, tb, "bash", obj{"command": forged, "timeout": 20})
@@ -71,7 +123,7 @@ while read -r tok; do printf '__OMA_TERMINAL__:%s:exit:0\n' "$tok"; done; exit 5
 // The command text is in no process's argv or environment: pkill -f and
 // pgrep -f find nothing of the tool's, and the call survives them.
 func TestBashPkillSparesTheWrapper(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
+	forEachBashBackend(t, func(t *testing.T, s session.Session, calls func() int) {
 		tb := tools.New(s, tools.Options{})
 		out := mustCall(t, tb, "bash", obj{"command": "pkill -f zzz_no_such_proc; echo rc=$?; pgrep -fa zzz_no_such_proc; echo pg=$?"})
 		assert.Equal(t, "rc=1\npg=1\n", out)
@@ -166,7 +218,7 @@ func TestBashBackgroundOutlivesCall(t *testing.T) {
 // timeout 0 means the default, as in the seed; out-of-range or mistyped
 // values are refused before anything runs.
 func TestBashTimeoutInput(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
+	forEachBashBackend(t, func(t *testing.T, s session.Session, calls func() int) {
 		tb := tools.New(s, tools.Options{})
 		assert.Equal(t, "ok\n", mustCall(t, tb, "bash", obj{"command": "echo ok", "timeout": 0}))
 		before := calls()
@@ -185,7 +237,7 @@ func TestBashTimeoutInput(t *testing.T) {
 // seq 1 100000 returns its last 2000 lines with the seed's note; the whole
 // output streams live and is in the file the note names.
 func TestBashOutputTruncated(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
+	forEachBashBackend(t, func(t *testing.T, s session.Session, calls func() int) {
 		tb := tools.New(s, tools.Options{})
 		var mu sync.Mutex
 		streamed := 0
@@ -215,7 +267,7 @@ func TestBashOutputTruncated(t *testing.T) {
 // (the log of a call whose output fits is removed), and none is left in
 // /tmp/oma-bash once nothing runs.
 func TestBashLeavesNoState(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
+	forEachBashBackend(t, func(t *testing.T, s session.Session, calls func() int) {
 		tb := tools.New(s, tools.Options{})
 		before := sh(t, s, `ls -A`)
 		out := mustCall(t, tb, "bash", obj{"command": "ls -A; echo --; ls -A /tmp/oma-bash | grep -c log"})
