@@ -547,8 +547,8 @@ func TestScriptLogFIFOsDoNotHang(t *testing.T) {
 }
 
 // Without perl the supervisor is no subreaper: an orphan of the command is
-// reparented past it, so its end-of-call check must scan /proc, and an
-// OMA_SUBREAPER the caller's environment happens to carry is not believed.
+// reparented past it, so its end-of-call check must scan /proc for what a
+// tick recorded.
 func TestScriptBackgroundWithoutSubreaper(t *testing.T) {
 	requireSupported(t)
 	bin := t.TempDir()
@@ -567,7 +567,7 @@ func TestScriptBackgroundWithoutSubreaper(t *testing.T) {
 	script, args, stdin := Script(c, command, 30*time.Second, logs, testLimits)
 	var out, errb bytes.Buffer
 	cmd := exec.Command("/bin/bash", append([]string{"-c", script, "bash"}, args...)...)
-	cmd.Env = []string{"PATH=" + bin, "OMA_SUBREAPER=1"}
+	cmd.Env = []string{"PATH=" + bin}
 	cmd.Stdin = bytes.NewReader(stdin)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Stdout, cmd.Stderr = &out, &errb

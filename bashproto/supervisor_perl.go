@@ -30,7 +30,6 @@ package bashproto
 const perlSupervisor = `
 my (undef, $id, $secs, $logdir, $keptdir, $maxlines, $maxbytes, $background, $nr_setsid, $nr_prctl, $nr_clock) = @ARGV;
 my ($O_WRONLY, $O_CREAT, $O_EXCL, $O_APPEND, $O_NONBLOCK, $WNOHANG, $EINTR) = (1, 0x40, 0x80, 0x400, 0x800, 1, 4);
-delete $ENV{OMA_SUBREAPER};
 my ($aborted, $late, $ended, $cut, $dead, $status, $pid) = (0, 0, 0, 0, 0, 137, 0);
 $SIG{USR1} = sub { $aborted = 1 };
 $SIG{ALRM} = sub { $late = 1 };
