@@ -7,13 +7,15 @@ import "github.com/google/uuid"
 func NewToken(kind string) string { return "oma-" + kind + "-" + uuid.NewString() }
 
 // EnumerationScript lists the regular files under root as NUL-terminated
-// "./"-relative paths, after the readiness marker. The listing runs in its own
-// session, tagged OwnerEnv=token, so CleanupScript can end it; the marker is
-// printed before root is entered, so a missing root is an ordinary failure
-// after readiness (exit 3). find does not follow symbolic links, so the
-// listing stays inside root. A directory that cannot be read, or that
-// vanishes during the walk, does not fail the listing: find's complaints go to
-// stderr and the status is 0; any other failure of find is the script's status.
+// "./"-relative paths, after the readiness marker. find does the listing in
+// its own session, tagged OwnerEnv=token, and prints the marker itself when
+// it visits root, so CleanupScript can end all work that follows readiness.
+// A missing root is an ordinary failure after readiness (exit 3): there is
+// no work then, and the shell prints the marker and the message. find does
+// not follow symbolic links, so the listing stays inside root. A directory
+// that cannot be read, or that vanishes during the walk, does not fail the
+// listing: find's complaints go to stderr and the status is 0; any other
+// failure of find is the script's status.
 //
 // Run it as `/bin/bash -c SCRIPT bash ARGS...`.
 func EnumerationScript(root, token string) (script string, args []string) {
@@ -36,25 +38,30 @@ type Narrowing struct {
 // NarrowedEnumerationScript is EnumerationScript listing only the files n
 // lets through.
 func NarrowedEnumerationScript(root, token string, n Narrowing) (script string, args []string) {
-	// The background job is not a process group leader, so setsid detaches
-	// it in place instead of forking, and wait returns its status.
-	const s = OwnerEnv + `="$2" setsid bash -c '
-printf "%s\0" "$1" || exit
-cd -- "$2" 2>/dev/null || { printf "Path not found: %s\n" "$2" >&2; exit 3; }
+	// One shell and one find: the shell enters root and builds find's
+	// arguments; the background job is not a process group leader, so
+	// setsid detaches it in place instead of forking, and wait returns its
+	// status. find visits "." before anything below it, so the marker
+	// its -printf prints there precedes every path; the marker holds no "%" or
+	// backslash for -printf to interpret.
+	const s = `cd -- "$2" 2>/dev/null || {
+	printf "%s\\0" "$3" || exit
+	printf "Path not found: %s\\n" "$2" >&2
+	exit 3
+}
 prune=() name=() under=()
-[ "$3" != 1 ] || prune=(-type d -name .git -prune -o)
-[ -z "$4" ] || name=(-name "$4")
-[ -z "$5" ] || under=(-path "*/$5/*")
-LC_ALL=C find . "${prune[@]}" -type f "${name[@]}" "${under[@]}" -print0
+[ "$4" != 1 ] || prune=(-type d -name .git -prune -o)
+[ -z "$5" ] || name=(-name "$5")
+[ -z "$6" ] || under=(-path "*/$6/*")
+` + OwnerEnv + `="$1" LC_ALL=C setsid find . -path . -printf "$3\\0" -o "${prune[@]}" -type f "${name[@]}" "${under[@]}" -print0 &
+wait "$!"
 code=$?
-[ "$code" -le 1 ] || exit "$code"
-' bash "$3" "$1" "$4" "$5" "$6" &
-wait "$!"`
+[ "$code" -le 1 ] || exit "$code"`
 	skipGit := "0"
 	if n.SkipGit {
 		skipGit = "1"
 	}
-	return s, []string{root, token, ReadyMarker, skipGit, n.Name, n.Under}
+	return s, []string{token, root, ReadyMarker, skipGit, n.Name, n.Under}
 }
 
 // CleanupScript kills exactly the processes whose environment holds

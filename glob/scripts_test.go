@@ -82,6 +82,10 @@ func TestEnumerationScript(t *testing.T) {
 	if err := os.Symlink(outside, filepath.Join(root, "link")); err != nil {
 		t.Fatal(err)
 	}
+	// A FIFO is not a regular file: not listed, and never opened.
+	if err := syscall.Mkfifo(filepath.Join(root, "sub", "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Symlink(outside+"/secret", filepath.Join(root, "filelink")); err != nil {
 		t.Fatal(err)
 	}
@@ -131,6 +135,27 @@ func TestEnumerationScriptMissingRoot(t *testing.T) {
 	}
 }
 
+// find's status 1 (a directory it could not read or that vanished) is
+// success; any other failure is the script's status, after readiness.
+func TestEnumerationScriptFindStatus(t *testing.T) {
+	for status, want := range map[int]int{1: 0, 2: 2, 126: 126} {
+		find := fakeTool(t, "find", `printf '%s\0./a\0' `+ReadyMarker+`; echo "find: ./x: Permission denied" >&2; exit `+strconv.Itoa(status))
+		script, args := EnumerationScript(t.TempDir(), NewToken("glob"))
+		cmd := bashCommand(t, script, args, find)
+		out, err := cmd.Output()
+		code := 0
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			code = exit.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if code != want || string(out) != ReadyMarker+"\x00./a\x00" {
+			t.Fatalf("find exit %d: script exit %d, output %q; want exit %d", status, code, out, want)
+		}
+	}
+}
+
 // alive reports whether pid exists and is not a zombie.
 func alive(pid int) bool {
 	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
@@ -141,14 +166,14 @@ func alive(pid int) bool {
 	return len(f) > 0 && f[0] != "Z"
 }
 
-// startTagged starts the enumeration with a find that never ends, waits for
-// the marker and for the tagged work (bash, the fake find and its sleeps) to
-// be running, and makes sure none of it outlives the test.
+// startTagged starts the enumeration with a find that prints the marker and
+// never ends, waits for the marker and for the tagged work (the fake find and
+// its sleeps) to be running, and makes sure none of it outlives the test.
 func startTagged(t *testing.T, token string) *exec.Cmd {
 	t.Helper()
 	entry := OwnerEnv + "=" + token
 	script, args := EnumerationScript(t.TempDir(), token)
-	cmd := bashCommand(t, script, args, fakeTool(t, "find", "sleep 30 & sleep 30; wait"))
+	cmd := bashCommand(t, script, args, fakeTool(t, "find", `printf '%s\0' `+ReadyMarker+`; sleep 30 & sleep 30; wait`))
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -166,6 +191,10 @@ func startTagged(t *testing.T, token string) *exec.Cmd {
 	marker, err := bufio.NewReader(stdout).ReadString(0)
 	if err != nil || marker != ReadyMarker+"\x00" {
 		t.Fatalf("marker %q, %v", marker, err)
+	}
+	// The marker came from work already tagged, so cleanup can find it.
+	if len(tagged(t, entry)) == 0 {
+		t.Fatal("readiness was published by untagged work")
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for len(tagged(t, entry)) < 3 {
