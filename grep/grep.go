@@ -3,7 +3,11 @@
 // processes; the stream protocol and cleanup are shared with package glob.
 package grep
 
-import "github.com/oma-sandbox/oma-sandbox/glob"
+import (
+	"bytes"
+
+	"github.com/oma-sandbox/oma-sandbox/glob"
+)
 
 // Limits of the grep tool's inputs and output.
 const (
@@ -46,9 +50,23 @@ type CollectorOptions struct {
 	Match func(rel string) bool
 }
 
+// maxCountDigits bounds the count after each path: 20 digits hold any
+// 64-bit count.
+const maxCountDigits = 20
+
+// Collector reads SearchScript's records after the marker, each a path, a
+// NUL, a decimal count and a newline, and collects the paths with a
+// glob.Collector. It gives the same outcome however the stream is split.
+type Collector struct {
+	paths   *glob.Collector
+	inCount bool // after a path's NUL, before its count's newline
+	digits  int
+	err     error
+}
+
 // NewCollector returns a collector for SearchScript's output after the marker.
-func NewCollector(opts CollectorOptions) (*glob.Collector, error) {
-	return glob.NewCollector(SearchProtocol, glob.CollectorOptions{
+func NewCollector(opts CollectorOptions) (*Collector, error) {
+	paths, err := glob.NewCollector(SearchProtocol, glob.CollectorOptions{
 		Root:           opts.Root,
 		Rooted:         true,
 		Match:          opts.Match,
@@ -57,85 +75,146 @@ func NewCollector(opts CollectorOptions) (*glob.Collector, error) {
 		MaxOutputBytes: MaxOutputBytes,
 		Base:           opts.Base,
 	})
+	if err != nil {
+		return nil, err
+	}
+	return &Collector{paths: paths}, nil
 }
 
+// Push consumes the next chunk of the stream. After the match cap it ignores
+// the rest; after an error it keeps returning that error.
+func (c *Collector) Push(chunk []byte) error {
+	for len(chunk) > 0 && c.err == nil && !c.paths.LimitReached() {
+		if !c.inCount {
+			i := bytes.IndexByte(chunk, 0)
+			if i < 0 {
+				c.err = c.paths.Push(chunk)
+				break
+			}
+			c.err = c.paths.Push(chunk[:i+1])
+			chunk = chunk[i+1:]
+			c.inCount, c.digits = true, 0
+			continue
+		}
+		b := chunk[0]
+		chunk = chunk[1:]
+		switch {
+		case b >= '0' && b <= '9' && c.digits < maxCountDigits:
+			c.digits++
+		case b == '\n' && c.digits > 0:
+			c.inCount = false
+		default:
+			c.err = &glob.StreamError{Msg: "Grep output holds a path without its match count", Kind: glob.ErrMalformed}
+		}
+	}
+	return c.err
+}
+
+// Finish ends the stream: a record cut short is an error unless the match
+// cap had already been reached.
+func (c *Collector) Finish() error {
+	if c.err == nil && c.inCount && !c.paths.LimitReached() {
+		c.err = &glob.StreamError{Msg: "Grep output ended inside a record", Kind: glob.ErrMalformed}
+	}
+	if c.err != nil {
+		return c.err
+	}
+	return c.paths.Finish()
+}
+
+// LimitReached reports that more matches exist than the head limit.
+func (c *Collector) LimitReached() bool { return c.paths.LimitReached() }
+
+// Matches returns the accepted paths in guest order.
+func (c *Collector) Matches() []string { return c.paths.Matches() }
+
 // SearchScript lists the files under root whose contents match the ripgrep
-// regex pattern, as NUL-terminated paths beginning with root, after the
-// readiness marker, in path order (so a capped result is stable).
+// regex pattern, after the readiness marker, in path order (so a capped
+// result is stable), each as a record: the path (beginning with root), a
+// NUL, the number of matching lines and a newline (see Collector).
 // ripgrepGlob ("" for none) is passed to --glob; see glob.ToRipgrep. Hidden
-// and ignored files are searched. Each hit is re-checked and dropped if it
-// contains a NUL byte, because ripgrep reports a binary file whose match
-// precedes its first NUL; a hit gone by then is dropped too. The search runs
-// in its own session tagged OwnerEnv=token. ripgrep's "no match" status
-// counts as success, and so does its status 2 when the pattern is valid and
-// root exists: some files could not be read or vanished, and ripgrep's
+// and ignored files are searched; binary files, those holding a NUL byte,
+// are not: ripgrep drops a file it finds by walking a directory when it
+// meets a NUL, and --count makes it read every file to its end, so a match
+// before the NUL does not list the file. A root that is a regular file is
+// read once for a NUL first; a root that is neither a regular file nor a
+// directory (a FIFO, which would block) is not opened. ripgrep skips every
+// file it walks to that is not regular, and follows no symbolic link below
+// root.
+//
+// rg runs in its own session tagged OwnerEnv=token, behind a sh that
+// prints the marker (so the marker comes from work CleanupScript can
+// find) and then becomes rg. ripgrep's "no match" status counts as
+// success, and so does its status 2 when the pattern is valid and root
+// exists: some files could not be read or vanished, and ripgrep's
 // complaints about them are on stderr. Any other failure is the script's
 // status.
 //
 // Run it as `/bin/bash -c SCRIPT bash ARGS...`.
 func SearchScript(root, token, pattern, ripgrepGlob string) (script string, args []string) {
-	const s = OwnerEnv + `="$2" setsid bash -c '
-set -u
-printf "%s\0" "$1" || exit
-root=$2 pattern=$3 glob=$4
-text_only() {
-	local p code
-	while IFS= read -r -d "" p; do
-		LC_ALL=C rg --no-config -qaU -- "\\x00" "$p" 2>/dev/null
-		code=$?
-		case $code in
-		0) ;;
-		1) printf "%s\0" "$p" || exit ;;
-		*) [ ! -e "$p" ] || printf "rg: %s: could not be read again\n" "$p" >&2 ;;
-		esac
-	done
-}
-set -- --no-config --hidden --no-ignore --color never --files-with-matches --null --sort path
+	// sh, not bash: it starts in half the time, and has little to do.
+	const s = `set -u
+token=$1 root=$2 pattern=$3 glob=$4 marker=$5
+set -- --no-config --hidden --no-ignore --color never --count --with-filename --null --no-mmap --sort path
 [ -z "$glob" ] || set -- "$@" --glob "$glob"
-LC_ALL=C rg "$@" -- "$pattern" "$root" | text_only
-codes=("${PIPESTATUS[@]}")
-[ "${codes[1]}" -eq 0 ] || exit "${codes[1]}"
-[ "${codes[0]}" -le 1 ] && exit 0
-[ "${codes[0]}" -eq 2 ] && [ -e "$root" ] || exit "${codes[0]}"
+` + OwnerEnv + `="$token" LC_ALL=C setsid /bin/sh -c '
+printf "%s\0" "$0" || exit
+if [ -f "$1" ]; then
+	# ripgrep reads a file named on its command line whole, NUL or not.
+	rg --no-config -qa -- "\x00" "$1" 2>/dev/null && exit 1
+elif [ -e "$1" ] && [ ! -d "$1" ]; then
+	printf "rg: %s: not a regular file or directory\n" "$1" >&2
+	exit 2
+fi
+shift
+exec rg "$@"
+' "$marker" "$root" "$@" -- "$pattern" "$root" &
+wait "$!"
+code=$?
+[ "$code" -le 1 ] && exit 0
+[ "$code" -eq 2 ] && [ -e "$root" ] || exit "$code"
 LC_ALL=C rg --no-config -q -- "$pattern" /dev/null 2>/dev/null
-[ "$?" -le 1 ] || exit 2
-' bash "$5" "$1" "$3" "$4" &
-wait "$!"`
-	return s, []string{root, token, pattern, ripgrepGlob, ReadyMarker}
+[ "$?" -le 1 ] || exit 2`
+	return s, []string{token, root, pattern, ripgrepGlob, ReadyMarker}
 }
 
 // PreflightScript proves, in the current directory, that the guest's rg
-// behaves as SearchScript relies on: a match is listed NUL-terminated, no
-// match exits 1, an invalid regex exits with another status, hidden and
-// ignored files are searched, --glob filters, and the NUL re-check tells
-// binary from text. It removes its scratch directory and says on stderr
-// which check failed.
+// behaves as SearchScript relies on: a match is listed as one record (path,
+// NUL, count, newline), no match exits 1, an invalid regex exits with
+// another status, hidden and ignored files are searched, --glob filters, a
+// directory search lists no file holding a NUL (even one whose match comes
+// first and whose NUL lies beyond ripgrep's 64 KiB read buffer), and the
+// NUL check of a named file tells binary from text. It removes its scratch
+// directory and says on stderr which check failed.
 func PreflightScript() (script string, args []string) {
 	const s = `set -u
 fail() { printf 'grep preflight: %s\n' "$1" >&2; exit 1; }
 dir=$(mktemp -d .oma-grep-preflight.XXXXXX) || fail 'cannot create scratch directory'
 trap 'rm -rf -- "$dir"' EXIT
-tree=$dir/tree
-mkdir "$tree" &&
+tree=$dir/tree bin=$dir/bin
+mkdir "$tree" "$bin" &&
 	printf 'needle\n' >"$tree/text.txt" &&
 	printf 'other\n' >"$tree/none.txt" &&
 	printf 'needle\n' >"$tree/.hidden.txt" &&
 	printf 'needle\n' >"$tree/ignored.txt" &&
 	printf 'ignored.txt\n' >"$tree/.ignore" &&
-	printf '\0needle\0tail' >"$dir/binary.bin" || fail 'cannot write scratch files'
-search() { LC_ALL=C rg --no-config --hidden --no-ignore --color never --files-with-matches --null "$@"; }
-# only PATHS...: the output holds exactly these NUL-terminated paths, in any
-# order, and nothing after the last NUL.
+	printf '\0needle\0tail' >"$bin/early.bin" &&
+	printf 'needle\n%70000s\0tail' '' >"$bin/late.bin" || fail 'cannot write scratch files'
+search() { LC_ALL=C rg --no-config --hidden --no-ignore --color never --count --with-filename --null --no-mmap --sort path "$@"; }
+# only PATHS...: the output holds exactly one record for each of these
+# paths, in any order, and nothing after the last one.
 only() {
-	local p n=0
+	local p c n=0
 	while IFS= read -r -d '' p; do
+		IFS= read -r c || return 1
+		case $c in '' | *[!0-9]*) return 1 ;; esac
 		n=$((n + 1))
 		case " $* " in *" $p "*) ;; *) return 1 ;; esac
 	done <"$dir/out"
 	[ -z "$p" ] && [ "$n" -eq "$#" ]
 }
 search -- needle "$tree/text.txt" >"$dir/out"; code=$?
-[ "$code" -eq 0 ] && only "$tree/text.txt" || fail 'a match is not listed as one NUL-terminated path'
+[ "$code" -eq 0 ] && only "$tree/text.txt" || fail 'a match is not listed as one record of path, NUL, count and newline'
 search -- needle "$tree/none.txt" >"$dir/out" 2>/dev/null; code=$?
 [ "$code" -eq 1 ] || fail "no match exits $code, not 1"
 search -- '[' "$tree/text.txt" >"$dir/out" 2>/dev/null; code=$?
@@ -145,9 +224,11 @@ search -- needle "$tree" >"$dir/out"; code=$?
 	fail 'a directory search does not list exactly the hidden, ignored and plain matches'
 search --glob '**/t*.txt' -- needle "$tree" >"$dir/out"; code=$?
 [ "$code" -eq 0 ] && only "$tree/text.txt" || fail 'a search does not honour --glob'
-LC_ALL=C rg --no-config -qaU -- '\x00' "$dir/binary.bin"; code=$?
+search -- needle "$bin" >"$dir/out"; code=$?
+[ "$code" -eq 1 ] && only || fail "a directory search lists binary files (exit $code)"
+LC_ALL=C rg --no-config -qa -- '\x00' "$bin/late.bin"; code=$?
 [ "$code" -eq 0 ] || fail "NUL detection in a binary file exits $code"
-LC_ALL=C rg --no-config -qaU -- '\x00' "$tree/text.txt"; code=$?
+LC_ALL=C rg --no-config -qa -- '\x00' "$tree/text.txt"; code=$?
 [ "$code" -eq 1 ] || fail "NUL detection in a text file exits $code"
 exit 0`
 	return s, nil

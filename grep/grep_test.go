@@ -118,19 +118,30 @@ func search(t *testing.T, root, pattern, globPattern, path string, opts Collecto
 func TestSearchScript(t *testing.T) {
 	needTools(t)
 	root := writeTree(t, map[string]string{
-		"a.md":                "the needle\n",
-		"b.txt":               "needle too\n",
-		"none.md":             "nothing here\n",
-		".hidden.md":          "needle\n",
-		".ignore":             "ignored.md\n",
-		"ignored.md":          "needle\n",
-		"sub/c.md":            "needle\n",
-		"sub/deep/d.md":       "needle\n",
-		"node_modules/m.md":   "needle\n",
-		"binary-late.md":      "needle first\x00then binary\n",
-		"binary-early.md":     "\x00needle\n",
+		"a.md":              "the needle\n",
+		"b.txt":             "needle too\n",
+		"none.md":           "nothing here\n",
+		".hidden.md":        "needle\n",
+		".ignore":           "ignored.md\n",
+		"ignored.md":        "needle\n",
+		"sub/c.md":          "needle\n",
+		"sub/deep/d.md":     "needle\n",
+		"node_modules/m.md": "needle\n",
+		"binary-late.md":    "needle first\x00then binary\n",
+		"binary-early.md":   "\x00needle\n",
+		// The NUL lies beyond ripgrep's 64 KiB read buffer.
+		"binary-far.md":       "needle first\n" + strings.Repeat("text\n", 20000) + "\x00",
 		"sp ace/new\nline.md": "needle\n",
 	})
+	// Below root: a FIFO (never opened: it would block) and a symbolic link
+	// to a file outside (never followed).
+	if err := syscall.Mkfifo(filepath.Join(root, "sub", "fifo.md"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	outside := writeTree(t, map[string]string{"secret.md": "needle\n"})
+	if err := os.Symlink(filepath.Join(outside, "secret.md"), filepath.Join(root, "link.md")); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name, pattern, glob string
 		opts                CollectorOptions
@@ -143,13 +154,23 @@ func TestSearchScript(t *testing.T) {
 		{"regex", "^needle$", "", CollectorOptions{Base: root}, []string{`"sp ace/new\nline.md"`, ".hidden.md", "ignored.md", "node_modules/m.md", "sub/c.md", "sub/deep/d.md"}},
 		{"no match", "absent", "", CollectorOptions{}, nil},
 		{"file root", "needle", "", CollectorOptions{}, nil},
+		{"binary file root", "needle", "", CollectorOptions{}, nil},
+		{"binary file root, NUL far", "needle", "", CollectorOptions{}, nil},
+		{"FIFO root", "needle", "", CollectorOptions{}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			dir := root
-			if c.name == "file root" {
+			switch c.name {
+			case "file root":
 				dir = root + "/a.md"
 				c.want = []string{dir}
+			case "binary file root":
+				dir = root + "/binary-late.md"
+			case "binary file root, NUL far":
+				dir = root + "/binary-far.md"
+			case "FIFO root":
+				dir = root + "/sub/fifo.md"
 			}
 			got, code, err := search(t, dir, c.pattern, c.glob, "", c.opts)
 			if err != nil || code != 0 {
@@ -181,14 +202,44 @@ func TestSearchScriptHeadLimit(t *testing.T) {
 	}
 }
 
-// A hit that vanishes before its re-check (a concurrent write's temporary
-// file renamed into place) is dropped, and the search succeeds.
-func TestSearchScriptHitVanishes(t *testing.T) {
+// A file that vanishes during the walk (a concurrent write's temporary file
+// renamed into place) makes ripgrep complain and exit 2; the search still
+// succeeds with what it found.
+func TestSearchScriptFileVanishes(t *testing.T) {
 	needTools(t)
 	root := writeTree(t, map[string]string{"a.txt": "needle\n", "b.txt": "needle\n"})
-	got, code, err := search(t, root, "needle", "", fakeRg(t, `[ "$2" = -qaU ] && [ "${5##*/}" = a.txt ] && rm -f -- "$5"; exec "$real" "$@"`), CollectorOptions{})
+	vanish := fakeRg(t, `case " $* " in *" --count "*) rm -f -- "${!#}/a.txt"; "$real" "$@"; echo "rg: ${!#}/gone.txt: No such file or directory (os error 2)" >&2; exit 2 ;; esac; exec "$real" "$@"`)
+	got, code, err := search(t, root, "needle", "", vanish, CollectorOptions{})
 	if err != nil || code != 0 || !slices.Equal(got, []string{root + "/b.txt"}) {
 		t.Fatalf("got %q, exit %d, %v; want only b.txt", got, code, err)
+	}
+}
+
+// A FIFO root is not opened (ripgrep would block on it): the search says
+// so on stderr and finds nothing.
+func TestSearchScriptFIFORoot(t *testing.T) {
+	needTools(t)
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skip("mkfifo:", err)
+	}
+	token := NewToken()
+	script, args := SearchScript(fifo, token, "needle", "")
+	cmd := bashCommand(script, args, "", "")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	// Should the search block, kill it and all it started.
+	cmd.WaitDelay = time.Second
+	timer := time.AfterFunc(10*time.Second, func() {
+		for _, pid := range tagged(t, OwnerEnv+"="+token) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		_ = cmd.Process.Kill()
+	})
+	defer timer.Stop()
+	out, err := cmd.Output()
+	if err != nil || string(out) != ReadyMarker+"\x00" || stderr.String() != "rg: "+fifo+": not a regular file or directory\n" {
+		t.Fatalf("%v: output %q, stderr %q", err, out, stderr.String())
 	}
 }
 
@@ -201,8 +252,8 @@ func TestSearchScriptFailures(t *testing.T) {
 	}{
 		{"invalid regex", root, "[", "", 2},
 		{"missing root", root + "/missing", "needle", "", 2},
-		{"re-check of one file fails: noted, not fatal", root, "needle", fakeRg(t, `[ "$2" = -qaU ] && exit 3; exec "$real" "$@"`), 0},
-		{"search fails after a match", root, "needle", fakeRg(t, `"$real" "$@"; [ "$2" = -qaU ] || exit 4`), 4},
+		{"NUL check of a file root fails: the search decides", root + "/a.txt", "needle", fakeRg(t, `[ "$2" = -qa ] && exit 3; exec "$real" "$@"`), 0},
+		{"search fails after a match", root, "needle", fakeRg(t, `"$real" "$@"; [ "$2" = -qa ] || exit 4`), 4},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -252,18 +303,15 @@ func tagged(t *testing.T, entry string) []int {
 
 func TestCleanupEndsSearch(t *testing.T) {
 	needTools(t)
-	// rg blocks reading a FIFO that nobody writes: a search that never ends.
-	fifo := filepath.Join(t.TempDir(), "fifo")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Skip("mkfifo:", err)
-	}
+	// An rg that never ends, with a child of its own.
+	never := fakeRg(t, `sleep 30 & sleep 30; wait`)
 	token := NewToken()
 	if !regexp.MustCompile(`^oma-grep-[0-9a-f-]{36}$`).MatchString(token) {
 		t.Fatalf("token %q", token)
 	}
 	entry := OwnerEnv + "=" + token
-	script, args := SearchScript(fifo, token, "needle", "")
-	cmd := bashCommand(script, args, "", "")
+	script, args := SearchScript(t.TempDir(), token, "needle", "")
+	cmd := bashCommand(script, args, "", never)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -280,6 +328,10 @@ func TestCleanupEndsSearch(t *testing.T) {
 	})
 	if marker, err := bufio.NewReader(stdout).ReadString(0); err != nil || marker != ReadyMarker+"\x00" {
 		t.Fatalf("marker %q, %v", marker, err)
+	}
+	// The marker came from work already tagged, so cleanup can find it.
+	if len(tagged(t, entry)) == 0 {
+		t.Fatal("readiness was published by untagged work")
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for len(tagged(t, entry)) < 2 {
@@ -308,14 +360,16 @@ func TestPreflightScript(t *testing.T) {
 		{"real rg", "", ""},
 		{"no match exits 0", `"$real" "$@"; c=$?; [ "$c" -eq 1 ] && exit 0; exit "$c"`, "no match exits 0, not 1"},
 		{"invalid regex exits 1", `"$real" "$@"; c=$?; [ "$c" -eq 2 ] && exit 1; exit "$c"`, "an invalid regex exits 1"},
-		{"newline output", `"$real" "$@" | tr '\0' '\n'; exit "${PIPESTATUS[0]}"`, "a match is not listed as one NUL-terminated path"},
-		{"trailing junk", `"$real" "$@"; c=$?; printf x; exit "$c"`, "a match is not listed as one NUL-terminated path"},
+		{"newline output", `"$real" "$@" | tr '\0' '\n'; exit "${PIPESTATUS[0]}"`, "a match is not listed as one record of path, NUL, count and newline"},
+		{"trailing junk", `"$real" "$@"; c=$?; printf x; exit "$c"`, "a match is not listed as one record of path, NUL, count and newline"},
+		{"paths without counts", `args=(); for a in "$@"; do [ "$a" = --count ] && a=--files-with-matches; args+=("$a"); done; exec "$real" "${args[@]}"`, "a match is not listed as one record of path, NUL, count and newline"},
+		{"lists binary files", `[ "$2" = -qa ] || set -- --binary "$@"; exec "$real" "$@"`, "a directory search lists binary files (exit 0)"},
 		{"skips hidden files", `args=(); for a in "$@"; do [ "$a" = --hidden ] || args+=("$a"); done; exec "$real" "${args[@]}"`, "a directory search does not list exactly the hidden, ignored and plain matches"},
 		{"respects ignore files", `args=(); for a in "$@"; do [ "$a" = --no-ignore ] || args+=("$a"); done; exec "$real" "${args[@]}"`, "a directory search does not list exactly the hidden, ignored and plain matches"},
 		{"ignores --glob", `args=(); skip=0; for a in "$@"; do if [ "$skip" = 1 ]; then skip=0; elif [ "$a" = --glob ]; then skip=1; else args+=("$a"); fi; done; exec "$real" "${args[@]}"`, "a search does not honour --glob"},
-		{"blind to NUL", `[ "$2" = -qaU ] && exit 1; exec "$real" "$@"`, "NUL detection in a binary file exits 1"},
-		{"NUL everywhere", `[ "$2" = -qaU ] && exit 0; exec "$real" "$@"`, "NUL detection in a text file exits 0"},
-		{"missing", `exit 127`, "a match is not listed as one NUL-terminated path"},
+		{"blind to NUL", `[ "$2" = -qa ] && exit 1; exec "$real" "$@"`, "NUL detection in a binary file exits 1"},
+		{"NUL everywhere", `[ "$2" = -qa ] && exit 0; exec "$real" "$@"`, "NUL detection in a text file exits 0"},
+		{"missing", `exit 127`, "a match is not listed as one record of path, NUL, count and newline"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -345,7 +399,7 @@ func TestCollectorTexts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	long := "/w/" + strings.Repeat("n", 4000) + "\x00"
+	long := "/w/" + strings.Repeat("n", 4000) + "\x001\n"
 	if err := c.Push([]byte(strings.Repeat(long, 17))); err == nil || err.Error() != "Grep output exceeds 65536 bytes" {
 		t.Fatalf("output limit: %v", err)
 	}
@@ -360,7 +414,26 @@ func TestCollectorTexts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Push([]byte("/etc/passwd\x00")); !errors.Is(err, glob.ErrMalformed) {
+	if err := c.Push([]byte("/etc/passwd\x001\n")); !errors.Is(err, glob.ErrMalformed) {
 		t.Fatalf("path outside root: %v", err)
+	}
+	for stream, want := range map[string]string{
+		"/w/a\x00/w/b\x001\n": "Grep output holds a path without its match count",
+		"/w/a\x00\n":          "Grep output holds a path without its match count",
+		"/w/a\x00" + strings.Repeat("1", 21) + "\n": "Grep output holds a path without its match count",
+		"/w/a\x0012": "Grep output ended inside a record",
+		"/w/a\x00" + strings.Repeat("9", 20) + "\n/w/b\x00": "Grep output ended inside a record",
+		"/w/a\x001\n/w/b": "Grep output ended inside a path",
+	} {
+		c, err := NewCollector(CollectorOptions{Root: "/w"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err = c.Push([]byte(stream)); err == nil {
+			err = c.Finish()
+		}
+		if !errors.Is(err, glob.ErrMalformed) || err.Error() != want {
+			t.Fatalf("%q: %v, want %q", stream, err, want)
+		}
 	}
 }

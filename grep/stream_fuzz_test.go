@@ -66,22 +66,25 @@ func parseSearch(t *testing.T, stdout []byte, opts grep.CollectorOptions, rng *r
 func FuzzSearchStream(f *testing.F) {
 	const marker = grep.ReadyMarker + "\x00"
 	for _, s := range []string{
-		marker + "/workspace/a.txt\x00/workspace/sub/b.go\x00",
-		marker + "/workspace\x00",
-		marker + "/workspace/../etc/passwd\x00",
-		marker + "/workspace/a\x00/workspacefoo\x00",
-		marker + "/workspace//a\x00/workspace/./a\x00/workspace/a/\x00",
+		marker + "/workspace/a.txt\x001\n/workspace/sub/b.go\x0012\n",
+		marker + "/workspace\x001\n",
+		marker + "/workspace/../etc/passwd\x001\n",
+		marker + "/workspace/a\x001\n/workspacefoo\x001\n",
+		marker + "/workspace//a\x001\n/workspace/./a\x001\n/workspace/a/\x001\n",
 		marker + "/workspace/cut-short",
-		marker + "/other\x00",
-		"__OMA_GLOB_READY__\x00/workspace/a\x00",
+		marker + "/workspace/cut-short\x003",
+		marker + "/workspace/a\x00/workspace/b\x001\n",
+		marker + "/workspace/a\x00x\n",
+		marker + "/other\x001\n",
+		"__OMA_GLOB_READY__\x00/workspace/a\x001\n",
 		"no marker at all",
 		strings.Repeat("x", 300) + "\x00",
-		marker + strings.Repeat("/workspace/f\x00", 150),
-		marker + "/workspace/\xff\xfe\x00/workspace/new\nline\x00",
+		marker + strings.Repeat("/workspace/f\x001\n", 150),
+		marker + "/workspace/\xff\xfe\x001\n/workspace/new\nline\x001\n",
 	} {
 		f.Add([]byte(s), uint64(1), uint8(0), false)
 	}
-	f.Add([]byte(marker+"/workspace/a\x00/workspace/b\x00/workspace/c\x00"), uint64(2), uint8(2), true)
+	f.Add([]byte(marker+"/workspace/a\x001\n/workspace/b\x002\n/workspace/c\x003\n"), uint64(2), uint8(2), true)
 	f.Fuzz(func(t *testing.T, stdout []byte, seed uint64, headLimit uint8, withBase bool) {
 		const root = "/workspace"
 		opts := grep.CollectorOptions{Root: root, HeadLimit: int(headLimit)}

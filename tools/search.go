@@ -18,7 +18,16 @@ type search struct {
 	script    session.Command
 	cleanup   session.Command
 	readiness *glob.ReadinessFilter
-	collector *glob.Collector
+	collector collector
+}
+
+// collector takes a search's stream after the marker: glob.Collector for
+// glob's paths, grep.Collector for grep's records.
+type collector interface {
+	Push(chunk []byte) error
+	LimitReached() bool
+	Matches() []string
+	Finish() error
 }
 
 // searchCleanupTimeout bounds the command that ends a search's guest work.

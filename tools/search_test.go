@@ -102,13 +102,17 @@ func TestGrep(t *testing.T) {
 		tb := tools.New(s, tools.Options{})
 		ws := s.Paths().Workspace
 		sh(t, s, `mkdir -p src/a node_modules && printf 'needle\n' > src/a/x.go && printf 'needle\n' > src/y.txt &&
-printf 'hay\n' > src/z.go && printf 'needle\0bin' > src/bin.dat && printf 'needle\n' > node_modules/m.go && printf 'needle\n' > .dot.go`)
+printf 'hay\n' > src/z.go && printf 'needle\0bin' > src/bin.dat && printf 'needle\n' > node_modules/m.go && printf 'needle\n' > .dot.go &&
+printf 'needle\n%70000s\0bin' '' > src/far.dat && mkfifo src/fifo.go && ln -s ../.dot.go src/link.go`)
 
 		before := calls()
 		out := mustCall(t, tb, "grep", obj{"pattern": "need+le", "path": ws})
 		assert.Equal(t, 1, calls()-before, "a normal grep is one round trip")
 		assert.ElementsMatch(t, []string{ws + "/src/a/x.go", ws + "/src/y.txt", ws + "/node_modules/m.go", ws + "/.dot.go"},
-			strings.Split(out, "\n"), "binary files are skipped; hidden and ignored ones are searched")
+			strings.Split(out, "\n"), "binary files (even with the NUL far behind the match) are skipped; hidden and ignored ones are searched; FIFOs and symbolic links are not opened")
+		assert.Equal(t, "No matches found", mustCall(t, tb, "grep", obj{"pattern": "needle", "path": ws + "/src/far.dat"}), "a binary file as path")
+		assert.Equal(t, "No matches found\n\n[Could not search: "+ws+"/src/fifo.go: not a regular file or directory]",
+			mustCall(t, tb, "grep", obj{"pattern": "needle", "path": ws + "/src/fifo.go"}), "a FIFO as path is not opened")
 
 		out = mustCall(t, tb, "grep", obj{"pattern": "needle", "path": ws + "/src", "glob": "*.go"})
 		assert.Equal(t, ws+"/src/a/x.go", out)
