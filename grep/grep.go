@@ -137,10 +137,10 @@ func (c *Collector) Matches() []string { return c.paths.Matches() }
 // are not: ripgrep drops a file it finds by walking a directory when it
 // meets a NUL, and --count makes it read every file to its end, so a match
 // before the NUL does not list the file. A root that is a regular file is
-// read once for a NUL first; a root that is neither a regular file nor a
-// directory (a FIFO, which would block) is not opened. ripgrep skips every
-// file it walks to that is not regular, and follows no symbolic link below
-// root.
+// read once for a NUL first. ripgrep skips every file it walks to that is
+// not regular (a FIFO would block it), and follows no symbolic link below
+// root; a root that is a FIFO blocks it, as it blocks the search of a named
+// FIFO, until the caller's timeout and cleanup.
 //
 // rg runs in its own session tagged OwnerEnv=token, behind a sh that
 // prints the marker (so the marker comes from work CleanupScript can
@@ -159,12 +159,9 @@ set -- --no-config --hidden --no-ignore --color never --count --with-filename --
 [ -z "$glob" ] || set -- "$@" --glob "$glob"
 ` + OwnerEnv + `="$token" LC_ALL=C setsid /bin/sh -c '
 printf "%s\0" "$0" || exit
-if [ -f "$1" ]; then
-	# ripgrep reads a file named on its command line whole, NUL or not.
-	rg --no-config -qa -- "\x00" "$1" 2>/dev/null && exit 1
-elif [ -e "$1" ] && [ ! -d "$1" ]; then
-	printf "rg: %s: not a regular file or directory\n" "$1" >&2
-	exit 2
+# ripgrep reads a file named on its command line whole, NUL or not.
+if [ -f "$1" ] && rg --no-config -qa -- "\x00" "$1" 2>/dev/null; then
+	exit 1
 fi
 shift
 exec rg "$@"

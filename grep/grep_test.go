@@ -156,7 +156,6 @@ func TestSearchScript(t *testing.T) {
 		{"file root", "needle", "", CollectorOptions{}, nil},
 		{"binary file root", "needle", "", CollectorOptions{}, nil},
 		{"binary file root, NUL far", "needle", "", CollectorOptions{}, nil},
-		{"FIFO root", "needle", "", CollectorOptions{}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -169,8 +168,6 @@ func TestSearchScript(t *testing.T) {
 				dir = root + "/binary-late.md"
 			case "binary file root, NUL far":
 				dir = root + "/binary-far.md"
-			case "FIFO root":
-				dir = root + "/sub/fifo.md"
 			}
 			got, code, err := search(t, dir, c.pattern, c.glob, "", c.opts)
 			if err != nil || code != 0 {
@@ -212,34 +209,6 @@ func TestSearchScriptFileVanishes(t *testing.T) {
 	got, code, err := search(t, root, "needle", "", vanish, CollectorOptions{})
 	if err != nil || code != 0 || !slices.Equal(got, []string{root + "/b.txt"}) {
 		t.Fatalf("got %q, exit %d, %v; want only b.txt", got, code, err)
-	}
-}
-
-// A FIFO root is not opened (ripgrep would block on it): the search says
-// so on stderr and finds nothing.
-func TestSearchScriptFIFORoot(t *testing.T) {
-	needTools(t)
-	fifo := filepath.Join(t.TempDir(), "fifo")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Skip("mkfifo:", err)
-	}
-	token := NewToken()
-	script, args := SearchScript(fifo, token, "needle", "")
-	cmd := bashCommand(script, args, "", "")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	// Should the search block, kill it and all it started.
-	cmd.WaitDelay = time.Second
-	timer := time.AfterFunc(10*time.Second, func() {
-		for _, pid := range tagged(t, OwnerEnv+"="+token) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		_ = cmd.Process.Kill()
-	})
-	defer timer.Stop()
-	out, err := cmd.Output()
-	if err != nil || string(out) != ReadyMarker+"\x00" || stderr.String() != "rg: "+fifo+": not a regular file or directory\n" {
-		t.Fatalf("%v: output %q, stderr %q", err, out, stderr.String())
 	}
 }
 
