@@ -208,10 +208,19 @@ func (s *seed) ls(ctx context.Context, abs string) ([]string, error) {
 	return strings.Fields(string(out)), nil
 }
 
+// collector reads a search's stream after the marker: glob.Collector or
+// grep.Collector.
+type collector interface {
+	Push(chunk []byte) error
+	LimitReached() bool
+	Matches() []string
+	Finish() error
+}
+
 // search streams a readiness-marked search through one exec, then always
 // runs its cleanup exec, as the seed's glob and grep do.
 func (s *seed) search(ctx context.Context, script, cleanup string, args, cleanupArgs []string,
-	ready *glob.ReadinessFilter, c *glob.Collector) ([]string, error) {
+	ready *glob.ReadinessFilter, c collector) ([]string, error) {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var streamErr error
