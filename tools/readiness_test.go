@@ -143,18 +143,21 @@ func TestReadinessOverBothTransports(t *testing.T) {
 	}
 }
 
-// Over the channel, a search whose guest ends before publishing readiness
-// (an agent's `chmod -R 644 /workspace` keeps the call from entering its
-// workdir: exit 255, no output, as msb's agent answers) poisons the
-// session and keeps its files. fakemsb's own exec enters the workdir as
-// root before it switches to the user, so on it the same call runs and
-// answers "Path not found" instead.
-func TestUnreadyOverChannelPoisons(t *testing.T) {
-	s, _ := openMsbChannel(t)
-	tb := tools.New(s, tools.Options{})
-	sh(t, s, `echo kept > notes.txt; chmod -R 644 /workspace; exit 0`)
-	_, err := tb.Call(context.Background(), "glob", []byte(`{"pattern": "*"}`), nil)
-	require.Error(t, err)
-	assert.ErrorIs(t, err, session.ErrPoisoned)
-	assert.True(t, s.Poisoned())
+// An agent's `chmod -R 644 /workspace` gets the same answer over the
+// guest agent's channel as over one exec per call: msb's agent, fakemsb
+// and ours enter the workdir as root before they switch to the call's
+// user, so the glob runs, finds its path unreadable and says so. Nothing
+// is unknown: the session is not poisoned and keeps its files.
+func TestUnreadableWorkspaceOverBothTransports(t *testing.T) {
+	for _, b := range []backend{{name: "msb", open: openMsb}, {name: "msb-channel", open: openMsbChannel}} {
+		t.Run(b.name, func(t *testing.T) {
+			s, _ := b.open(t)
+			tb := tools.New(s, tools.Options{})
+			sh(t, s, `echo kept > notes.txt; chmod -R 644 /workspace; exit 0`)
+			_, err := tb.Call(context.Background(), "glob", []byte(`{"pattern": "*"}`), nil)
+			require.Error(t, err)
+			assert.Equal(t, "Path not found: /workspace", err.Error())
+			assert.False(t, s.Poisoned())
+		})
+	}
 }
