@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/oma-sandbox/oma-sandbox/bashproto"
 	"github.com/oma-sandbox/oma-sandbox/session"
@@ -64,6 +65,23 @@ func runEdit(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error
 	t.record("edit")
 	unlock := t.lockPath(abs)
 	defer unlock()
+	done := fmt.Sprintf("Successfully replaced %d block(s) in %s.", len(edits), p)
+	if last, ok := t.written.get(abs); ok {
+		// The file as this toolbox last left it: the guest writes only if it
+		// still holds exactly these bytes; otherwise read it as usual.
+		if updated, err := applyEditsToFile(last, edits); err == nil && updated != last {
+			err := t.writeFile(ctx, abs, p, []byte(last), updated)
+			if err == nil {
+				t.written.set(abs, updated)
+				return done, nil
+			}
+			if !IsGuestError(err) {
+				t.written.drop(abs)
+				return "", fmt.Errorf("Could not edit file: %s. %w", p, err)
+			}
+		}
+		t.written.drop(abs)
+	}
 	res, err := t.shell(ctx, session.Command{Script: catScript, Args: []string{abs, t.sess.Paths().Workspace, p}},
 		session.ShellOptions{MaxOutput: editMaxBytes})
 	if err != nil {
@@ -77,18 +95,17 @@ func runEdit(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error
 		g.Msg = "Could not edit file: " + p + ". " + g.Msg
 		return "", g
 	}
-	updated, err := applyEditsToFile(string(res.Stdout), edits)
+	original := string(res.Stdout)
+	t.written.set(abs, original) // a corrected retry of this edit needs no read
+	updated, err := applyEditsToFile(original, edits)
 	if err != nil {
 		return "", &EditError{Msg: fmt.Sprintf("Could not edit file: %s. %s", p, err)}
 	}
-	if updated == string(res.Stdout) {
+	if updated == original {
 		return "", &EditError{Msg: fmt.Sprintf("No changes made to %s. The replacement produced identical content.", p)}
 	}
-	original := res.Stdout
-	if original == nil {
-		original = []byte{} // an empty file is still checked
-	}
-	if err := t.writeFile(ctx, abs, p, original, updated); err != nil {
+	if err := t.writeFile(ctx, abs, p, []byte(original), updated); err != nil {
+		t.written.drop(abs)
 		var g *GuestError
 		if errors.As(err, &g) {
 			if g.ExitCode == conflictExit {
@@ -99,7 +116,59 @@ func runEdit(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error
 		}
 		return "", fmt.Errorf("Could not edit file: %s. %w", p, err)
 	}
-	return fmt.Sprintf("Successfully replaced %d block(s) in %s.", len(edits), p), nil
+	t.written.set(abs, updated)
+	return done, nil
+}
+
+// lastWritten remembers the bytes each path held when this Toolbox last
+// wrote or read it, so that an edit of a file nothing else changed since
+// needs no read: the guest renames only if the file still holds exactly
+// these bytes, and the edit reads it as usual when it does not. It keeps at
+// most editMaxBytes in all.
+type lastWritten struct {
+	mu    sync.Mutex
+	files map[string]string
+	size  int
+}
+
+func (w *lastWritten) get(abs string) (string, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	content, ok := w.files[abs]
+	return content, ok
+}
+
+func (w *lastWritten) set(abs, content string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.dropLocked(abs)
+	if len(content) > editMaxBytes {
+		return
+	}
+	for other := range w.files {
+		if w.size+len(content) <= editMaxBytes {
+			break
+		}
+		w.dropLocked(other)
+	}
+	if w.files == nil {
+		w.files = map[string]string{}
+	}
+	w.files[abs] = content
+	w.size += len(content)
+}
+
+func (w *lastWritten) drop(abs string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.dropLocked(abs)
+}
+
+func (w *lastWritten) dropLocked(abs string) {
+	if content, ok := w.files[abs]; ok {
+		w.size -= len(content)
+		delete(w.files, abs)
+	}
 }
 
 // EditError is an edit whose edits do not fit the file's text (missing,

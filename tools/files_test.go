@@ -254,3 +254,34 @@ func TestWriteUnderFileOrLoop(t *testing.T) {
 		assert.Equal(t, "kept\n", sh(t, s, `cat f.txt`))
 	})
 }
+
+// An edit of a file as this toolbox last wrote it takes one round trip; a
+// change made since by anything else is read first and kept, and an edit
+// that no longer fits the file, or of a file that is gone, fails as usual.
+func TestEditAfterWriteSkipsTheRead(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
+		tb := tools.New(s, tools.Options{})
+		mustCall(t, tb, "write", obj{"path": "w.txt", "content": "x1\ny\n"})
+		before := calls()
+		mustCall(t, tb, "edit", obj{"path": "w.txt", "oldText": "x1", "newText": "x2"})
+		mustCall(t, tb, "edit", obj{"path": "w.txt", "oldText": "x2", "newText": "x3"})
+		assert.Equal(t, 2, calls()-before, "one round trip each")
+		assert.Equal(t, "x3\ny\n", sh(t, s, `cat w.txt`))
+
+		sh(t, s, `printf 'x3\nz\n' > w.txt`)
+		mustCall(t, tb, "edit", obj{"path": "w.txt", "oldText": "x3", "newText": "x4"})
+		assert.Equal(t, "x4\nz\n", sh(t, s, `cat w.txt`), "the change made outside the toolbox is kept")
+
+		sh(t, s, `printf 'q\n' > w.txt`)
+		_, err := call(t, tb, "edit", obj{"path": "w.txt", "oldText": "x4", "newText": "x5"})
+		assert.EqualError(t, err, "Could not edit file: w.txt. Edit 1: oldText was not found. It must match the file exactly, including whitespace and newlines.")
+		before = calls()
+		mustCall(t, tb, "edit", obj{"path": "w.txt", "oldText": "q", "newText": "r"})
+		assert.Equal(t, 1, calls()-before, "the failed edit's read serves its retry")
+
+		sh(t, s, `rm w.txt`)
+		_, err = call(t, tb, "edit", obj{"path": "w.txt", "oldText": "r", "newText": "s"})
+		assert.EqualError(t, err, "Could not edit file: w.txt. File not found: w.txt")
+		assert.Equal(t, "", sh(t, s, `find . -mindepth 1`), "nothing left behind")
+	})
+}

@@ -65,6 +65,8 @@ type Toolbox struct {
 	mu    sync.Mutex
 	stats map[string]int
 	locks map[string]*pathLock
+
+	written lastWritten
 }
 
 // pathLock serializes the calls of this Toolbox that change one path, so

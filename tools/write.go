@@ -227,8 +227,10 @@ func runWrite(ctx context.Context, t *Toolbox, a args, _ Progress) (string, erro
 	unlock := t.lockPath(abs)
 	defer unlock()
 	if err := t.writeFile(ctx, abs, p, nil, content); err != nil {
+		t.written.drop(abs)
 		return "", err
 	}
+	t.written.set(abs, content)
 	return fmt.Sprintf("Successfully wrote %d bytes to %s", len(content), p), nil
 }
 
