@@ -16,6 +16,8 @@ mkdir -p bench/sub
 for i in $(seq 1 200); do echo "line $i of the file"; done > bench/read.txt
 printf 'alpha\nkeep\n' > bench/edit-ours.txt
 printf 'alpha\nkeep\n' > bench/edit-seed.txt
+printf 'alpha\nkeep\n' > bench/edit-cold-ours.txt
+printf 'alpha\nkeep\n' > bench/edit-cold-seed.txt
 for i in 1 2 3 4 5 6 7 8; do echo "plain $i" > "bench/sub/file$i.txt"; done
 echo needle > bench/sub/needle.txt
 `
@@ -29,11 +31,13 @@ type toolRow struct {
 
 // toolRows are the per-tool rows over the fixture in the workspace ws. Edits
 // flip a word back and forth, so every call changes the file; each set of
-// rows keeps its own flips.
+// rows keeps its own flips. Row edit edits the file the toolbox's previous
+// edit left (no read needed); row edit-cold edits through a new toolbox
+// each time, which reads the file first.
 func toolRows(ws string) []toolRow {
 	ctx := context.Background()
 	content := strings.Repeat("written by the benchmark\n", 40)
-	var oursFlip, seedFlip bool
+	var oursFlip, seedFlip, oursColdFlip, seedColdFlip bool
 	flip := func(f *bool) (string, string) {
 		*f = !*f
 		if *f {
@@ -59,6 +63,13 @@ func toolRows(ws string) []toolRow {
 		}, func(b *testing.B, s *seed) {
 			o, n := flip(&seedFlip)
 			check(b, s.edit(ctx, ws+"/bench/edit-seed.txt", o, n))
+		}},
+		{"edit-cold", func(b *testing.B, tb *tools.Toolbox) {
+			o, n := flip(&oursColdFlip)
+			call(b, tools.New(tb.Session(), tools.Options{}), "edit", map[string]any{"path": "bench/edit-cold-ours.txt", "oldText": o, "newText": n})
+		}, func(b *testing.B, s *seed) {
+			o, n := flip(&seedColdFlip)
+			check(b, s.edit(ctx, ws+"/bench/edit-cold-seed.txt", o, n))
 		}},
 		{"ls", func(b *testing.B, tb *tools.Toolbox) {
 			call(b, tb, "ls", map[string]any{"path": "bench/sub"})
@@ -92,8 +103,12 @@ func toolRows(ws string) []toolRow {
 func toolFixture(b *testing.B, client *msb.Client, sess *microvm.Session) (*tools.Toolbox, *seed) {
 	b.Helper()
 	mustShell(b, sess, fixtureScript)
+	tb := tools.New(sess, tools.Options{})
+	// Row edit measures an edit of the file as the toolbox left it, from
+	// its first call on.
+	call(b, tb, "write", map[string]any{"path": "bench/edit-ours.txt", "content": "alpha\nkeep\n"})
 	names := sess.Names()
-	return tools.New(sess, tools.Options{}), &seed{client: client, sandbox: names.Sandbox, volume: names.Volume}
+	return tb, &seed{client: client, sandbox: names.Sandbox, volume: names.Volume}
 }
 
 // BenchmarkToolCall is the wall time of each tool call with every msb
