@@ -212,6 +212,47 @@ func TestSearchScriptFileVanishes(t *testing.T) {
 	}
 }
 
+// A file the guest user cannot read is not a failure: ripgrep says so on
+// stderr (the tool's "Could not search" note) and the others are listed.
+func TestSearchScriptUnreadableFile(t *testing.T) {
+	needTools(t)
+	root := writeTree(t, map[string]string{"a.txt": "needle\n", "secret.txt": "needle\n"})
+	if err := os.Chmod(filepath.Join(root, "secret.txt"), 0); err != nil {
+		t.Fatal(err)
+	}
+	script, args := SearchScript(root, NewToken(), "needle", "")
+	cmd := bashCommand(script, args, "", "")
+	if os.Geteuid() == 0 {
+		// root reads anything: search as nobody, who needs a way to root.
+		setpriv, err := exec.LookPath("setpriv")
+		if err != nil {
+			t.Skip("running as root without setpriv")
+		}
+		// t.TempDir makes root and its parent private.
+		for _, d := range []string{filepath.Dir(root), root} {
+			if err := os.Chmod(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for d := filepath.Dir(root); d != "/"; d = filepath.Dir(d) {
+			if fi, err := os.Stat(d); err != nil || fi.Mode().Perm()&0o001 == 0 {
+				t.Skipf("%s is closed to others", d)
+			}
+		}
+		cmd = exec.Command(setpriv, append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", "/bin/bash", "-c", script, "bash"}, args...)...)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v: %s", err, stderr.String())
+	}
+	got, err := parse(t, out, CollectorOptions{Root: root})
+	if err != nil || !slices.Equal(got, []string{root + "/a.txt"}) || !strings.Contains(stderr.String(), "secret.txt: Permission denied") {
+		t.Fatalf("got %q, %v; stderr %q", got, err, stderr.String())
+	}
+}
+
 func TestSearchScriptFailures(t *testing.T) {
 	needTools(t)
 	root := writeTree(t, map[string]string{"a.txt": "needle\n"})
