@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/tools"
@@ -204,5 +205,37 @@ func TestGlobNarrowsItsWalk(t *testing.T) {
 		assert.ElementsMatch(t, []string{".git/HEAD", ".git/objects/ab"}, strings.Split(mustCall(t, tb, "glob", obj{"pattern": ".git/**"}), "\n"))
 		assert.ElementsMatch(t, []string{"calc/a.py", "calc/sub/b.py", "calc/c.txt"}, strings.Split(mustCall(t, tb, "glob", obj{"pattern": "calc/**"}), "\n"),
 			"a leading directory name narrows the walk too")
+	})
+}
+
+// An ls while other calls create and remove files in the directory (a
+// write's temporary file lives there for an instant) lists what is there;
+// an entry gone between find's read of the directory and its stat is not
+// an error.
+func TestLsWhileEntriesVanish(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
+		tb := tools.New(s, tools.Options{})
+		sh(t, s, `mkdir -p churn && touch churn/keep`)
+		churned := make(chan error, 1)
+		go func() {
+			_, err := s.Shell(context.Background(), session.Command{Script: `end=$((SECONDS + 3))
+for k in 1 2 3; do
+  while [ "$SECONDS" -lt "$end" ]; do for i in 1 2 3 4 5 6 7 8; do : > "churn/x$k$i"; rm -f "churn/x$k$i"; done; done &
+done
+wait`}, session.ShellOptions{})
+			churned <- err
+		}()
+		for n := 0; ; n++ {
+			select {
+			case err := <-churned:
+				require.NoError(t, err)
+				require.Greater(t, n, 10, "too few listings during the churn to mean anything")
+				return
+			default:
+			}
+			out, err := call(t, tb, "ls", obj{"path": "churn"})
+			require.NoError(t, err, "listing %d", n)
+			require.Contains(t, out, "keep")
+		}
 	})
 }

@@ -27,11 +27,13 @@ var lsTool = tool{
 }
 
 // lsScript prints NUL-terminated "TYPE NAME" records, TYPE being d for a
-// directory (following symlinks, as stat does) and f otherwise.
+// directory (following symlinks, as stat does) and f otherwise. An entry
+// removed between find's read of the directory and its stat (a concurrent
+// write's temporary file) is left out, not an error.
 const lsScript = `d=$1
 if [ ! -e "$d" ]; then printf 'Path not found: %s\n' "$2" >&2; exit 3; fi
 if [ ! -d "$d" ]; then printf 'Not a directory: %s\n' "$2" >&2; exit 3; fi
-exec find "$d" -mindepth 1 -maxdepth 1 -printf '%Y %f\0'
+exec find "$d" -mindepth 1 -maxdepth 1 -ignore_readdir_race -printf '%Y %f\0'
 `
 
 func runLs(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error) {
