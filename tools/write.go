@@ -57,10 +57,10 @@ esac
 // unreadable) is kept as it is; after 20 links, a link met again with the
 // same rest of the path under the same directory is a loop and is kept
 // unresolved, not followed; a parent that cannot be looked up then fails the
-// whole resolve. Unlike readlink, canon gives up after 1000 links, where the
-// kernel gives up after 40: readlink -m follows a link whose target grows
-// under itself (l -> l/x) for ever. fail removes what the script made before it exits. No
-// modules are loaded (each costs a few milliseconds of startup): the
+// whole resolve. Unlike readlink, canon gives up after 1000 links (the
+// kernel gives up after 40): readlink -m follows a link whose target grows
+// under itself (l -> l/x) for ever. fail removes what the script made before
+// it exits. No module is loaded (each costs milliseconds of startup): the
 // numbers used below are the same on Linux x86_64 and aarch64 (errno 17
 // EEXIST; O_WRONLY 1, O_CREAT 0100, O_EXCL 0200, O_NONBLOCK 04000; LOCK_EX 2).
 const perlResolve = `
@@ -103,7 +103,7 @@ const perlCanon = `sub canon {
 // land in a temp file beside the target and are renamed over it, so a reader
 // never sees half a file. An existing file keeps its mode; a new one gets
 // 644. When $old is a number, stdin starts with that many bytes, the file as
-// an edit read it, and the rename happens only if the file still holds
+// the edit saw it, and the rename happens only if the file still holds
 // exactly those bytes (the edit tool's lost-update guard), checked under a
 // lock on the file. A failure removes the temp files and the directories this
 // call created. Where perl exists (the image's perl-base), one perl process

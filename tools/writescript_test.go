@@ -83,8 +83,13 @@ func runScript(t *testing.T, script, path, stdin string, args ...string) scriptR
 	cmd := exec.CommandContext(ctx, "/bin/bash", append([]string{"-c", script, "bash"}, args...)...)
 	cmd.Env = []string{"PATH=" + path}
 	cmd.Stdin = strings.NewReader(stdin)
+	// Its own process group, killed whole: a script that does not end
+	// leaves no child behind either.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = time.Second
 	if os.Geteuid() == 0 {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: nobody, Gid: nobody}
 	}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
