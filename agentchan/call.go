@@ -251,7 +251,8 @@ func (c *Conn) pumpStdin(cl *call, in io.Reader) {
 		}
 		if n > 0 {
 			cl.unacked += int64(n)
-			c.enqueueFrameLocked(&agentwire.Stdin{ID: cl.id, Data: append([]byte(nil), buf[:n]...)})
+			// Encoded now, before buf is read into again: no copy.
+			c.enqueueFrameLocked(&agentwire.Stdin{ID: cl.id, Data: buf[:n]})
 		}
 		switch {
 		case errors.Is(err, io.EOF):

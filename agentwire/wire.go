@@ -11,10 +11,13 @@ package agentwire
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
+	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -267,6 +270,19 @@ func btoi(b bool) int {
 	return 0
 }
 
+// appendData appends a data frame's line: head, the id, the fields
+// between id and data (already encoded), then the data in base64. A
+// validated chunk keeps the line far below either direction's bound.
+func appendData(dst []byte, head string, id uint64, middle string, data []byte) []byte {
+	dst = slices.Grow(dst, len(head)+20+len(middle)+len(`,"data":""}`)+base64.StdEncoding.EncodedLen(len(data))+1)
+	dst = append(dst, head...)
+	dst = strconv.AppendUint(dst, id, 10)
+	dst = append(dst, middle...)
+	dst = append(dst, `,"data":"`...)
+	dst = base64.StdEncoding.AppendEncode(dst, data)
+	return append(dst, "\"}\n"...)
+}
+
 // Append validates f and appends its line, newline included, to dst.
 func Append(dst []byte, f Frame) ([]byte, error) {
 	if err := Validate(f); err != nil {
@@ -274,16 +290,18 @@ func Append(dst []byte, f Frame) ([]byte, error) {
 	}
 	var v any
 	switch f := f.(type) {
+	case *Stdin:
+		// The frames that carry bytes, most of a channel's traffic, are
+		// written directly: the same line encoding/json writes, without
+		// its intermediate copies.
+		return appendData(dst, `{"type":"stdin","id":`, f.ID, "", f.Data), nil
+	case *Out:
+		return appendData(dst, `{"type":"out","id":`, f.ID, `,"fd":`+strconv.Itoa(f.FD), f.Data), nil
 	case *Run:
 		v = struct {
 			Type string `json:"type"`
 			Run
 		}{"run", *f}
-	case *Stdin:
-		v = struct {
-			Type string `json:"type"`
-			Stdin
-		}{"stdin", *f}
 	case *EOF:
 		v = struct {
 			Type string `json:"type"`
@@ -299,11 +317,6 @@ func Append(dst []byte, f Frame) ([]byte, error) {
 			Type string `json:"type"`
 			Hello
 		}{"hello", *f}
-	case *Out:
-		v = struct {
-			Type string `json:"type"`
-			Out
-		}{"out", *f}
 	case *Ack:
 		v = struct {
 			Type string `json:"type"`

@@ -2,6 +2,7 @@ package agentwire
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"reflect"
@@ -238,6 +239,71 @@ func FuzzHostReader(f *testing.F) {
 				t.Fatalf("accepted a guest frame %s", Type(fr))
 			}
 			roundTrip(t, fr)
+		}
+	})
+}
+
+// jsonLine is how encoding/json writes f's line, the reference for the
+// frames Append writes by hand.
+func jsonLine(t testing.TB, f Frame) []byte {
+	var v any
+	switch f := f.(type) {
+	case *Stdin:
+		v = struct {
+			Type string `json:"type"`
+			Stdin
+		}{"stdin", *f}
+	case *Out:
+		v = struct {
+			Type string `json:"type"`
+			Out
+		}{"out", *f}
+	default:
+		t.Fatalf("no reference for %T", f)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(b, '\n')
+}
+
+// The data frames Append writes directly are the lines encoding/json
+// writes, and read back as what was sent.
+func TestDataFramesAreJSON(t *testing.T) {
+	for _, data := range [][]byte{{0}, []byte("a"), []byte("ab"), []byte("abc"), bytes.Repeat([]byte{0xff, '"', '\\', '\n'}, MaxChunk/4)} {
+		for _, id := range []uint64{1, 42, 1<<64 - 1} {
+			for _, f := range []Frame{&Stdin{ID: id, Data: data}, &Out{ID: id, FD: 1, Data: data}, &Out{ID: id, FD: 2, Data: data}} {
+				line, err := Append([]byte("kept"), f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := append([]byte("kept"), jsonLine(t, f)...); !bytes.Equal(line, want) {
+					t.Fatalf("%T %d bytes: got %.80q, encoding/json writes %.80q", f, len(data), line, want)
+				}
+			}
+		}
+	}
+}
+
+func FuzzDataFrameEncoding(f *testing.F) {
+	f.Add(uint64(1), 1, []byte("x"))
+	f.Add(uint64(1<<64-1), 2, []byte{0, 0xff})
+	f.Fuzz(func(t *testing.T, id uint64, fd int, data []byte) {
+		for _, fr := range []Frame{&Stdin{ID: id, Data: data}, &Out{ID: id, FD: fd, Data: data}} {
+			line, err := Append(nil, fr)
+			if Validate(fr) != nil {
+				if err == nil {
+					t.Fatalf("an invalid %T was written", fr)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := jsonLine(t, fr); !bytes.Equal(line, want) {
+				t.Fatalf("got %.80q, encoding/json writes %.80q", line, want)
+			}
 		}
 	})
 }
