@@ -18,6 +18,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/oma-sandbox/oma-sandbox/internal/testutil"
 )
 
 func TestTimeoutSeconds(t *testing.T) {
@@ -201,7 +203,7 @@ func forEachSupervisor(t *testing.T, body func(t *testing.T)) {
 		body(t)
 	})
 	t.Run("shell", func(t *testing.T) {
-		t.Setenv("PATH", pathWithoutPerl(t))
+		t.Setenv("PATH", testutil.PathWithoutPerl(t))
 		requireSupervisorIs(t, "bash")
 		body(t)
 	})
@@ -226,26 +228,6 @@ func requireDaemonGone(t *testing.T, file string) {
 		return
 	}
 	requireGone(t, pid)
-}
-
-// pathWithoutPerl is a PATH of one directory that holds every program of
-// the current PATH but perl.
-func pathWithoutPerl(t *testing.T) string {
-	t.Helper()
-	bin := t.TempDir()
-	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
-		entries, _ := os.ReadDir(dir)
-		for _, e := range entries {
-			if strings.HasPrefix(e.Name(), "perl") {
-				continue
-			}
-			err := os.Symlink(filepath.Join(dir, e.Name()), filepath.Join(bin, e.Name()))
-			if err != nil && !errors.Is(err, os.ErrExist) {
-				require.NoError(t, err)
-			}
-		}
-	}
-	return bin
 }
 
 // requireSupervisorIs checks which program supervises a command: the

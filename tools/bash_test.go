@@ -3,9 +3,7 @@ package tools_test
 import (
 	"context"
 	"errors"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +16,7 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/bashproto"
 	"github.com/oma-sandbox/oma-sandbox/egress"
 	"github.com/oma-sandbox/oma-sandbox/internal/sessiontest"
+	"github.com/oma-sandbox/oma-sandbox/internal/testutil"
 	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/session/local"
 	"github.com/oma-sandbox/oma-sandbox/tools"
@@ -36,7 +35,7 @@ func forEachBashBackend(t *testing.T, fn func(t *testing.T, s session.Session, c
 		fn(t, s, calls)
 	})
 	t.Run("without-perl", func(t *testing.T) {
-		t.Setenv("PATH", pathWithoutPerl(t))
+		t.Setenv("PATH", testutil.PathWithoutPerl(t))
 		t.Run("host", func(t *testing.T) {
 			s, calls := openHost(t)
 			requireSupervisorIs(t, s, "bash")
@@ -51,26 +50,6 @@ func requireSupervisorIs(t *testing.T, s session.Session, comm string) {
 	t.Helper()
 	out := mustCall(t, tools.New(s, tools.Options{}), "bash", obj{"command": "cat /proc/$PPID/comm"})
 	require.Equal(t, comm+"\n", out, "the command's supervisor")
-}
-
-// pathWithoutPerl is a PATH of one directory that holds every program of
-// the current PATH but perl.
-func pathWithoutPerl(t *testing.T) string {
-	t.Helper()
-	bin := t.TempDir()
-	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
-		entries, _ := os.ReadDir(dir)
-		for _, e := range entries {
-			if strings.HasPrefix(e.Name(), "perl") {
-				continue
-			}
-			err := os.Symlink(filepath.Join(dir, e.Name()), filepath.Join(bin, e.Name()))
-			if err != nil && !errors.Is(err, os.ErrExist) {
-				require.NoError(t, err)
-			}
-		}
-	}
-	return bin
 }
 
 func TestBashExitCodeStreamed(t *testing.T) {
