@@ -419,7 +419,14 @@ func TestAgentDiesAtRandomPoints(t *testing.T) {
 		{Script: "(sleep 0.2; echo bg) &"},
 	}
 	for i := range 12 {
-		a := startAgent(t, t.TempDir())
+		dir := t.TempDir()
+		// An agent SIGKILLed between stopping a timed-out call's tree and
+		// killing it leaves the grandchild stopped for good: the kernel
+		// sends an orphaned group SIGHUP and SIGCONT only if its members had
+		// already stopped when the agent died. Each round removes what its
+		// calls left (they run in dir).
+		t.Cleanup(func() { killProcsIn(dir) })
+		a := startAgent(t, dir)
 		var wg sync.WaitGroup
 		errs := make(chan error, len(scripts))
 		for _, req := range scripts {
@@ -453,6 +460,20 @@ func TestAgentDiesAtRandomPoints(t *testing.T) {
 		close(errs)
 		for err := range errs {
 			t.Errorf("round %d: %v", i, err)
+		}
+	}
+}
+
+// killProcsIn SIGKILLs every process whose working directory is dir.
+func killProcsIn(dir string) {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if cwd, err := os.Readlink("/proc/" + e.Name() + "/cwd"); err == nil && strings.TrimSuffix(cwd, " (deleted)") == dir {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
 }
