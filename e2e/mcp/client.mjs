@@ -82,7 +82,14 @@ async function main() {
   assert.deepEqual(lines.slice(0, 2), ["hello", "mcp"]);
   const workspace = lines[2];
   assert.ok(workspace.startsWith("/"), `pwd printed ${workspace}`);
-  assert.equal(streamed, out, "progress messages carry the output");
+  // The server sends every notification before the result, but this SDK
+  // handles a notification a microtask later and a result at once, and
+  // forgets the request's progress handler with its result: a notification
+  // read in the same chunk as the result is dropped here. So the output
+  // printed before the sleep must have streamed, and what streamed must be
+  // the output's beginning.
+  assert.ok(streamed.startsWith("hello\nmcp\n"), `the output before the sleep streamed: ${JSON.stringify(streamed)}`);
+  assert.ok(out.startsWith(streamed), `progress messages carry the output in order: ${JSON.stringify(streamed)}`);
 
   // Left for the caller: run.sh finds it in the --outputs directory.
   await call("bash", { command: "printf 'from mcp\\n' > /mnt/session/outputs/report.txt" }, "(no output)");
