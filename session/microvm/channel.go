@@ -66,10 +66,13 @@ type sandboxFacts struct {
 }
 
 func factsOf(info *msb.SandboxInfo) *sandboxFacts {
-	return &sandboxFacts{
-		user:  info.User,
-		agent: slices.Contains(info.CopyFiles, agentGuestPath) || info.Labels[session.LabelAgent] == session.AgentInherited,
-	}
+	return &sandboxFacts{user: info.User, agent: hasAgent(info)}
+}
+
+// hasAgent says the sandbox's root disk holds the guest agent: its create
+// placed it, or the disk a fork's create copied had it.
+func hasAgent(info *msb.SandboxInfo) bool {
+	return slices.Contains(info.CopyFiles, agentGuestPath) || info.Labels[session.LabelAgent] == session.AgentInherited
 }
 
 // channelConn returns the open channel, opening it when it is closed (a

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/oma-sandbox/oma-sandbox/internal/safefs"
@@ -110,7 +109,7 @@ func (s *Session) forkStopped(ctx context.Context, o Options, info *msb.SandboxI
 	o.parent = s.names.Sandbox
 	// The agent the source's create placed, or the one its own root disk
 	// inherited, is in the disk the fork gets.
-	o.agentInherited = !o.NoAgent && (slices.Contains(info.CopyFiles, agentGuestPath) || info.Labels[session.LabelAgent] == session.AgentInherited)
+	o.agentInherited = !o.NoAgent && hasAgent(info)
 	o.setDefaults()
 	snapshot, err := s.snapshotRootDisk(ctx, o)
 	if err != nil {
@@ -152,11 +151,7 @@ func (s *Session) snapshotRootDisk(ctx context.Context, o Options) (string, erro
 	// A create cut short (a deadline, a cancel) may have finished its
 	// artifact; one that exists already is not this call's to remove.
 	if !errors.Is(err, msb.ErrAlreadyExists) {
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), inspectTimeout)
-		if rerr := s.client.SnapshotRemove(rctx, name); rerr != nil && !errors.Is(rerr, msb.ErrSnapshotNotFound) {
-			s.logger.Warn("failed fork snapshot not removed; left to the reaper", "snapshot", name, "err", rerr)
-		}
-		rcancel()
+		s.removeSnapshot(ctx, name)
 	}
 	_, mapped := shellResult(nil, err)
 	return "", fmt.Errorf("snapshot the root disk: %w", mapped)
@@ -166,14 +161,8 @@ func (s *Session) snapshotRootDisk(ctx context.Context, o Options) (string, erro
 // file in a private temporary directory, then removes the snapshot,
 // whatever the create did: msb gave the fork its own copy of the disk.
 func (s *Session) createFromSnapshot(ctx context.Context, o Options, snapshot string) (*Session, error) {
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), inspectTimeout)
-		defer cancel()
-		if err := s.client.SnapshotRemove(rctx, snapshot); err != nil {
-			// The fork is whole either way; the reaper removes it later.
-			s.logger.Warn("fork snapshot not removed; left to the reaper", "snapshot", snapshot, "err", err)
-		}
-	}()
+	// The fork is whole either way.
+	defer s.removeSnapshot(ctx, snapshot)
 	dir, err := os.MkdirTemp("", "oma-fork-")
 	if err != nil {
 		return nil, err
@@ -183,6 +172,16 @@ func (s *Session) createFromSnapshot(ctx context.Context, o Options, snapshot st
 		return nil, err
 	}
 	return Create(ctx, o)
+}
+
+// removeSnapshot removes a fork's snapshot even when ctx has ended; one
+// that cannot be removed (and is still there) is left to the reaper.
+func (s *Session) removeSnapshot(ctx context.Context, name string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), inspectTimeout)
+	defer cancel()
+	if err := s.client.SnapshotRemove(rctx, name); err != nil && !errors.Is(err, msb.ErrSnapshotNotFound) {
+		s.logger.Warn("fork snapshot not removed; left to the reaper", "snapshot", name, "err", err)
+	}
 }
 
 // volumeDir is the host directory of a dir volume, from msb volume

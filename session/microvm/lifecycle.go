@@ -44,6 +44,10 @@ type lifecycle struct {
 	manual atomic.Bool
 }
 
+// mustAsk says the state is msb's to tell: never asked, or a stop or start
+// that may or may not have happened.
+func (l *lifecycle) mustAsk() bool { return l.state == stateUnknown || l.state == stateUnsure }
+
 var _ session.Lifecycle = (*Session)(nil)
 
 // SetAutoResume says whether a call on a paused session resumes it first
@@ -76,7 +80,7 @@ func (s *Session) enter(ctx context.Context) (func(), error) {
 func (s *Session) settle(ctx context.Context) error {
 	s.life.mu.Lock()
 	defer s.life.mu.Unlock()
-	if s.life.state == stateUnknown || s.life.state == stateUnsure {
+	if s.life.mustAsk() {
 		if err := s.learnState(ctx); err != nil {
 			return err
 		}
@@ -171,7 +175,7 @@ func (s *Session) Resume(ctx context.Context) error {
 	}
 	s.life.mu.Lock()
 	defer s.life.mu.Unlock()
-	if s.life.state == stateUnknown || s.life.state == stateUnsure {
+	if s.life.mustAsk() {
 		if err := s.learnState(ctx); err != nil {
 			return err
 		}
