@@ -53,6 +53,10 @@ type channel struct {
 	// resume its inspect.
 	known   *sandboxFacts
 	started bool
+	// gone answers, once per dead channel, whether it died with its
+	// sandbox (see sandboxGone); deadConn is the channel it is for.
+	deadConn *agentchan.Conn
+	gone     func() bool
 }
 
 // sandboxFacts is what opening a channel needs from msb inspect, besides
@@ -315,7 +319,7 @@ func (s *Session) runChannel(ctx context.Context, conn *agentchan.Conn, cmd sess
 	if err == nil {
 		return out, nil
 	}
-	if errors.Is(err, agentchan.ErrBroken) && s.sandboxGone(ctx) {
+	if errors.Is(err, agentchan.ErrBroken) && s.sandboxGone(ctx, conn) {
 		// As the exec path reports it: removed outside this process.
 		return out, fmt.Errorf("%w: guest agent: %w", session.ErrGone, err)
 	}
@@ -336,12 +340,22 @@ var channelErrorMap = []struct{ from, to error }{
 	{agentchan.ErrCannotStart, session.ErrCannotStart},
 }
 
-// sandboxGone tells whether a dead channel died with its sandbox, removed
-// outside this process (session rm, the reaper): one msb inspect, only when
-// a channel dies under a call.
-func (s *Session) sandboxGone(ctx context.Context) bool {
-	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), inspectTimeout)
-	defer cancel()
-	_, err := s.client.Inspect(ictx, s.names.Sandbox)
-	return errors.Is(err, msb.ErrSandboxNotFound)
+// sandboxGone tells whether the dead channel conn died with its sandbox,
+// removed outside this process (session rm, the reaper): one msb inspect
+// per dead channel, whatever number of calls it failed.
+func (s *Session) sandboxGone(ctx context.Context, conn *agentchan.Conn) bool {
+	ch := &s.ch
+	ch.mu.Lock()
+	if ch.deadConn != conn {
+		ch.deadConn = conn
+		ch.gone = sync.OnceValue(func() bool {
+			ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), inspectTimeout)
+			defer cancel()
+			_, err := s.client.Inspect(ictx, s.names.Sandbox)
+			return errors.Is(err, msb.ErrSandboxNotFound)
+		})
+	}
+	gone := ch.gone
+	ch.mu.Unlock()
+	return gone()
 }

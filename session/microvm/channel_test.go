@@ -282,6 +282,45 @@ func TestChannelDeath(t *testing.T) {
 	}
 }
 
+// TestChannelDeathAsksOnce: a channel that dies with calls in flight asks
+// msb once whether its sandbox is gone, however many calls it failed.
+func TestChannelDeathAsksOnce(t *testing.T) {
+	env := fakemsbtest.New(t)
+	s := createSession(t, channelOptions(t, env, ""))
+	sh(t, s, "true")
+	const calls = 4
+	done := make(chan error, calls)
+	for range calls {
+		go func() {
+			_, err := s.Shell(context.Background(), session.Command{Script: `sleep 30`}, session.ShellOptions{})
+			done <- err
+		}()
+	}
+	time.Sleep(300 * time.Millisecond) // the calls are in flight
+	inspects := func() int {
+		n := 0
+		for _, c := range commands(t, env) {
+			if c == "inspect" {
+				n++
+			}
+		}
+		return n
+	}
+	before := inspects()
+	_, stderr, code := env.Run(t, "remove", "--force", s.Name())
+	require.Equal(t, 0, code, stderr)
+	for range calls {
+		select {
+		case err := <-done:
+			require.ErrorIs(t, err, session.ErrGone)
+		case <-time.After(10 * time.Second):
+			t.Fatal("a call hangs on a dead channel")
+		}
+	}
+	awaitNoChannel(t, env, s.Name())
+	assert.Equal(t, 1, inspects()-before, "inspects after the channel died: %v", commands(t, env))
+}
+
 // TestChannelLifecycle: Pause, Poison and Close end the channel and what
 // ran on it; a call after a pause resumes the sandbox and reopens it.
 func TestChannelLifecycle(t *testing.T) {
