@@ -150,6 +150,7 @@ func runFrame(req Request) (*agentwire.Run, error) {
 	}
 	run := &agentwire.Run{
 		Script:    []byte(req.Script),
+		Builtin:   req.Builtin,
 		User:      req.User,
 		Workdir:   req.Workdir,
 		MaxOutput: req.MaxOutput,

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
@@ -37,10 +38,13 @@ var (
 	ErrCannotStart = errors.New("guest agent cannot start the command")
 )
 
-// Request is one call: `/bin/bash -c Script bash Args...` in the guest.
+// Request is one call: `/bin/bash -c Script bash Args...` in the guest, or
+// the agent's Builtin of that name with Args (see Conn.Offers).
 type Request struct {
 	Script string
 	Args   []string
+	// Builtin, when set, replaces Script.
+	Builtin string
 	// Stdin is streamed to the command; nil gives it an empty stdin.
 	Stdin io.Reader
 	// User is "" (the agent's default user), a name or uid, optionally
@@ -115,6 +119,9 @@ func Open(ctx context.Context, r io.Reader, w io.WriteCloser) (*Conn, error) {
 
 // AgentPID is the agent's pid in the guest, as its hello said.
 func (c *Conn) AgentPID() int { return c.hello.PID }
+
+// Offers tells whether the agent's hello lists builtin name.
+func (c *Conn) Offers(name string) bool { return slices.Contains(c.hello.Builtins, name) }
 
 // Close closes the channel; calls in flight fail with ErrBroken. It is
 // idempotent and always returns nil.

@@ -39,6 +39,8 @@ const (
 	MaxPathBytes  = 4096     // a run frame's workdir (PATH_MAX)
 	MaxStdinQueue = 256 << 10
 	MaxTimeoutMS  = 1 << 40 // about 35 years: far below time.Duration's range
+	MaxBuiltins   = 32      // names in a hello's builtins
+	MaxNameBytes  = 64      // one builtin's name
 )
 
 // Frame is one message; its concrete type is one of the pointer types
@@ -47,12 +49,16 @@ type Frame interface{ frameType() string }
 
 // Frames the host sends.
 type (
-	// Run starts `/bin/bash -c Script bash Args...` as call ID.
+	// Run starts `/bin/bash -c Script bash Args...` as call ID, or, when
+	// Builtin is set, has the agent do that script's work itself.
 	Run struct {
 		ID uint64 `json:"id"`
 		// Script and Args are bytes (base64 on the wire): any bytes but NUL.
-		Script []byte   `json:"script"`
+		Script []byte   `json:"script,omitempty"`
 		Args   [][]byte `json:"args,omitempty"`
+		// Builtin names one of the hello's builtins: the agent runs it with
+		// Args and stdin, in place of a script that does the same work.
+		Builtin string `json:"builtin,omitempty"`
 		// User is "" (the agent's default user), a name or a numeric uid,
 		// optionally followed by ":group".
 		User string `json:"user,omitempty"`
@@ -86,6 +92,8 @@ type (
 	Hello struct {
 		Version int `json:"version"`
 		PID     int `json:"pid"`
+		// Builtins are the names a run frame may give as its builtin.
+		Builtins []string `json:"builtins,omitempty"`
 	}
 	// Out is a chunk of a call's stdout (FD 1) or stderr (FD 2).
 	Out struct {
@@ -162,6 +170,12 @@ func Validate(f Frame) error {
 			return errors.New("run: missing id")
 		}
 		n := len(f.Script)
+		if f.Builtin != "" && !validName(f.Builtin) {
+			return fmt.Errorf("run %d: bad builtin name %.64q", f.ID, f.Builtin)
+		}
+		if f.Builtin != "" && len(f.Script) > 0 {
+			return fmt.Errorf("run %d: has both a script and a builtin", f.ID)
+		}
 		if bytes.IndexByte(f.Script, 0) >= 0 {
 			return fmt.Errorf("run %d: script contains a NUL byte", f.ID)
 		}
@@ -207,6 +221,14 @@ func Validate(f Frame) error {
 		}
 		if f.PID <= 0 {
 			return fmt.Errorf("hello: bad pid %d", f.PID)
+		}
+		if len(f.Builtins) > MaxBuiltins {
+			return fmt.Errorf("hello: %d builtins, more than %d", len(f.Builtins), MaxBuiltins)
+		}
+		for _, name := range f.Builtins {
+			if !validName(name) {
+				return fmt.Errorf("hello: bad builtin name %.64q", name)
+			}
 		}
 	case *Out:
 		if f.ID == 0 {
@@ -257,6 +279,20 @@ func checkChunk(data []byte) error {
 		return fmt.Errorf("%d bytes of data, more than %d", len(data), MaxChunk)
 	}
 	return nil
+}
+
+// validName tells whether s can name a builtin: 1 to MaxNameBytes
+// lower-case letters, digits and dashes.
+func validName(s string) bool {
+	if s == "" || len(s) > MaxNameBytes {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
 }
 
 // cleanText tells whether s survives JSON unchanged (valid UTF-8) and

@@ -15,6 +15,7 @@ func TestRoundTrip(t *testing.T) {
 		&Run{ID: 1, Script: []byte("echo \"$1\""), Args: [][]byte{{0xff, 0xfe, '\n'}, []byte("é")}, User: "65534:65534",
 			Workdir: "/tmp", TimeoutMS: 1500, MaxOutput: 16 << 20, Stdin: true},
 		&Run{ID: 2, MaxOutput: 1},
+		&Run{ID: 3, Builtin: "glob-enumerate", Args: [][]byte{[]byte("a")}, MaxOutput: 1},
 		&Stdin{ID: 1, Data: bytes.Repeat([]byte{0, 1, 2, 0xff}, MaxChunk/4)},
 		&EOF{ID: 1},
 		&Kill{ID: 9},
@@ -22,6 +23,7 @@ func TestRoundTrip(t *testing.T) {
 		&Ack{ID: 1, N: MaxStdinQueue},
 		&Exit{ID: 1, Code: 255, TimedOut: true},
 		&Exit{ID: 3, Code: 1, Error: "user not found: nobody2"},
+		&Hello{Version: 1, PID: 3, Builtins: []string{"glob-enumerate", "write"}},
 	}
 	for _, f := range frames {
 		line, err := Append(nil, f)
@@ -119,6 +121,10 @@ func TestRefusals(t *testing.T) {
 		{"no cap", `{"type":"run","id":1,"script":""}` + "\n", "max_output 0 is not positive", true},
 		{"negative timeout", `{"type":"run","id":1,"script":"","timeout_ms":-1,"max_output":1}` + "\n", "timeout_ms -1 is out of range", true},
 		{"huge timeout", `{"type":"run","id":1,"script":"","timeout_ms":9223372036854775807,"max_output":1}` + "\n", "is out of range", true},
+		{"script and builtin", `{"type":"run","id":1,"script":"dHJ1ZQ==","builtin":"glob-enumerate","max_output":1}` + "\n", "has both a script and a builtin", true},
+		{"bad builtin", `{"type":"run","id":1,"builtin":"Glob","max_output":1}` + "\n", `bad builtin name "Glob"`, true},
+		{"bad builtin in hello", `{"type":"hello","version":1,"pid":1,"builtins":["ok","no/slash"]}` + "\n", `bad builtin name "no/slash"`, false},
+		{"many builtins", `{"type":"hello","version":1,"pid":1,"builtins":[` + strings.Repeat(`"a",`, MaxBuiltins) + `"a"]}` + "\n", "more than 32", false},
 		{"hello to guest", hello, "hello frame sent the wrong way", true},
 		{"null id", `{"type":"kill","id":null}` + "\n", "kill: missing id", true},
 	}

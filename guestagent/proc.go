@@ -77,9 +77,10 @@ func (p *proc) execute() *agentwire.Exit {
 		user = p.s.DefaultUser
 	}
 	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	id := identity{uint32(os.Geteuid()), uint32(os.Getegid())}
 	if user != "" {
-		id, err := lookupUser(p.s.Etc, user)
-		if err != nil {
+		var err error
+		if id, err = lookupUser(p.s.Etc, user); err != nil {
 			return startFailed(err)
 		}
 		if cred := credential(id); cred != nil {
@@ -89,6 +90,22 @@ func (p *proc) execute() *agentwire.Exit {
 	dir := p.run.Workdir
 	if dir == "" {
 		dir = p.s.DefaultWorkdir
+	}
+	if p.run.Builtin != "" {
+		fn := builtins[p.run.Builtin]
+		if fn == nil {
+			return startFailed(fmt.Errorf("unknown builtin %q", p.run.Builtin))
+		}
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+			// As for a script: msb's agent gives 255 and no output.
+			p.stdin.abandon()
+			return &agentwire.Exit{Code: 255}
+		}
+		if p.run.TimeoutMS > 0 {
+			t := time.AfterFunc(time.Duration(p.run.TimeoutMS)*time.Millisecond, func() { p.kill(true) })
+			defer t.Stop()
+		}
+		return p.runBuiltin(fn, id, attr.Credential, dir)
 	}
 
 	args := []string{"bash", "-c", string(p.run.Script), "bash"}

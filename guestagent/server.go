@@ -62,7 +62,7 @@ func (s *Server) Serve() error {
 	s.home = home
 	s.out = frameWriter{w: agentwire.NewWriter(s.Out)}
 	s.calls = map[uint64]*proc{}
-	if err := s.out.write(&agentwire.Hello{Version: agentwire.Version, PID: os.Getpid()}); err != nil {
+	if err := s.out.write(&agentwire.Hello{Version: agentwire.Version, PID: os.Getpid(), Builtins: BuiltinNames()}); err != nil {
 		return fmt.Errorf("writing hello: %w", err)
 	}
 	var running sync.WaitGroup

@@ -56,6 +56,11 @@ func (goneError) Is(target error) bool { return target == ErrNotFound }
 type Command struct {
 	Script string
 	Args   []string
+	// Builtin, when set, names work a backend may do without the script:
+	// the msb guest agent offers builtins that take the same Args and
+	// stdin and give the same output and status as the script they name
+	// (docs/guest-agent.md). Every other backend runs Script.
+	Builtin string
 }
 
 // ShellOptions tune one Shell call.

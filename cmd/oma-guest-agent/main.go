@@ -23,11 +23,19 @@ func main() {
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] != "serve" {
-		if len(args) == 1 && args[0] == "version" {
+		switch {
+		case len(args) == 1 && args[0] == "version":
 			fmt.Fprintf(stdout, "oma-guest-agent protocol %d\n", agentwire.Version)
 			return 0
+		case len(args) >= 2 && args[0] == "builtin":
+			code, err := guestagent.RunBuiltin(args[1], args[2:], stdin, stdout, stderr)
+			if err != nil {
+				fmt.Fprintf(stderr, "oma-guest-agent: %v\n", err)
+				return 2
+			}
+			return code
 		}
-		fmt.Fprintln(stderr, "usage: oma-guest-agent serve [--default-user USER[:GROUP]] [--default-workdir DIR]\n       oma-guest-agent version")
+		fmt.Fprintln(stderr, "usage: oma-guest-agent serve [--default-user USER[:GROUP]] [--default-workdir DIR]\n       oma-guest-agent builtin NAME [ARG...]\n       oma-guest-agent version")
 		return 2
 	}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)

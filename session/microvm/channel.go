@@ -307,11 +307,15 @@ func (s *Session) runChannel(ctx context.Context, conn *agentchan.Conn, cmd sess
 	if workdir == "" {
 		workdir = msbPaths.Workspace
 	}
-	res, err := conn.Run(ctx, agentchan.Request{
+	req := agentchan.Request{
 		Script: cmd.Script, Args: cmd.Args, Stdin: opts.Stdin,
 		User: opts.User, Workdir: workdir,
 		Timeout: opts.GuestTimeout, MaxOutput: opts.MaxOutput,
-	}, agentchan.Output{Stdout: opts.Stdout, Stderr: opts.Stderr})
+	}
+	if cmd.Builtin != "" && conn.Offers(cmd.Builtin) {
+		req.Script, req.Builtin = "", cmd.Builtin
+	}
+	res, err := conn.Run(ctx, req, agentchan.Output{Stdout: opts.Stdout, Stderr: opts.Stderr})
 	var out *session.Result
 	if res != nil {
 		out = &session.Result{ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr}

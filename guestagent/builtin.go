@@ -1,0 +1,200 @@
+//go:build linux
+
+package guestagent
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"sort"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
+)
+
+// A builtin does, inside the agent, the work of one guest script the tools
+// send: the same arguments, stdin, output and exit status as that script
+// run by `bash -c SCRIPT bash ARGS...`, without the processes the script
+// would start for it (bash, perl, setsid). The script stays the definition
+// (the exec transport and the local backend run it), and each builtin is
+// held to it by tests that run both on the same cases.
+type builtin func(c *builtinCall) int
+
+// builtins are the names the hello offers, each with its implementation.
+var builtins = map[string]builtin{}
+
+// BuiltinNames lists the builtins this agent offers, sorted.
+func BuiltinNames() []string {
+	names := make([]string, 0, len(builtins))
+	for name := range builtins {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// builtinCall is what a builtin is given.
+type builtinCall struct {
+	Args   []string
+	Stdin  io.Reader // the call's stdin: empty when the run has none
+	Stdout io.Writer // sent as out frames and counted against the call's cap;
+	Stderr io.Writer // a write fails once the call is ending
+	// User is the call's user. File work is done as that user through
+	// asUser; a process the builtin starts runs as Cred (nil: as the agent).
+	User    identity
+	Cred    *syscall.Credential
+	Workdir string   // the call's workdir, not entered: cmd.Dir or asUser
+	Env     []string // the environment of the processes it starts
+	// Killed closes when the call must end: a kill frame, the guest timer,
+	// the output cap. A builtin that started processes kills their trees
+	// (killTree) and returns.
+	Killed <-chan struct{}
+}
+
+// ProcAttr is the SysProcAttr of a process the builtin starts: its own
+// process group (setsid when session), the call's user, and death with the
+// agent.
+func (c *builtinCall) ProcAttr(session bool) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: !session, Setsid: session, Pdeathsig: syscall.SIGKILL, Credential: c.Cred}
+}
+
+// runBuiltin runs the call's builtin with the call's stdin and output.
+func (p *proc) runBuiltin(fn builtin, id identity, cred *syscall.Credential, dir string) *agentwire.Exit {
+	var stdin io.Reader = eofReader{}
+	if p.run.Stdin {
+		stdin = &queueReader{p: p}
+	}
+	args := make([]string, len(p.run.Args))
+	for i, a := range p.run.Args {
+		args[i] = string(a)
+	}
+	c := &builtinCall{
+		Args: args, Stdin: stdin,
+		Stdout: outWriter{p, 1}, Stderr: outWriter{p, 2},
+		User: id, Cred: cred, Workdir: dir, Env: os.Environ(),
+		Killed: p.killed,
+	}
+	code := fn(c)
+	p.stdin.abandon()
+	exit := &agentwire.Exit{Code: code}
+	select {
+	case <-p.killed:
+		exit.TimedOut = p.timedOut
+	default:
+	}
+	return exit
+}
+
+// errCallEnding is what a builtin's output write returns once the call is
+// past its cap or being killed.
+var errCallEnding = errors.New("the call is ending")
+
+// outWriter sends a builtin's output on fd as out frames.
+type outWriter struct {
+	p  *proc
+	fd int
+}
+
+func (w outWriter) Write(b []byte) (int, error) {
+	n := 0
+	for chunk := range slices.Chunk(b, agentwire.MaxChunk) {
+		if !w.p.emit(w.fd, chunk) {
+			return n, errCallEnding
+		}
+		n += len(chunk)
+	}
+	return n, nil
+}
+
+type eofReader struct{}
+
+func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
+
+// queueReader reads a call's stdin frames as they arrive, acknowledging
+// each chunk once it is consumed.
+type queueReader struct {
+	p    *proc
+	rest []byte
+	size int
+}
+
+func (r *queueReader) Read(b []byte) (int, error) {
+	if len(r.rest) == 0 {
+		if r.size > 0 {
+			r.p.ack(r.size)
+			r.size = 0
+		}
+		data, ok := r.p.stdin.next()
+		if !ok {
+			return 0, io.EOF
+		}
+		r.rest, r.size = data, len(data)
+	}
+	n := copy(b, r.rest)
+	r.rest = r.rest[n:]
+	return n, nil
+}
+
+// asUser runs fn on an OS thread of its own whose filesystem identity is
+// id's: fsuid and fsgid, no supplementary groups (as the call's processes
+// have), so every path fn resolves is searched, and every file it makes is
+// owned, as by that user's processes. Linux keeps these per thread, and a
+// raw syscall changes only the calling one; the thread is never unlocked,
+// so it ends with fn instead of going back to the scheduler. An agent not
+// running as root (in tests) already is its only user: fn runs as it.
+func asUser(id identity, fn func() error) error {
+	if os.Geteuid() != 0 {
+		return fn()
+	}
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := setThreadIdentity(id); err != nil {
+			done <- err
+			return
+		}
+		done <- fn()
+	}()
+	return <-done
+}
+
+func setThreadIdentity(id identity) error {
+	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
+		return fmt.Errorf("setgroups: %w", e)
+	}
+	unix.RawSyscall(unix.SYS_SETFSGID, uintptr(id.gid), 0, 0)
+	unix.RawSyscall(unix.SYS_SETFSUID, uintptr(id.uid), 0, 0)
+	// Each returns the previous value and no error: asking again with an
+	// invalid id (-1) changes nothing and reports the current one.
+	gid, _, _ := unix.RawSyscall(unix.SYS_SETFSGID, ^uintptr(0), 0, 0)
+	uid, _, _ := unix.RawSyscall(unix.SYS_SETFSUID, ^uintptr(0), 0, 0)
+	if uint32(uid) != id.uid || uint32(gid) != id.gid {
+		return fmt.Errorf("cannot act as uid %d gid %d", id.uid, id.gid)
+	}
+	return nil
+}
+
+// RunBuiltin runs builtin name as this process's own user, in its working
+// directory, with the given stdin and output, and returns its exit status.
+// It is what `oma-guest-agent builtin` does, for the tests that hold each
+// builtin to its script.
+func RunBuiltin(name string, args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	fn := builtins[name]
+	if fn == nil {
+		return 0, fmt.Errorf("unknown builtin %q", name)
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return 0, err
+	}
+	return fn(&builtinCall{
+		Args: args, Stdin: stdin, Stdout: stdout, Stderr: stderr,
+		User:    identity{uint32(os.Geteuid()), uint32(os.Getegid())},
+		Workdir: dir, Env: os.Environ(),
+	}), nil
+}
