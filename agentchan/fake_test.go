@@ -23,10 +23,16 @@ type fakeAgent struct {
 
 func openFake(t *testing.T) (*Conn, *fakeAgent) {
 	t.Helper()
+	return openFakeHello(t, `{"type":"hello","version":1,"pid":42}`)
+}
+
+// openFakeHello is openFake with the agent's hello line.
+func openFakeHello(t *testing.T, hello string) (*Conn, *fakeAgent) {
+	t.Helper()
 	hostR, agentW := io.Pipe()
 	agentR, hostW := io.Pipe()
 	f := &fakeAgent{t: t, out: agentW, in: agentwire.NewHostReader(agentR), inPipe: agentR}
-	go f.send(`{"type":"hello","version":1,"pid":42}`)
+	go f.send(hello)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c, err := Open(ctx, hostR, hostW)
@@ -341,5 +347,28 @@ func TestPanickingCallbackKillsTheCall(t *testing.T) {
 	}
 	if k, ok := f.next().(*agentwire.Kill); !ok || k.ID != 1 {
 		t.Fatal("no kill")
+	}
+}
+
+// A request naming a builtin the hello offers travels as a run frame with
+// that builtin and no script; one with both is refused before sending.
+func TestBuiltinRequest(t *testing.T) {
+	c, f := openFakeHello(t, `{"type":"hello","version":1,"pid":42,"builtins":["glob-enumerate"]}`)
+	if !c.Offers("glob-enumerate") || c.Offers("write") {
+		t.Fatalf("offers glob-enumerate %v, write %v", c.Offers("glob-enumerate"), c.Offers("write"))
+	}
+	ctx := context.Background()
+	if _, err := c.Run(ctx, Request{Script: "true", Builtin: "glob-enumerate"}, Output{}); err == nil ||
+		!strings.Contains(err.Error(), "both a script and a builtin") {
+		t.Fatalf("script and builtin: %v", err)
+	}
+	done := goRun(ctx, c, Request{Builtin: "glob-enumerate", Args: []string{"tok", "/r"}}, Output{})
+	run, ok := f.next().(*agentwire.Run)
+	if !ok || run.Builtin != "glob-enumerate" || len(run.Script) != 0 || len(run.Args) != 2 || string(run.Args[1]) != "/r" {
+		t.Fatalf("run frame %+v", run)
+	}
+	f.send(`{"type":"exit","id":` + strconv.FormatUint(run.ID, 10) + `,"code":3}`)
+	if r := wait(t, done); r.err != nil || r.res.ExitCode != 3 {
+		t.Fatalf("result %+v, %v", r.res, r.err)
 	}
 }
