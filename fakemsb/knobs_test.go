@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -304,4 +305,41 @@ func TestImageInspect(t *testing.T) {
 	f.ok("image", "inspect", "b:2", "--format", "json")
 	assert.Equal(t, result{"", "error: image not found: c:3\n", 1}, f.run("image", "inspect", "c:3", "--format", "json"))
 	assert.Equal(t, 2, f.run("image", "nope").code)
+}
+
+// An invocation still running when a test resets the log (removes or
+// truncates it) leaves the new log alone when it ends: it rewrites its
+// record in place, and that place now holds other records or nothing.
+func TestLogResetDuringAnInvocation(t *testing.T) {
+	for _, reset := range []struct {
+		name string
+		do   func(path string) error
+	}{
+		{"removed", os.Remove},
+		{"truncated", func(path string) error { return os.Truncate(path, 0) }},
+	} {
+		t.Run(reset.name, func(t *testing.T) {
+			f := newFx(t)
+			f.ok("list", "-q")
+			f.ok("list", "-q")
+			f.env = []string{"FAKEMSB_LATENCY=700ms"}
+			slow := f.cmd("list", "-q")
+			require.NoError(t, slow.Start())
+			time.Sleep(300 * time.Millisecond)
+			require.NoError(t, reset.do(f.log))
+			f.env = nil
+			f.ok("volume", "list")
+			require.NoError(t, slow.Wait())
+			data, err := os.ReadFile(f.log)
+			require.NoError(t, err)
+			lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+			require.Len(t, lines, 1, "log after the reset: %q", data)
+			var rec struct {
+				Argv []string `json:"argv"`
+				Exit int      `json:"exit"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(lines[0]), &rec), "%q", lines[0])
+			assert.Equal(t, []string{"volume", "list"}, rec.Argv)
+		})
+	}
 }

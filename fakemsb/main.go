@@ -133,6 +133,9 @@ type app struct {
 	log       string
 	logOffset int64
 	logPrefix string
+	// logFile is the log's identity when the record was written: a log
+	// removed or replaced since (a test resetting it) is left alone.
+	logFile os.FileInfo
 	stdout    io.Writer
 	stderr    io.Writer
 
@@ -349,6 +352,10 @@ func (a *app) logStart() {
 		a.log = ""
 		return
 	}
+	if a.logFile, err = f.Stat(); err != nil {
+		a.log = ""
+		return
+	}
 	a.logOffset = end - int64(len(rec))
 }
 
@@ -363,13 +370,23 @@ func (a *app) logFinish(code int) {
 	}
 	rec := a.logRecord(code, float64(time.Since(a.start).Microseconds())/1000)
 	// Without O_APPEND: on Linux pwrite on an O_APPEND file appends.
-	f, err := os.OpenFile(a.log, os.O_WRONLY, 0)
+	f, err := os.OpenFile(a.log, os.O_RDWR, 0)
 	if err != nil {
 		return
 	}
 	defer f.Close()
 	if flock(f, unix.LOCK_EX) == nil {
 		defer unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	}
+	// Rewrite only this invocation's own record: the same file, still
+	// holding the record as logStart wrote it there.
+	started := a.logRecord(-1, 0)
+	if st, err := f.Stat(); err != nil || !os.SameFile(st, a.logFile) {
+		return
+	}
+	have := make([]byte, len(started))
+	if _, err := f.ReadAt(have, a.logOffset); err != nil || string(have) != started {
+		return
 	}
 	_, _ = f.WriteAt([]byte(rec), a.logOffset)
 }
