@@ -136,8 +136,8 @@ type app struct {
 	// logFile is the log's identity when the record was written: a log
 	// removed or replaced since (a test resetting it) is left alone.
 	logFile os.FileInfo
-	stdout    io.Writer
-	stderr    io.Writer
+	stdout  io.Writer
+	stderr  io.Writer
 
 	// killGuest, when set, kills the running exec's guest tree; a
 	// die-after fault calls it before dying.
