@@ -26,7 +26,10 @@ import (
 type builtin func(c *builtinCall) int
 
 // builtins are the names the hello offers, each with its implementation.
-var builtins = map[string]builtin{}
+var builtins = map[string]builtin{
+	agentwire.BuiltinWrite: builtinWrite,
+	agentwire.BuiltinCat:   builtinCat,
+}
 
 // BuiltinNames lists the builtins this agent offers, sorted.
 func BuiltinNames() []string {
@@ -79,7 +82,19 @@ func (p *proc) runBuiltin(fn builtin, id identity, cred *syscall.Credential, dir
 		User: id, Cred: cred, Workdir: dir, Env: os.Environ(),
 		Killed: p.killed,
 	}
+	// A kill ends a wait for stdin as it ends the rest of the call.
+	done, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-p.killed:
+			p.stdin.abandon()
+		case <-done:
+		}
+	}()
 	code := fn(c)
+	close(done)
+	<-watched
 	p.stdin.abandon()
 	exit := &agentwire.Exit{Code: code}
 	select {
@@ -144,9 +159,12 @@ func (r *queueReader) Read(b []byte) (int, error) {
 // id's: fsuid and fsgid, no supplementary groups (as the call's processes
 // have), so every path fn resolves is searched, and every file it makes is
 // owned, as by that user's processes. Linux keeps these per thread, and a
-// raw syscall changes only the calling one; the thread is never unlocked,
-// so it ends with fn instead of going back to the scheduler. An agent not
-// running as root (in tests) already is its only user: fn runs as it.
+// raw syscall changes only the calling one. The thread gets the agent's
+// identity back before it returns to the scheduler: it must not end,
+// since a thread that ends SIGKILLs every child it started with Pdeathsig
+// (the calls' processes, whichever goroutine ran there before). Only a
+// thread whose identity cannot be restored is let end with fn. An agent
+// not running as root (in tests) already is its only user: fn runs as it.
 func asUser(id identity, fn func() error) error {
 	if os.Geteuid() != 0 {
 		return fn()
@@ -154,18 +172,34 @@ func asUser(id identity, fn func() error) error {
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		if err := setThreadIdentity(id); err != nil {
+		own := identity{uint32(os.Geteuid()), uint32(os.Getegid())}
+		groups, err := unix.Getgroups()
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- fmt.Errorf("getgroups: %w", err)
+			return
+		}
+		if err := setThreadIdentity(id, nil); err != nil {
+			if setThreadIdentity(own, groups) == nil {
+				runtime.UnlockOSThread()
+			}
 			done <- err
 			return
 		}
-		done <- fn()
+		err = fn()
+		if setThreadIdentity(own, groups) == nil {
+			runtime.UnlockOSThread()
+		}
+		done <- err
 	}()
 	return <-done
 }
 
-func setThreadIdentity(id identity) error {
-	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
-		return fmt.Errorf("setgroups: %w", e)
+// setThreadIdentity gives the calling thread id's fsuid and fsgid and the
+// supplementary groups given.
+func setThreadIdentity(id identity, groups []int) error {
+	if err := unix.Setgroups(groups); err != nil {
+		return fmt.Errorf("setgroups: %w", err)
 	}
 	unix.RawSyscall(unix.SYS_SETFSGID, uintptr(id.gid), 0, 0)
 	unix.RawSyscall(unix.SYS_SETFSUID, uintptr(id.uid), 0, 0)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
 	"github.com/oma-sandbox/oma-sandbox/bashproto"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
@@ -82,7 +83,7 @@ func runEdit(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error
 		}
 		t.written.drop(abs)
 	}
-	res, err := t.shell(ctx, session.Command{Script: catScript, Args: []string{abs, t.sess.Paths().Workspace, p}},
+	res, err := t.shell(ctx, session.Command{Script: catScript, Builtin: agentwire.BuiltinCat, Args: []string{abs, t.sess.Paths().Workspace, p}},
 		session.ShellOptions{MaxOutput: editMaxBytes})
 	if err != nil {
 		if errors.Is(err, session.ErrOutputOverflow) {

@@ -215,10 +215,13 @@ func TestParallelEditsOfOneFileAllLand(t *testing.T) {
 }
 
 // renameFails makes the write script's final rename fail, as a full disk or
-// a vanished directory would, to test what a failed write leaves.
+// a vanished directory would, to test what a failed write leaves. It runs
+// the script, never the agent's builtin (whose failures the parity tests
+// compare with the script's).
 type renameFails struct{ session.Session }
 
 func (r renameFails) Shell(ctx context.Context, cmd session.Command, o session.ShellOptions) (*session.Result, error) {
+	cmd.Builtin = ""
 	cmd.Script = strings.Replace(cmd.Script, `err=$(mv -fT -- "$tmp" "$real" 2>&1)`, `err=$({ echo 'mv: No space left on device' >&2; false; } 2>&1)`, 1)
 	cmd.Script = strings.Replace(cmd.Script, `rename($tmp, $real) or`, `($! = 28) && 0 or`, 1) // ENOSPC
 	return r.Session.Shell(ctx, cmd, o)

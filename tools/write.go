@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
@@ -266,7 +267,7 @@ func (t *Toolbox) writeFile(ctx context.Context, abs, show string, original []by
 		old = strconv.Itoa(len(original))
 		stdin = io.MultiReader(bytes.NewReader(original), stdin)
 	}
-	res, err := t.shell(ctx, session.Command{Script: writeScript, Args: []string{abs, old, t.sess.Paths().Workspace, show}},
+	res, err := t.shell(ctx, session.Command{Script: writeScript, Builtin: agentwire.BuiltinWrite, Args: []string{abs, old, t.sess.Paths().Workspace, show}},
 		session.ShellOptions{Stdin: stdin})
 	if err != nil {
 		return fmt.Errorf("write %s: %w", show, err)

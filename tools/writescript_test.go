@@ -19,6 +19,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
 )
 
 // nobody is the user the script tests run as when they run as root, so that
@@ -134,6 +136,20 @@ func treeState(t *testing.T, root string) []string {
 	return out
 }
 
+// scriptRunners run a guest script's three ways, each given stdin and
+// args: its perl pass, its coreutils fallback, and, where the guest agent
+// runs, the agent's builtin that stands for it.
+func scriptRunners(t *testing.T, script, builtin, withPerl, withoutPerl string) []func(stdin string, args ...string) scriptRun {
+	runners := []func(string, ...string) scriptRun{
+		func(stdin string, args ...string) scriptRun { return runScript(t, script, withPerl, stdin, args...) },
+		func(stdin string, args ...string) scriptRun { return runScript(t, script, withoutPerl, stdin, args...) },
+	}
+	if agentRuns {
+		runners = append(runners, func(stdin string, args ...string) scriptRun { return runBuiltin(t, builtin, stdin, args...) })
+	}
+	return runners
+}
+
 const oldContent = "old content\n"
 
 // scriptTree lays out a workspace ws under root with the targets the
@@ -212,8 +228,8 @@ func TestWriteScriptPerlMatchesCoreutils(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			var results [2]string
-			for i, path := range []string{withPerl, withoutPerl} {
+			var results []string
+			for _, run := range scriptRunners(t, writeScript, agentwire.BuiltinWrite, withPerl, withoutPerl) {
 				root := sharedTempDir(t)
 				scriptTree(t, root)
 				ws := filepath.Join(root, "ws")
@@ -223,11 +239,14 @@ func TestWriteScriptPerlMatchesCoreutils(t *testing.T) {
 				} else {
 					ws = "/"
 				}
-				r := runScript(t, writeScript, path, c.original+"new content\n", target, c.old, ws, "shown")
-				results[i] = fmt.Sprintf("exit %d\nstdout %q\nstderr %q\n%s", r.code, r.stdout, strings.ReplaceAll(r.stderr, root, "ROOT"),
-					strings.Join(treeState(t, root), "\n"))
+				r := run(c.original+"new content\n", target, c.old, ws, "shown")
+				results = append(results, fmt.Sprintf("exit %d\nstdout %q\nstderr %q\n%s", r.code, r.stdout, strings.ReplaceAll(r.stderr, root, "ROOT"),
+					strings.Join(treeState(t, root), "\n")))
 			}
 			assert.Equal(t, results[1], results[0], "perl (first) and coreutils (second) differ")
+			if len(results) > 2 {
+				assert.Equal(t, results[1], results[2], "coreutils (first) and the agent's builtin (second) differ")
+			}
 		})
 	}
 }
@@ -243,11 +262,14 @@ func TestCatScriptPerlMatchesCoreutils(t *testing.T) {
 		"loop/x", "grow", "m/d0", "m/dots", "m/e0", "m/a/b/back/f", "m/a/b/out", "fifo", "fifolink", "sub", "m/slash",
 		"secret", "missing/x", "file/x"} {
 		t.Run(target, func(t *testing.T) {
-			var results [2]scriptRun
-			for i, path := range []string{withPerl, withoutPerl} {
-				results[i] = runScript(t, catScript, path, "", filepath.Join(ws, target), ws, "shown")
+			var results []scriptRun
+			for _, run := range scriptRunners(t, catScript, agentwire.BuiltinCat, withPerl, withoutPerl) {
+				results = append(results, run("", filepath.Join(ws, target), ws, "shown"))
 			}
 			assert.Equal(t, results[1], results[0], "perl (first) and coreutils (second) differ")
+			if len(results) > 2 {
+				assert.Equal(t, results[1], results[2], "coreutils (first) and the agent's builtin (second) differ")
+			}
 		})
 	}
 }
