@@ -27,8 +27,10 @@ type builtin func(c *builtinCall) int
 
 // builtins are the names the hello offers, each with its implementation.
 var builtins = map[string]builtin{
-	agentwire.BuiltinWrite: builtinWrite,
-	agentwire.BuiltinCat:   builtinCat,
+	agentwire.BuiltinWrite:         builtinWrite,
+	agentwire.BuiltinCat:           builtinCat,
+	agentwire.BuiltinGlobEnumerate: globEnumerate,
+	agentwire.BuiltinGrepSearch:    grepSearch,
 }
 
 // BuiltinNames lists the builtins this agent offers, sorted.

@@ -12,12 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/oma-sandbox/oma-sandbox/agentwire"
+	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { agenttest.MainNoLeaks(m) }
 
 func TestLookupUser(t *testing.T) {
 	etc := t.TempDir()
