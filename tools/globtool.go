@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path"
 
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
 	"github.com/oma-sandbox/oma-sandbox/glob"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
@@ -50,7 +51,7 @@ func runGlob(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error
 	t.record("glob")
 	found, err := t.runSearch(ctx, search{
 		tool:      "glob",
-		script:    session.Command{Script: script, Args: scriptArgs},
+		script:    session.Command{Script: script, Args: scriptArgs, Builtin: agentwire.BuiltinGlobEnumerate},
 		cleanup:   session.Command{Script: cleanup, Args: cleanupArgs},
 		readiness: glob.NewReadinessFilter(glob.EnumerationProtocol),
 		collector: collector,

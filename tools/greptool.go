@@ -6,6 +6,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
 	"github.com/oma-sandbox/oma-sandbox/glob"
 	"github.com/oma-sandbox/oma-sandbox/grep"
 	"github.com/oma-sandbox/oma-sandbox/session"
@@ -80,7 +81,7 @@ func runGrep(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error
 	t.record("grep")
 	found, err := t.runSearch(ctx, search{
 		tool:      "grep",
-		script:    session.Command{Script: script, Args: scriptArgs},
+		script:    session.Command{Script: script, Args: scriptArgs, Builtin: agentwire.BuiltinGrepSearch},
 		cleanup:   session.Command{Script: cleanup, Args: cleanupArgs},
 		readiness: grep.NewReadinessFilter(),
 		collector: collector,

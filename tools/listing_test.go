@@ -82,7 +82,18 @@ func TestSearchesSurviveUnreadableDirectory(t *testing.T) {
 	})
 }
 
+// rgParent prints the name of the parent of the tagged rg searching $1.
+const rgParent = `for d in /proc/[0-9]*; do
+	[ "$(cat "$d/comm" 2>/dev/null)" = rg ] || continue
+	tr '\0' '\n' <"$d/cmdline" 2>/dev/null | grep -qxF -- "$1" || continue
+	tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -q '^OMA_GREP_OWNER=' || continue
+	set -- $(sed 's/.*) //' "$d/stat")
+	cat "/proc/$2/comm"
+	exit 0
+done`
+
 // glob and grep end at the toolbox's operation timeout, not the session's.
+// Over the agent's channel, the agent itself starts the search's rg.
 func TestSearchUsesOperationTimeout(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
 		tb := tools.New(s, tools.Options{OperationTimeout: time.Second})
@@ -91,8 +102,25 @@ func TestSearchUsesOperationTimeout(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		start := time.Now()
-		_, err := tb.Call(ctx, "grep", json.RawMessage(fmt.Sprintf(`{"pattern": "x", "path": %q}`, ws+"/blocked")), nil)
+		done := make(chan error, 1)
+		go func() {
+			_, err := tb.Call(ctx, "grep", json.RawMessage(fmt.Sprintf(`{"pattern": "x", "path": %q}`, ws+"/blocked")), nil)
+			done <- err
+		}()
+		parent := ""
+		for parent == "" && time.Since(start) < 800*time.Millisecond {
+			parent = sh(t, s, rgParent, ws+"/blocked")
+		}
+		err := <-done
 		assert.EqualError(t, err, "Grep timed out after 1 seconds")
+		switch {
+		case strings.HasSuffix(t.Name(), "/msb-channel"):
+			assert.Equal(t, "agent\n", parent, "the grep-search builtin starts rg")
+		case strings.HasSuffix(t.Name(), "/local"):
+			// Each call has a sandbox of its own, which others cannot see.
+		default:
+			assert.Equal(t, "bash\n", parent, "the search script starts rg")
+		}
 		assert.Less(t, time.Since(start), 7*time.Second)
 		assert.False(t, s.Poisoned())
 	})
