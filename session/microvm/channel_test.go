@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
 	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/session/microvm"
@@ -537,4 +538,30 @@ func TestChannelWorkdirParity(t *testing.T) {
 			require.Len(t, env.Channel(channel.Name()).Agents, 1, "the call went over the channel")
 		})
 	}
+}
+
+// TestChannelBuiltins: a Command's builtin runs in the agent when its hello
+// offers the name, and its script runs otherwise; one exec per call always
+// runs the script. The script here differs from the builtin on purpose, to
+// tell which ran.
+func TestChannelBuiltins(t *testing.T) {
+	env := fakemsbtest.New(t)
+	exec := createSession(t, options(env))
+	o := channelOptions(t, env, "")
+	o.SessionID = "channel"
+	channel := createSession(t, o)
+	run := func(s *microvm.Session, builtin string) string {
+		t.Helper()
+		res, err := s.Shell(context.Background(), session.Command{
+			Script:  `echo "script ran in $2"`,
+			Args:    []string{"tok", "/workspace", "MARK", "0", "", ""},
+			Builtin: builtin,
+		}, session.ShellOptions{})
+		require.NoError(t, err)
+		return fmt.Sprintf("%d %q", res.ExitCode, res.Stdout)
+	}
+	assert.Equal(t, `0 "MARK\x00"`, run(channel, agentwire.BuiltinGlobEnumerate), "an offered builtin, over the channel")
+	assert.Equal(t, `0 "script ran in /workspace\n"`, run(channel, "not-offered"), "a builtin the agent lacks")
+	assert.Equal(t, `0 "script ran in /workspace\n"`, run(exec, agentwire.BuiltinGlobEnumerate), "one exec per call")
+	require.Len(t, env.Channel(channel.Name()).Agents, 1, "the calls went over one channel")
 }
