@@ -39,9 +39,15 @@ const LiveLogDir = "/tmp/oma-bash"
 // with the tools that read workspace files.
 const KeptLogDirName = ".bash-output"
 
-// supervisorName is $0 of the supervisor; the kill script finds it by that
+// SupervisorName is $0 of the supervisor; the kill script finds it by that
 // and the call id that follows.
-const supervisorName = "oma-bash-supervisor"
+const SupervisorName = "oma-bash-supervisor"
+
+// CommandReader is the program of the command's bash (`/bin/bash -c
+// CommandReader bash`) under the perl supervisor and the agent's builtin:
+// it reads the command text from its stdin to the end, puts /dev/null in
+// its place and runs the text, so the text is in no argv.
+const CommandReader = `IFS= read -r -d "" __oma_command; exec </dev/null; eval "unset __oma_command; $__oma_command"`
 
 // Call is one bash run. ID is public: it names the log and tags the
 // command's processes. Secret authenticates the sentinel lines: it reaches
@@ -125,12 +131,12 @@ type Limits struct {
 //
 // At the end it prints the terminal record: `exit:N`, or `timeout:137`.
 const supervisorScript = `set -u
-if [ "$0" != ` + supervisorName + ` ]; then
+if [ "$0" != ` + SupervisorName + ` ]; then
   case ${HOSTTYPE-} in x86_64) nr='112 157 228' ;; aarch64) nr='157 167 113' ;; *) nr= ;; esac
   if [ -n "$nr" ] && command -v perl >/dev/null 2>&1; then
-    exec perl -e '` + perlSupervisor + `' ` + supervisorName + ` "$@" $nr
+    exec perl -e '` + perlSupervisor + `' ` + SupervisorName + ` "$@" $nr
   fi
-  exec setsid -w /bin/bash -c "$BASH_EXECUTION_STRING" ` + supervisorName + ` "$@"
+  exec setsid -w /bin/bash -c "$BASH_EXECUTION_STRING" ` + SupervisorName + ` "$@"
 fi
 id=$1 secs=$2 logdir=$3 keptdir=$4 maxlines=$5 maxbytes=$6 background=$7
 secret=
@@ -334,7 +340,7 @@ for f in /proc/[1-9]*/cmdline; do
   [ "$p" = "$$" ] && continue
   argv=()
   { mapfile -d '' -t argv < "$f"; } 2>/dev/null || continue
-  if [ "${argv[3]-}" = ` + supervisorName + ` ] && [ "${argv[4]-}" = "$id" ]; then sups+=("$p"); fi
+  if [ "${argv[3]-}" = ` + SupervisorName + ` ] && [ "${argv[4]-}" = "$id" ]; then sups+=("$p"); fi
 done
 if [ "${#sups[@]}" -gt 0 ]; then
   kill -USR1 "${sups[@]}" 2>/dev/null

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,6 +20,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
+	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
 	"github.com/oma-sandbox/oma-sandbox/internal/testutil"
 )
 
@@ -81,10 +84,15 @@ func TestFormatResult(t *testing.T) {
 }
 
 // start runs a guest script locally the way the backends do, in its own
-// process group so that a broken script cannot signal the test.
+// process group so that a broken script cannot signal the test. Under
+// forEachSupervisor's builtin variant the supervisor's script is the
+// agent's builtin instead, with the same args and stdin.
 func start(t *testing.T, script string, args []string, stdin []byte, stdout, stderr *bytes.Buffer) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command("/bin/bash", append([]string{"-c", script, "bash"}, args...)...)
+	if script == supervisorScript && variant(t) == "builtin" {
+		cmd = exec.Command(agenttest.AgentBinary(t), append([]string{"builtin", agentwire.BuiltinBashSupervisor}, args...)...)
+	}
 	cmd.Stdin = bytes.NewReader(stdin)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
@@ -191,9 +199,10 @@ func requireSupported(t *testing.T) {
 
 var testLimits = Limits{MaxLines: 2000, MaxBytes: 50 << 10}
 
-// forEachSupervisor runs body with each supervisor: the perl one, and the
-// shell one that images without perl get (perl hidden from PATH). Both
-// must keep every guarantee.
+// forEachSupervisor runs body with each supervisor: the perl one, the
+// shell one that images without perl get (perl hidden from PATH), and the
+// guest agent's builtin that the msb channel uses. All must keep every
+// guarantee.
 func forEachSupervisor(t *testing.T, body func(t *testing.T)) {
 	t.Run("perl", func(t *testing.T) {
 		if _, err := exec.LookPath("perl"); err != nil {
@@ -207,12 +216,28 @@ func forEachSupervisor(t *testing.T, body func(t *testing.T)) {
 		requireSupervisorIs(t, "bash")
 		body(t)
 	})
+	t.Run("builtin", func(t *testing.T) {
+		if runtime.GOOS != "linux" {
+			t.Skip("the guest agent is linux-only")
+		}
+		requireSupervisorIs(t, "oma-guest-agent")
+		body(t)
+	})
+}
+
+// variant is the forEachSupervisor variant t runs under, or "".
+func variant(t *testing.T) string {
+	parts := strings.Split(t.Name(), "/")
+	if len(parts) < 2 {
+		return ""
+	}
+	return parts[1]
 }
 
 // subreaper reports whether the supervisor of a forEachSupervisor body is
 // a subreaper: the shell supervisor is none (it would need perl).
 func subreaper(t *testing.T) bool {
-	return !strings.HasSuffix(t.Name(), "/shell")
+	return variant(t) != "shell"
 }
 
 // requireDaemonGone checks that the process whose pid is in file, which
@@ -412,6 +437,9 @@ func TestScriptKeepsLongLog(t *testing.T) {
 func TestKillScript(t *testing.T) {
 	requireSupported(t)
 	forEachSupervisor(t, func(t *testing.T) {
+		if variant(t) == "builtin" {
+			t.Skip("the agent is the builtin's supervisor: a kill frame or its bash-kill builtin reaches it (guestagent's TestBashSupervisorKilled)")
+		}
 		work := t.TempDir()
 		pids := filepath.Join(work, "pids")
 		t.Setenv("PIDS", pids)

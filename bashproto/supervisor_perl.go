@@ -91,7 +91,7 @@ if (!$pid) {
   $ENV{` + OwnerEnv + `} = $id;
   open(STDIN, "<&", $cr) && open(STDOUT, ">&", $w) && open(STDERR, ">&", $w)
     && exec { "/bin/bash" } "/bin/bash", "-c",
-      q{IFS= read -r -d "" __oma_command; exec </dev/null; eval "unset __oma_command; $__oma_command"}, "bash";
+      q{` + CommandReader + `}, "bash";
   print STDERR "oma-sandbox: cannot run /bin/bash: $!\n";
   exit 127;
 }

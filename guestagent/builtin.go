@@ -27,10 +27,12 @@ type builtin func(c *builtinCall) int
 
 // builtins are the names the hello offers, each with its implementation.
 var builtins = map[string]builtin{
-	agentwire.BuiltinWrite:         builtinWrite,
-	agentwire.BuiltinCat:           builtinCat,
-	agentwire.BuiltinGlobEnumerate: globEnumerate,
-	agentwire.BuiltinGrepSearch:    grepSearch,
+	agentwire.BuiltinWrite:          builtinWrite,
+	agentwire.BuiltinCat:            builtinCat,
+	agentwire.BuiltinGlobEnumerate:  globEnumerate,
+	agentwire.BuiltinGrepSearch:     grepSearch,
+	agentwire.BuiltinBashSupervisor: bashSupervisor,
+	agentwire.BuiltinBashKill:       bashKill,
 }
 
 // BuiltinNames lists the builtins this agent offers, sorted.

@@ -1,0 +1,511 @@
+//go:build linux
+
+package guestagent
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/oma-sandbox/oma-sandbox/bashproto"
+)
+
+// Exit statuses of a supervisor that never started the command, as the
+// scripts give them.
+const (
+	exitMalformedRequest = 91
+	exitNoLog            = 92
+)
+
+// Intervals of the supervisor, the perl one's: the log is relayed every
+// relayPoll while the command runs (its end is relayed at once), and its
+// processes are recorded every trackEvery.
+const (
+	relayPoll  = 10 * time.Millisecond
+	trackEvery = 100 * time.Millisecond
+)
+
+// supervisorArgs are bashproto.Script's arguments.
+type supervisorArgs struct {
+	id, logdir, keptdir string
+	secs                int64
+	maxLines, maxBytes  int64
+	endBackground       bool
+}
+
+var hexID = regexp.MustCompile(`\A[0-9a-f]+\z`)
+
+func parseSupervisorArgs(args []string) (supervisorArgs, error) {
+	var a supervisorArgs
+	if len(args) != 7 {
+		return a, fmt.Errorf("%d arguments, want 7", len(args))
+	}
+	a.id, a.logdir, a.keptdir = args[0], args[2], args[3]
+	if !hexID.MatchString(a.id) {
+		return a, fmt.Errorf("bad call id %q", a.id)
+	}
+	nums := []*int64{&a.secs, &a.maxLines, &a.maxBytes}
+	for i, s := range []string{args[1], args[4], args[5]} {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 {
+			return a, fmt.Errorf("bad number %q", s)
+		}
+		*nums[i] = n
+	}
+	switch args[6] {
+	case "keep":
+	case "end":
+		a.endBackground = true
+	default:
+		return a, fmt.Errorf("bad background mode %q", args[6])
+	}
+	return a, nil
+}
+
+// bashSupervisor is bashproto.Script's supervisor done by the agent, the
+// perl one its model: the same lines, statuses and guards, with no process
+// but the command's bash. Where it differs, it is because the agent serves
+// other calls too: the orphans it adopts as a child subreaper count for a
+// call only when they started during it (see adoptedBy).
+func bashSupervisor(c *builtinCall) int {
+	a, err := parseSupervisorArgs(c.Args)
+	if err != nil {
+		fmt.Fprintf(c.Stderr, "oma-sandbox: malformed bash request: %v\n", err)
+		return exitMalformedRequest
+	}
+	in, ok := readAll(c.Stdin, c.Killed)
+	if !ok {
+		return bashproto.TimeoutExitCode
+	}
+	secret, command, _ := strings.Cut(string(in), "\n")
+	command, _, _ = strings.Cut(command, "\x00")
+	if !hexID.MatchString(secret) {
+		fmt.Fprintf(c.Stderr, "oma-sandbox: malformed bash request\n")
+		return exitMalformedRequest
+	}
+	s := &supervision{call: c, args: a, secret: secret, abort: make(chan struct{}), done: make(chan struct{})}
+	s.logPath = a.logdir + "/" + a.id + ".log"
+	if err := s.createLog(); err != nil {
+		fmt.Fprintf(c.Stderr, "oma-sandbox: cannot create the output log %s\n", s.logPath)
+		return exitNoLog
+	}
+	defer s.log.Close()
+	defer s.logReader.Close()
+	s.out([]byte("__OMA_DISPATCHED__:" + secret + "\n"))
+	return s.run(command)
+}
+
+// readAll reads r to its end, or gives up when killed closes: a host that
+// never ends stdin cannot hold the call (the abandoned reader then ends).
+func readAll(r io.Reader, killed <-chan struct{}) ([]byte, bool) {
+	type result struct{ b []byte }
+	got := make(chan result, 1)
+	go func() {
+		b, _ := io.ReadAll(r)
+		got <- result{b}
+	}()
+	select {
+	case res := <-got:
+		return res.b, true
+	case <-killed:
+		return nil, false
+	}
+}
+
+// supervision is one run of the supervisor.
+type supervision struct {
+	call    *builtinCall
+	args    supervisorArgs
+	secret  string
+	logPath string
+	// log is the file created for the output, the command's stdout and
+	// stderr; logReader reads that very file (never its path again).
+	log, logReader *os.File
+
+	cmd   *exec.Cmd
+	start uint64 // the command's start time, in clock ticks since boot
+
+	// abort closes when a bash-kill call asks this supervisor to kill
+	// (the kill script's SIGUSR1); done closes when it has ended.
+	abort     chan struct{}
+	abortOnce sync.Once
+	done      chan struct{}
+
+	relayed, lines int64       // bytes and newlines relayed
+	cut            atomic.Bool // the command was killed: relay no more
+	dead           bool        // stdout failed: write no more
+	seen           map[int]uint64
+	reaper         bool // the agent is a child subreaper for this call
+}
+
+func (s *supervision) stop() { s.abortOnce.Do(func() { close(s.abort) }) }
+
+// createLog makes the log directory (mode 700, parents as mkdir -p does)
+// and the log, as the call's user: O_EXCL, so neither a symlink nor a FIFO
+// planted at the log's name is followed or opened.
+func (s *supervision) createLog() error {
+	return asUser(s.call.User, func() error {
+		if !mkdirs(s.args.logdir, 0o700) {
+			return errors.New("no log directory")
+		}
+		w, err := openFile(s.logPath, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_APPEND, 0o666)
+		if err != nil {
+			return err
+		}
+		r, err := openFile("/proc/self/fd/"+strconv.Itoa(int(w.Fd())), unix.O_RDONLY, 0)
+		if err != nil {
+			w.Close()
+			return err
+		}
+		s.log, s.logReader = w, r
+		return nil
+	})
+}
+
+func openFile(path string, flags int, mode uint32) (*os.File, error) {
+	fd, err := unix.Open(path, flags|unix.O_CLOEXEC, mode)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+// mkdirs makes dir and its missing parents as the perl supervisor does:
+// parents with mode 777, dir with mode (both less the umask); an existing
+// directory, or a symlink to one, is fine.
+func mkdirs(dir string, mode uint32) bool {
+	var st unix.Stat_t
+	if unix.Stat(dir, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return true
+	}
+	if up := parentDir(dir); up != "" {
+		mkdirs(up, 0o777)
+	}
+	if unix.Mkdir(dir, mode) == nil {
+		return true
+	}
+	return unix.Stat(dir, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
+}
+
+// parentDir is dir without its last component, or "" when it has none to
+// make (a single component, or a child of /).
+func parentDir(dir string) string {
+	d := strings.TrimRight(dir, "/")
+	i := strings.LastIndexByte(d, '/')
+	if i < 0 {
+		return ""
+	}
+	up := strings.TrimRight(d[:i], "/")
+	if up == "" {
+		return ""
+	}
+	return up
+}
+
+// out writes a line of the supervisor's own to stdout.
+func (s *supervision) out(b []byte) {
+	if !s.dead {
+		if _, err := s.call.Stdout.Write(b); err != nil {
+			s.dead = true
+		}
+	}
+}
+
+// run starts the command and supervises it to the end; it returns the
+// supervisor's exit status.
+func (s *supervision) run(command string) int {
+	s.reaper = enterSubreaper()
+	if s.reaper {
+		defer leaveSubreaper()
+		reapAdopted()
+	}
+	register(s)
+	defer func() {
+		unregister(s)
+		close(s.done)
+	}()
+
+	kind, status := "exit", bashproto.TimeoutExitCode
+	exited := make(chan struct{})
+	if s.killed() {
+		// Killed before the command started (a kill frame that came
+		// first): nothing is started, as if it were killed at once.
+		close(exited)
+	} else if err := s.startCommand(command, exited); err != nil {
+		// As the perl supervisor's child that cannot exec: said in the log.
+		fmt.Fprintf(s.log, "oma-sandbox: cannot run /bin/bash: %v\n", err)
+		s.cmd = nil
+		close(exited)
+		status = 127
+	}
+
+	relayStop, relayDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(relayDone)
+		s.relayLoop(relayStop)
+	}()
+	timer := time.NewTimer(time.Duration(max(s.args.secs, 1)) * time.Second)
+	defer timer.Stop()
+	track := time.NewTicker(trackEvery)
+	defer track.Stop()
+loop:
+	for {
+		select {
+		case <-exited:
+			break loop
+		case <-s.call.Killed:
+		case <-s.abort:
+		case <-timer.C:
+			kind = "timeout"
+		case <-track.C:
+			s.track()
+			if s.reaper {
+				reapAdopted()
+			}
+			continue
+		}
+		select {
+		case <-exited: // it ended first: its status stands
+			kind = "exit"
+		default:
+			s.cut.Store(true)
+			s.killTree()
+		}
+		break loop
+	}
+	<-exited
+	if s.cmd != nil {
+		status = waitStatus(s.cmd.ProcessState)
+	}
+	close(relayStop)
+	<-relayDone
+	// What the log holds now, the command having ended; what background
+	// processes add later is theirs.
+	s.relay()
+
+	if s.lines+1 > s.args.maxLines || s.relayed > s.args.maxBytes {
+		s.keep()
+	}
+	if s.reaper {
+		reapAdopted()
+	}
+	if !s.reaper || len(s.adoptedBy(scanProcs())) > 0 {
+		s.track()
+	} else {
+		s.seen = nil
+	}
+	switch {
+	case len(s.seen) > 0 && s.args.endBackground:
+		s.killTree()
+		s.out([]byte("\n[Background processes were killed: on this sandbox nothing outlives the call]\n"))
+		s.removeLog()
+	case len(s.seen) > 0:
+		s.out([]byte("\n[Background processes are still running; their output goes to " + s.logPath + "]\n"))
+	default:
+		s.removeLog()
+	}
+	if kind == "timeout" {
+		status = bashproto.TimeoutExitCode
+	}
+	s.out(fmt.Appendf(nil, "__OMA_TERMINAL__:%s:%s:%d\n", s.secret, kind, status))
+	return status
+}
+
+func (s *supervision) killed() bool {
+	select {
+	case <-s.call.Killed:
+		return true
+	case <-s.abort:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitStatus is the shell's $? for a process: 128 + a killing signal.
+func waitStatus(st *os.ProcessState) int {
+	ws := st.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
+}
+
+// startCommand starts the command's bash as the perl supervisor does: in
+// its own session, as the call's user, in the workdir, with the command
+// text on its stdin (it reads it all, then takes /dev/null), its stdout and
+// stderr appended to the log and the call's id in its environment.
+// exited closes once it has been waited for.
+func (s *supervision) startCommand(command string, exited chan<- struct{}) error {
+	textR, textW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	cmd := &exec.Cmd{
+		Path:        "/bin/bash",
+		Args:        []string{"/bin/bash", "-c", bashproto.CommandReader, "bash"},
+		Stdin:       textR,
+		Stdout:      s.log,
+		Stderr:      s.log,
+		SysProcAttr: s.call.ProcAttr(true),
+	}
+	err = startInWorkdir(cmd, s.call.Workdir, func(pwd string) []string {
+		return commandEnv(s.call.Env, pwd, s.args.id)
+	})
+	textR.Close()
+	if err != nil {
+		textW.Close()
+		return err
+	}
+	start := procStart(cmd.Process.Pid)
+	inFlight.Lock() // other supervisors read them
+	s.cmd, s.start = cmd, start
+	inFlight.Unlock()
+	var feeding sync.WaitGroup
+	feeding.Add(1)
+	go func() {
+		// A command that dies unread breaks the pipe: the write fails.
+		defer feeding.Done()
+		_, _ = io.WriteString(textW, command+"\n")
+		textW.Close()
+	}()
+	go func() {
+		_ = cmd.Wait()
+		feeding.Wait()
+		close(exited)
+	}()
+	return nil
+}
+
+// startInWorkdir starts cmd in dir entered by the agent, as startIn does
+// for a script: the perl supervisor's command inherits the directory the
+// agent entered for the script, even one its user cannot search. env gets
+// the directory's path as the shell that ran the script saw it.
+func startInWorkdir(cmd *exec.Cmd, dir string, env func(pwd string) []string) error {
+	startMu.Lock()
+	defer startMu.Unlock()
+	home, err := unix.Open(".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(home)
+	if err := unix.Chdir(dir); err != nil {
+		return fmt.Errorf("entering %s: %w", dir, err)
+	}
+	defer unix.Fchdir(home) //nolint:errcheck // nothing in the agent uses relative paths
+	cmd.Env = env(shellPWD(cmd.Env))
+	return cmd.Start()
+}
+
+// shellPWD is what bash sets PWD to in the current directory: the
+// inherited PWD when it names this directory, else its real path.
+func shellPWD(env []string) string {
+	var here, there unix.Stat_t
+	for _, kv := range env {
+		if p, ok := strings.CutPrefix(kv, "PWD="); ok && strings.HasPrefix(p, "/") {
+			if unix.Stat(".", &here) == nil && unix.Stat(p, &there) == nil && here.Dev == there.Dev && here.Ino == there.Ino {
+				return p
+			}
+		}
+	}
+	wd, _ := unix.Getwd()
+	return wd
+}
+
+// commandEnv is the environment the perl supervisor's command gets: the
+// agent's as the script's bash passes it on (its PWD, SHLVL as bash leaves
+// it after an exec), with the call's id as bashproto.OwnerEnv.
+func commandEnv(base []string, pwd, id string) []string {
+	env := make([]string, 0, len(base)+3)
+	shlvl := "0"
+	for _, kv := range base {
+		name, val, _ := strings.Cut(kv, "=")
+		switch name {
+		case "PWD", bashproto.OwnerEnv:
+			continue
+		case "SHLVL":
+			// bash adds one when it starts and takes it back when it execs.
+			if n, err := strconv.Atoi(val); err == nil && n >= 0 && n < 999 {
+				shlvl = strconv.Itoa(n)
+			}
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, "PWD="+pwd, "SHLVL="+shlvl, bashproto.OwnerEnv+"="+id)
+}
+
+// relayLoop relays the log while the command runs, until stop closes.
+func (s *supervision) relayLoop(stop <-chan struct{}) {
+	poll := time.NewTicker(relayPoll)
+	defer poll.Stop()
+	for {
+		s.relay()
+		select {
+		case <-stop:
+			return
+		case <-poll.C:
+		}
+	}
+}
+
+// relay copies the log to stdout up to its size now: a command that writes
+// as fast as it is read cannot keep the supervisor from its other work.
+// Once the command is killed nothing more is relayed.
+func (s *supervision) relay() {
+	var st unix.Stat_t
+	if unix.Fstat(int(s.logReader.Fd()), &st) != nil {
+		return
+	}
+	buf := make([]byte, 64<<10)
+	for !s.cut.Load() && s.relayed < st.Size {
+		n, err := s.logReader.Read(buf[:min(int64(len(buf)), st.Size-s.relayed)])
+		if n == 0 || err != nil {
+			return
+		}
+		s.relayed += int64(n)
+		s.lines += int64(strings.Count(string(buf[:n]), "\n"))
+		if s.cut.Load() {
+			return
+		}
+		s.out(buf[:n])
+	}
+}
+
+// keep copies the whole log to the kept copy, as the call's user, or says
+// it could not. The copy is created exclusively, non-blocking: a FIFO or a
+// symlink planted at its name fails it instead of being opened or followed.
+func (s *supervision) keep() {
+	kept := s.args.keptdir + "/" + s.args.id + ".log"
+	err := asUser(s.call.User, func() error {
+		if !mkdirs(s.args.keptdir, 0o777) {
+			return errors.New("no directory")
+		}
+		k, err := openFile(kept, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NONBLOCK, 0o666)
+		if err != nil {
+			return err
+		}
+		defer k.Close()
+		_, err = io.Copy(k, io.NewSectionReader(s.logReader, 0, 1<<62))
+		return err
+	})
+	if err != nil {
+		s.out([]byte("\n[The full output could not be saved to " + kept + "]\n"))
+	}
+}
+
+// removeLog removes the log's path, as the call's user.
+func (s *supervision) removeLog() {
+	_ = asUser(s.call.User, func() error { return unix.Unlink(s.logPath) })
+}

@@ -1,0 +1,447 @@
+//go:build linux
+
+package guestagent
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/oma-sandbox/oma-sandbox/bashproto"
+)
+
+// procStat is what the supervisor reads of a live process.
+type procStat struct {
+	ppid, pgrp, sid int
+	start           uint64 // clock ticks since boot: with the pid, names it
+}
+
+// procTable is every live process (zombies left out) by pid.
+type procTable map[int]procStat
+
+// scanProcs reads every process's parent, group, session and start time.
+func scanProcs() procTable {
+	ps := procTable{}
+	d, err := os.Open("/proc")
+	if err != nil {
+		return ps
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	for _, name := range names {
+		pid, err := strconv.Atoi(name)
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if st, ok := readStat(pid); ok {
+			ps[pid] = st
+		}
+	}
+	return ps
+}
+
+// readStat reads a live process's stat; false for a zombie or none.
+func readStat(pid int) (procStat, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, false
+	}
+	// pid (comm) state ppid pgrp session ... starttime (the 22nd field);
+	// comm may hold spaces and parens.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return procStat{}, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 || f[0] == "Z" {
+		return procStat{}, false
+	}
+	ppid, err1 := strconv.Atoi(f[1])
+	pgrp, err2 := strconv.Atoi(f[2])
+	sid, err3 := strconv.Atoi(f[3])
+	start, err4 := strconv.ParseUint(f[19], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
+		return procStat{}, false
+	}
+	return procStat{ppid, pgrp, sid, start}, true
+}
+
+func procStart(pid int) uint64 {
+	st, _ := readStat(pid)
+	return st.start
+}
+
+// tree is the live processes at and below roots, with their start times.
+// It never takes init or the agent itself.
+func tree(ps procTable, roots []int) map[int]uint64 {
+	children := map[int][]int{}
+	for pid, p := range ps {
+		children[p.ppid] = append(children[p.ppid], pid)
+	}
+	found := map[int]uint64{}
+	self := os.Getpid()
+	for q := roots; len(q) > 0; {
+		pid := q[0]
+		q = q[1:]
+		p, live := ps[pid]
+		if pid == 1 || pid == self || !live {
+			continue
+		}
+		if _, ok := found[pid]; ok {
+			continue
+		}
+		found[pid] = p.start
+		q = append(q, children[pid]...)
+	}
+	return found
+}
+
+// commandPid is the command's pid while it names the command, else 0.
+func (s *supervision) commandPid(ps procTable) int {
+	if s.cmd == nil {
+		return 0
+	}
+	if p, ok := ps[s.cmd.Process.Pid]; ok && p.start == s.start {
+		return s.cmd.Process.Pid
+	}
+	return 0
+}
+
+// roots are the command, every recorded process still alive, and the
+// orphans the agent adopted for this call.
+func (s *supervision) roots(ps procTable) []int {
+	var r []int
+	if pid := s.commandPid(ps); pid != 0 {
+		r = append(r, pid)
+	}
+	for pid, start := range s.seen {
+		if p, ok := ps[pid]; ok && p.start == start {
+			r = append(r, pid)
+		}
+	}
+	return append(r, s.adoptedBy(ps)...)
+}
+
+// track records the command's processes.
+func (s *supervision) track() {
+	ps := scanProcs()
+	s.seen = tree(ps, s.roots(ps))
+}
+
+// adoptedBy lists the agent's adopted children (those os/exec did not
+// start) that count for this call: started once its command had, and not
+// claimed by another call in flight (its tag, or its session or group
+// being that call's command's). The perl supervisor, one per call, takes
+// all of its children; the agent serves other calls, whose orphans it
+// adopts too, and keeps those of ended calls.
+func (s *supervision) adoptedBy(ps procTable) []int {
+	if !s.reaper || s.start == 0 {
+		return nil
+	}
+	kids := adoptedChildren()
+	if len(kids) == 0 {
+		return nil
+	}
+	var others []*supervision
+	inFlight.Lock()
+	for o := range inFlight.calls {
+		if o != s && o.start != 0 {
+			others = append(others, o)
+		}
+	}
+	inFlight.Unlock()
+	var mine []int
+	for _, pid := range kids {
+		p, ok := ps[pid]
+		if !ok || p.start < s.start {
+			continue
+		}
+		tag, tagged := ownerTag(pid)
+		claimed := false
+		for _, o := range others {
+			opid := o.cmd.Process.Pid
+			if (tagged && tag == o.args.id) || p.sid == opid || p.pgrp == opid {
+				claimed = true
+			}
+		}
+		if !claimed || (tagged && tag == s.args.id) {
+			mine = append(mine, pid)
+		}
+	}
+	return mine
+}
+
+// ownerTag reads a process's bashproto.OwnerEnv.
+func ownerTag(pid int) (string, bool) {
+	env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return "", false
+	}
+	for kv := range bytes.SplitSeq(env, []byte{0}) {
+		if v, ok := bytes.CutPrefix(kv, []byte(bashproto.OwnerEnv+"=")); ok {
+			return string(v), true
+		}
+	}
+	return "", false
+}
+
+// tagged lists the processes whose environment tags them with call id.
+func tagged(id string) []int {
+	want := []byte("\x00" + bashproto.OwnerEnv + "=" + id + "\x00")
+	self := os.Getpid()
+	var pids []int
+	d, err := os.Open("/proc")
+	if err != nil {
+		return nil
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	for _, name := range names {
+		pid, err := strconv.Atoi(name)
+		if err != nil || pid <= 1 || pid == self {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + name + "/environ")
+		if err == nil && bytes.Contains(append([]byte{0}, env...), want) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// killTree stops every process it can attribute to the command, again
+// until no new one appears (so none forks away between a scan and the
+// kill), then kills them all: the tree below the command, below every
+// recorded process and below the orphans adopted for the call, the
+// command's session and group, and every process tagged with the call's
+// id. It waits, a second at most, for them to be gone, so that none is
+// taken for a background process at the end.
+func (s *supervision) killTree() {
+	stopped := map[int]bool{}
+	signal := func(pid int, sig syscall.Signal) {
+		if s.cmd != nil && pid == s.cmd.Process.Pid {
+			_ = s.cmd.Process.Signal(sig) // through its pidfd: never a reused pid
+			return
+		}
+		_ = syscall.Kill(pid, sig)
+	}
+	for range 20 {
+		ps := scanProcs()
+		roots := s.roots(ps)
+		if cmd := s.commandPid(ps); cmd != 0 {
+			for pid, p := range ps {
+				if p.pgrp == cmd || p.sid == cmd {
+					roots = append(roots, pid)
+				}
+			}
+		}
+		roots = append(roots, tagged(s.args.id)...)
+		n := 0
+		for pid := range tree(ps, roots) {
+			if !stopped[pid] {
+				signal(pid, syscall.SIGSTOP)
+				stopped[pid] = true
+				n++
+			}
+		}
+		if n == 0 {
+			break
+		}
+	}
+	for pid := range stopped {
+		signal(pid, syscall.SIGKILL)
+	}
+	for range 100 {
+		if s.reaper {
+			reapAdopted()
+		}
+		alive := false
+		for pid := range stopped {
+			if _, ok := readStat(pid); ok {
+				alive = true
+				break
+			}
+		}
+		if !alive {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// inFlight are the supervisors running in this agent.
+var inFlight = struct {
+	sync.Mutex
+	calls map[*supervision]struct{}
+}{calls: map[*supervision]struct{}{}}
+
+func register(s *supervision) {
+	inFlight.Lock()
+	defer inFlight.Unlock()
+	inFlight.calls[s] = struct{}{}
+}
+
+func unregister(s *supervision) {
+	inFlight.Lock()
+	defer inFlight.Unlock()
+	delete(inFlight.calls, s)
+}
+
+// supervisorsOf lists the supervisors in flight of call id.
+func supervisorsOf(id string) []*supervision {
+	inFlight.Lock()
+	defer inFlight.Unlock()
+	var sups []*supervision
+	for s := range inFlight.calls {
+		if s.args.id == id {
+			sups = append(sups, s)
+		}
+	}
+	return sups
+}
+
+// The agent is a child subreaper while a supervisor runs, as the perl
+// supervisor is: a process that double-forks out of a command's tree is
+// reparented to the agent instead of init, and a kill or the end of the
+// call finds it. Orphans it adopts are reaped by the supervisors (each
+// tick, and before a command starts); one that ends while no supervisor
+// runs stays a zombie until the next one starts.
+var subreaper struct {
+	sync.Mutex
+	calls int
+}
+
+// pidfdsWork tells whether os/exec holds a pidfd for each child it starts
+// (Linux 5.4 and later): that is how the agent tells an adopted orphan,
+// which it may reap, from a child os/exec will wait for.
+var pidfdsWork = sync.OnceValue(func() bool {
+	fd, err := unix.PidfdOpen(os.Getpid(), 0)
+	if err != nil {
+		return false
+	}
+	unix.Close(fd)
+	return true
+})
+
+// enterSubreaper makes the agent a child subreaper for one more call;
+// false when it cannot be one (then nothing is adopted).
+func enterSubreaper() bool {
+	if !pidfdsWork() {
+		return false
+	}
+	subreaper.Lock()
+	defer subreaper.Unlock()
+	if subreaper.calls == 0 && unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != nil {
+		return false
+	}
+	subreaper.calls++
+	return true
+}
+
+func leaveSubreaper() {
+	subreaper.Lock()
+	defer subreaper.Unlock()
+	if subreaper.calls--; subreaper.calls == 0 {
+		_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+	}
+}
+
+// children lists the agent's children, zombies included.
+func children() []int {
+	d, err := os.Open("/proc/self/task")
+	if err != nil {
+		return nil
+	}
+	defer d.Close()
+	tasks, _ := d.Readdirnames(-1)
+	var pids []int
+	for _, t := range tasks {
+		b, err := os.ReadFile("/proc/self/task/" + t + "/children")
+		if err != nil {
+			continue
+		}
+		for f := range strings.FieldsSeq(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
+}
+
+// startedHere lists the pids of the processes the agent holds a pidfd
+// for: the children os/exec started and has not reaped yet. os/exec
+// creates each one's pidfd with the process, before it first runs.
+func startedHere() map[int]bool {
+	pids := map[int]bool{}
+	d, err := os.Open("/proc/self/fd")
+	if err != nil {
+		return pids
+	}
+	defer d.Close()
+	fds, _ := d.Readdirnames(-1)
+	for _, fd := range fds {
+		if link, err := os.Readlink("/proc/self/fd/" + fd); err != nil || link != "anon_inode:[pidfd]" {
+			continue
+		}
+		info, err := os.ReadFile("/proc/self/fdinfo/" + fd)
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(info)) {
+			if v, ok := strings.CutPrefix(line, "Pid:"); ok {
+				if pid, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+					pids[pid] = true
+				}
+			}
+		}
+	}
+	return pids
+}
+
+// adoptedChildren lists the agent's live children that os/exec did not
+// start: orphans it adopted.
+func adoptedChildren() []int {
+	kids := children()
+	if len(kids) == 0 {
+		return nil
+	}
+	mine := startedHere()
+	var adopted []int
+	for _, pid := range kids {
+		if !mine[pid] {
+			if _, live := readStat(pid); live {
+				adopted = append(adopted, pid)
+			}
+		}
+	}
+	return adopted
+}
+
+// reapAdopted reaps the adopted orphans that have ended; never a child
+// os/exec started, which its Wait reaps. A zombie holds its pid, so the
+// one waited for is the one found.
+func reapAdopted() {
+	var zombies []int
+	for _, pid := range children() {
+		if _, live := readStat(pid); !live {
+			zombies = append(zombies, pid)
+		}
+	}
+	if len(zombies) == 0 {
+		return
+	}
+	mine := startedHere()
+	for _, pid := range zombies {
+		if !mine[pid] {
+			var ws unix.WaitStatus
+			_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+		}
+	}
+}
