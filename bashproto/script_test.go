@@ -434,11 +434,38 @@ func TestScriptKeepsLongLog(t *testing.T) {
 	})
 }
 
-func TestKillScript(t *testing.T) {
+// killer runs KillScript, or the agent's builtin that does its work.
+type killer func(t *testing.T, id string) (stderr []byte, code int)
+
+func killByScript(t *testing.T, id string) ([]byte, int) {
+	kill, args := KillScript(id)
+	_, stderr, code := run(t, kill, args, nil)
+	return stderr, code
+}
+
+func killByBuiltin(t *testing.T, id string) ([]byte, int) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the guest agent is linux-only")
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(agenttest.AgentBinary(t), "builtin", agentwire.BuiltinBashKill, id)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	code := exitCode(t, cmd.Run())
+	assert.Empty(t, stdout.String())
+	return stderr.Bytes(), code
+}
+
+func TestKillScript(t *testing.T) { testKill(t, killByScript) }
+
+// The agent's bash-kill builtin finds a script supervisor as the kill
+// script does (its own supervisors: guestagent's TestBashKillWaits).
+func TestKillBuiltin(t *testing.T) { testKill(t, killByBuiltin) }
+
+func testKill(t *testing.T, kill killer) {
 	requireSupported(t)
 	forEachSupervisor(t, func(t *testing.T) {
 		if variant(t) == "builtin" {
-			t.Skip("the agent is the builtin's supervisor: a kill frame or its bash-kill builtin reaches it (guestagent's TestBashSupervisorKilled)")
+			t.Skip("the agent is the builtin's supervisor: a kill frame or its bash-kill builtin in the same agent reaches it (guestagent's TestBashSupervisorKilled, TestBashKillWaits)")
 		}
 		work := t.TempDir()
 		pids := filepath.Join(work, "pids")
@@ -456,8 +483,7 @@ func TestKillScript(t *testing.T) {
 			return err == nil && derr == nil && len(strings.Fields(string(data))) == 2
 		}, 5*time.Second, 10*time.Millisecond)
 
-		kill, killArgs := KillScript(c.ID)
-		_, kstderr, kcode := run(t, kill, killArgs, nil)
+		kstderr, kcode := kill(t, c.ID)
 		assert.Equal(t, 0, kcode, "stderr: %s", kstderr)
 		code := exitCode(t, cmd.Wait())
 		assert.Equal(t, TimeoutExitCode, code)
@@ -475,6 +501,11 @@ func TestKillScript(t *testing.T) {
 // Without a supervisor (it was killed) the kill script still ends what
 // carries the call's tag, and returns promptly when nothing does.
 func TestKillScriptWithoutSupervisor(t *testing.T) {
+	t.Run("script", func(t *testing.T) { testKillWithoutSupervisor(t, killByScript) })
+	t.Run("builtin", func(t *testing.T) { testKillWithoutSupervisor(t, killByBuiltin) })
+}
+
+func testKillWithoutSupervisor(t *testing.T, kill killer) {
 	requireSupported(t)
 	c := NewCall()
 	tagged := exec.Command("sleep", "100")
@@ -485,8 +516,7 @@ func TestKillScriptWithoutSupervisor(t *testing.T) {
 	exited := make(chan error, 1)
 	go func() { exited <- tagged.Wait() }()
 
-	kill, args := KillScript(c.ID)
-	_, stderr, code := run(t, kill, args, nil)
+	stderr, code := kill(t, c.ID)
 	assert.Equal(t, 0, code, "stderr: %s", stderr)
 	select {
 	case <-exited:
@@ -495,7 +525,7 @@ func TestKillScriptWithoutSupervisor(t *testing.T) {
 	}
 
 	began := time.Now()
-	_, stderr, code = run(t, kill, args, nil)
+	stderr, code = kill(t, c.ID)
 	assert.Equal(t, 0, code, "stderr: %s", stderr)
 	assert.Less(t, time.Since(began), 3*time.Second)
 }

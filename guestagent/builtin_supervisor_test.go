@@ -1,0 +1,281 @@
+//go:build linux
+
+package guestagent
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
+	"github.com/oma-sandbox/oma-sandbox/bashproto"
+)
+
+// agentHost drives a Server in this process frame by frame.
+type agentHost struct {
+	t      *testing.T
+	in     *io.PipeWriter
+	frames chan agentwire.Frame
+	served chan error
+	out    map[uint64]string
+	exits  map[uint64]*agentwire.Exit
+}
+
+func startAgentHost(t *testing.T) *agentHost {
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	h := &agentHost{t: t, in: inW, frames: make(chan agentwire.Frame, 1024), served: make(chan error, 1),
+		out: map[uint64]string{}, exits: map[uint64]*agentwire.Exit{}}
+	s := &Server{In: inR, Out: outW, DefaultWorkdir: t.TempDir(), Etc: "/etc", Shell: "/bin/bash"}
+	go func() {
+		h.served <- s.Serve()
+		outW.Close()
+	}()
+	go func() {
+		defer close(h.frames)
+		r := agentwire.NewGuestReader(outR)
+		for {
+			f, err := r.Read()
+			if err != nil {
+				return
+			}
+			h.frames <- f
+		}
+	}()
+	t.Cleanup(func() {
+		inW.Close()
+		select {
+		case err := <-h.served:
+			assert.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			t.Error("Serve did not return")
+		}
+		inR.Close()
+		for range h.frames {
+		}
+	})
+	return h
+}
+
+func (h *agentHost) send(f agentwire.Frame) {
+	h.t.Helper()
+	b, err := agentwire.Append(nil, f)
+	require.NoError(h.t, err)
+	_, err = h.in.Write(b)
+	require.NoError(h.t, err)
+}
+
+// supervise starts call id as the bash-supervisor builtin running command
+// for bashproto call c, with logs in dir.
+func (h *agentHost) supervise(id uint64, c bashproto.Call, command string, secs time.Duration, dir string, run agentwire.Run) {
+	h.t.Helper()
+	_, args, stdin := bashproto.Script(c, command, secs, bashproto.Logs{Live: dir + "/live", Kept: dir + "/kept"},
+		bashproto.Limits{MaxLines: 2000, MaxBytes: 50 << 10})
+	run.ID, run.Builtin, run.Stdin = id, agentwire.BuiltinBashSupervisor, true
+	if run.MaxOutput == 0 {
+		run.MaxOutput = 1 << 20
+	}
+	for _, a := range args {
+		run.Args = append(run.Args, []byte(a))
+	}
+	h.send(&run)
+	h.send(&agentwire.Stdin{ID: id, Data: stdin})
+	h.send(&agentwire.EOF{ID: id})
+}
+
+// wait reads frames until call id's exit and returns its output.
+func (h *agentHost) wait(id uint64) (string, *agentwire.Exit) {
+	h.t.Helper()
+	deadline := time.After(15 * time.Second)
+	for h.exits[id] == nil {
+		select {
+		case f, ok := <-h.frames:
+			require.True(h.t, ok, "the agent ended before call %d did", id)
+			switch f := f.(type) {
+			case *agentwire.Out:
+				h.out[f.ID] += string(f.Data)
+			case *agentwire.Exit:
+				h.exits[f.ID] = f
+			case *agentwire.Ack:
+			}
+		case <-deadline:
+			h.t.Fatalf("call %d did not end", id)
+		}
+	}
+	return h.out[id], h.exits[id]
+}
+
+// liveProcess reports whether pid is a process that is not a zombie.
+func liveProcess(pid int) bool {
+	_, ok := readStat(pid)
+	return ok
+}
+
+// waitForPids waits for file to list n pids and returns them.
+func waitForPids(t *testing.T, file string, n int) []int {
+	t.Helper()
+	var pids []int
+	require.Eventually(t, func() bool {
+		data, _ := os.ReadFile(file)
+		pids = pids[:0]
+		for f := range strings.FieldsSeq(string(data)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+		return len(pids) >= n && strings.HasSuffix(string(data), "\n")
+	}, 10*time.Second, 10*time.Millisecond, "%s", file)
+	t.Cleanup(func() {
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	return pids
+}
+
+// treeCommand starts, under the command, a setsid loop, a daemon that
+// double-forks away without the owner tag, and a plain grandchild, and
+// writes their pids and its own to $PIDS.
+const treeCommand = `setsid bash -c 'echo $$ >> "$PIDS"; while :; do sleep 0.05; done' &
+(env -u ` + bashproto.OwnerEnv + ` setsid bash -c 'echo $$ >> "$PIDS"; exec sleep 100' &)
+(sleep 100 & echo $! >> "$PIDS"; wait) &
+echo $$ >> "$PIDS"; echo started; `
+
+// A kill frame, the agent's guest timer and the output cap each end the
+// supervisor at once, with every process of the command killed, the
+// double-forked daemon too: the agent adopted it.
+func TestBashSupervisorKilled(t *testing.T) {
+	for _, tc := range []struct {
+		name, tail string
+		run        agentwire.Run
+		kill       bool
+		check      func(t *testing.T, out string, exit *agentwire.Exit, c bashproto.Call)
+	}{
+		{name: "kill frame", tail: "sleep 100", kill: true, check: func(t *testing.T, out string, exit *agentwire.Exit, c bashproto.Call) {
+			assert.Equal(t, "__OMA_DISPATCHED__:"+c.Secret+"\nstarted\n__OMA_TERMINAL__:"+c.Secret+":exit:137\n", out)
+			assert.Equal(t, 137, exit.Code)
+			assert.False(t, exit.TimedOut)
+		}},
+		{name: "guest timer", tail: "sleep 100", run: agentwire.Run{TimeoutMS: 1500}, check: func(t *testing.T, out string, exit *agentwire.Exit, c bashproto.Call) {
+			assert.True(t, strings.HasSuffix(out, "started\n__OMA_TERMINAL__:"+c.Secret+":exit:137\n"), "%q", out)
+			assert.True(t, exit.TimedOut)
+		}},
+		{name: "output cap", tail: "sleep 0.3; yes; sleep 100", run: agentwire.Run{MaxOutput: 300 << 10}, check: func(t *testing.T, out string, exit *agentwire.Exit, c bashproto.Call) {
+			assert.Len(t, out, 300<<10)
+			assert.True(t, exit.Overflow)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			pidFile := filepath.Join(dir, "pids")
+			t.Setenv("PIDS", pidFile)
+			h := startAgentHost(t)
+			c := bashproto.NewCall()
+			began := time.Now()
+			h.supervise(1, c, treeCommand+tc.tail, time.Minute, dir, tc.run)
+			pids := waitForPids(t, pidFile, 4)
+			if tc.kill {
+				h.send(&agentwire.Kill{ID: 1})
+			}
+			out, exit := h.wait(1)
+			assert.Less(t, time.Since(began), 8*time.Second)
+			tc.check(t, out, exit, c)
+			for _, pid := range pids {
+				assert.False(t, liveProcess(pid), "pid %d survived", pid)
+			}
+		})
+	}
+}
+
+// A stdin that never ends does not hold a killed supervisor.
+func TestBashSupervisorKilledReadingStdin(t *testing.T) {
+	h := startAgentHost(t)
+	_, args, _ := bashproto.Script(bashproto.NewCall(), "true", time.Minute, bashproto.LogsIn(t.TempDir()), bashproto.Limits{MaxLines: 1, MaxBytes: 1})
+	run := &agentwire.Run{ID: 1, Builtin: agentwire.BuiltinBashSupervisor, Stdin: true, MaxOutput: 1 << 20}
+	for _, a := range args {
+		run.Args = append(run.Args, []byte(a))
+	}
+	h.send(run)
+	h.send(&agentwire.Stdin{ID: 1, Data: []byte("abc")})
+	time.Sleep(100 * time.Millisecond)
+	h.send(&agentwire.Kill{ID: 1})
+	out, exit := h.wait(1)
+	assert.Empty(t, out)
+	assert.Equal(t, bashproto.TimeoutExitCode, exit.Code)
+}
+
+// bash-kill asks the agent's own supervisor of the call to kill and returns
+// once it has ended, so the host's cleanup after an abort (a kill frame,
+// then bash-kill) ends with nothing of the command left, not even the
+// daemon that only the supervisor can find.
+func TestBashKillWaits(t *testing.T) {
+	for _, frame := range []bool{true, false} {
+		t.Run("kill frame "+strconv.FormatBool(frame), func(t *testing.T) {
+			dir := t.TempDir()
+			pidFile := filepath.Join(dir, "pids")
+			t.Setenv("PIDS", pidFile)
+			h := startAgentHost(t)
+			c := bashproto.NewCall()
+			h.supervise(1, c, treeCommand+"sleep 100", time.Minute, dir, agentwire.Run{})
+			pids := waitForPids(t, pidFile, 4)
+			if frame {
+				h.send(&agentwire.Kill{ID: 1})
+			}
+			h.send(&agentwire.Run{ID: 2, Builtin: agentwire.BuiltinBashKill, Args: [][]byte{[]byte(c.ID)}, MaxOutput: 1 << 20})
+			out, exit := h.wait(2)
+			assert.Equal(t, 0, exit.Code, out)
+			for _, pid := range pids {
+				assert.False(t, liveProcess(pid), "pid %d survived the kill", pid)
+			}
+			out, exit = h.wait(1)
+			assert.Equal(t, 137, exit.Code)
+			assert.True(t, strings.HasSuffix(out, ":exit:137\n"), "%q", out)
+
+			h.send(&agentwire.Run{ID: 3, Builtin: agentwire.BuiltinBashKill, Args: [][]byte{[]byte("not hex")}, MaxOutput: 1 << 20})
+			out, exit = h.wait(3)
+			assert.Equal(t, 2, exit.Code)
+			assert.Equal(t, `oma-sandbox: malformed bash kill request: ["not hex"]`+"\n", out)
+		})
+	}
+}
+
+// The agent adopts the orphans of every call, but a supervisor's kill
+// takes only its own: an earlier call's background daemon and a daemon
+// another call in flight tagged survive a timeout.
+func TestBashSupervisorSparesOtherCalls(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("PIDS", filepath.Join(dir, "pids"))
+	h := startAgentHost(t)
+
+	earlier := bashproto.NewCall()
+	h.supervise(1, earlier, `(env -u `+bashproto.OwnerEnv+` setsid sleep 100 & echo $! > "$PIDS.earlier")`, time.Minute, dir, agentwire.Run{})
+	out, exit := h.wait(1)
+	require.Equal(t, 0, exit.Code, out)
+	assert.Contains(t, out, "[Background processes are still running;")
+	earlierDaemon := waitForPids(t, filepath.Join(dir, "pids.earlier"), 1)[0]
+
+	concurrent := bashproto.NewCall()
+	h.supervise(2, concurrent, `sleep 0.5; (setsid sleep 100 & echo $! > "$PIDS.concurrent"); sleep 100`, time.Minute, dir, agentwire.Run{})
+	timedOut := bashproto.NewCall()
+	h.supervise(3, timedOut, `(env -u `+bashproto.OwnerEnv+` setsid sleep 100 & echo $! > "$PIDS.timedout"); sleep 100`, time.Second, dir, agentwire.Run{})
+	concurrentDaemon := waitForPids(t, filepath.Join(dir, "pids.concurrent"), 1)[0]
+	ownDaemon := waitForPids(t, filepath.Join(dir, "pids.timedout"), 1)[0]
+	out, _ = h.wait(3)
+	assert.True(t, strings.HasSuffix(out, ":timeout:137\n"), "%q", out)
+	assert.False(t, liveProcess(ownDaemon), "its own daemon survived")
+	assert.True(t, liveProcess(earlierDaemon), "an earlier call's daemon was killed")
+	assert.True(t, liveProcess(concurrentDaemon), "a daemon of the call in flight was killed")
+
+	h.send(&agentwire.Kill{ID: 2})
+	_, exit = h.wait(2)
+	assert.Equal(t, 137, exit.Code)
+	assert.False(t, liveProcess(concurrentDaemon), "its call's kill missed the daemon")
+}
