@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
 	"github.com/oma-sandbox/oma-sandbox/bashproto"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
@@ -94,7 +95,7 @@ func (t *Toolbox) Bash(ctx context.Context, command string, timeout time.Duratio
 	// The supervisor's timer is the real limit; the backend's one is a
 	// backstop two seconds later, and the host deadline follows from it.
 	began := time.Now()
-	res, err := t.sess.Shell(ctx, session.Command{Script: script, Args: scriptArgs}, session.ShellOptions{
+	res, err := t.sess.Shell(ctx, session.Command{Script: script, Args: scriptArgs, Builtin: agentwire.BuiltinBashSupervisor}, session.ShellOptions{
 		Stdin:        bytes.NewReader(stdin),
 		Stdout:       onStdout,
 		GuestTimeout: time.Duration(secs)*time.Second + 2*time.Second,
@@ -176,7 +177,9 @@ func sessionNotes(stderr []byte) []string {
 }
 
 // killBash asks the guest to kill everything the call started: the second
-// round trip, only when the call did not see the command end. A kill cut by
+// round trip, only when the call did not see the command end. On the guest
+// agent's channel, where the agent itself supervised the command, its
+// bash-kill builtin returns once that supervisor has killed everything. A kill cut by
 // the death of the msb backend's guest-agent channel is sent once more (the
 // next Shell reopens the channel or falls back to one exec per call; the
 // kill script is idempotent). When the kill fails nothing proves the
@@ -184,7 +187,7 @@ func sessionNotes(stderr []byte) []string {
 func (t *Toolbox) killBash(ctx context.Context, call bashproto.Call) error {
 	kill, killArgs := bashproto.KillScript(call.ID)
 	send := func() error {
-		res, err := t.sess.Shell(context.WithoutCancel(ctx), session.Command{Script: kill, Args: killArgs},
+		res, err := t.sess.Shell(context.WithoutCancel(ctx), session.Command{Script: kill, Args: killArgs, Builtin: agentwire.BuiltinBashKill},
 			session.ShellOptions{GuestTimeout: 10 * time.Second})
 		if err == nil && res.ExitCode != 0 {
 			err = fmt.Errorf("exit %d: %s", res.ExitCode, strings.TrimSpace(string(clip(res.Stderr))))
