@@ -333,8 +333,13 @@ func (s *supervision) killed() bool {
 	}
 }
 
-// waitStatus is the shell's $? for a process: 128 + a killing signal.
+// waitStatus is the shell's $? for a process: 128 + a killing signal. A
+// wait that failed (nothing else reaps the command) leaves 137, as the
+// perl supervisor leaves it for a command it could not reap.
 func waitStatus(st *os.ProcessState) int {
+	if st == nil {
+		return bashproto.TimeoutExitCode
+	}
 	ws := st.Sys().(syscall.WaitStatus)
 	if ws.Signaled() {
 		return 128 + int(ws.Signal())

@@ -5,6 +5,7 @@ package guestagent
 import (
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -278,4 +279,29 @@ func TestBashSupervisorSparesOtherCalls(t *testing.T) {
 	_, exit = h.wait(2)
 	assert.Equal(t, 137, exit.Code)
 	assert.False(t, liveProcess(concurrentDaemon), "its call's kill missed the daemon")
+}
+
+// The agent reaps the orphans it adopted, and never a child os/exec
+// started: that one's Wait still gets its status.
+func TestReapAdoptedLeavesOsExecChildren(t *testing.T) {
+	if !enterSubreaper() {
+		t.Skip("the agent cannot be a child subreaper here")
+	}
+	defer leaveSubreaper()
+	pidFile := filepath.Join(t.TempDir(), "orphan")
+	// The orphan is reparented to this process and ends as a zombie.
+	require.NoError(t, exec.Command("/bin/bash", "-c", `(sleep 0.05 & echo $! > "$1")`, "bash", pidFile).Run())
+	orphan := waitForPids(t, pidFile, 1)[0]
+	child := exec.Command("/bin/bash", "-c", "exit 7")
+	require.NoError(t, child.Start())
+	require.Eventually(t, func() bool { return !liveProcess(orphan) && !liveProcess(child.Process.Pid) }, 5*time.Second, 10*time.Millisecond)
+	assert.Subset(t, children(), []int{orphan, child.Process.Pid}, "both are zombies of this process")
+
+	reapAdopted()
+	assert.NotContains(t, children(), orphan, "the orphan is reaped")
+	assert.Contains(t, children(), child.Process.Pid, "the child is not")
+	err := child.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	assert.Equal(t, 7, ee.ExitCode())
 }
