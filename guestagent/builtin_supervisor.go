@@ -108,18 +108,25 @@ func bashSupervisor(c *builtinCall) int {
 
 // readAll reads r to its end, or gives up when killed closes: a host that
 // never ends stdin cannot hold the call (the abandoned reader then ends).
+// A kill abandons stdin, which then reads as ended: what was read by then
+// is never taken for the whole request.
 func readAll(r io.Reader, killed <-chan struct{}) ([]byte, bool) {
-	type result struct{ b []byte }
-	got := make(chan result, 1)
+	got := make(chan []byte, 1)
 	go func() {
 		b, _ := io.ReadAll(r)
-		got <- result{b}
+		got <- b
 	}()
+	var in []byte
 	select {
-	case res := <-got:
-		return res.b, true
+	case in = <-got:
 	case <-killed:
 		return nil, false
+	}
+	select {
+	case <-killed:
+		return nil, false
+	default:
+		return in, true
 	}
 }
 
