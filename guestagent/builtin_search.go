@@ -97,7 +97,6 @@ func grepSearch(c *builtinCall) int {
 		return err == nil
 	}
 	if c.ending() {
-		out.release(errCallEnding)
 		return killedStatus
 	}
 	// rg reads a file named on its command line whole, NUL or not: a root

@@ -29,6 +29,17 @@ func TestSearchOwnerEnvs(t *testing.T) {
 	}
 }
 
+// Arguments not the script's count are refused, naming what was wrong.
+func TestSearchBuiltinsArgs(t *testing.T) {
+	for name, fn := range map[string]builtin{agentwire.BuiltinGlobEnumerate: globEnumerate, agentwire.BuiltinGrepSearch: grepSearch} {
+		var stdout, stderr bytes.Buffer
+		c := &builtinCall{Args: []string{"token", "/"}, Stdout: &stdout, Stderr: &stderr}
+		if code := fn(c); code != 2 || stdout.Len() > 0 || !strings.Contains(stderr.String(), name+": 2 arguments, want ") {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q", name, code, stdout.String(), stderr.String())
+		}
+	}
+}
+
 func needSearchTools(t *testing.T) {
 	t.Helper()
 	for _, tool := range []string{"bash", "find", "rg"} {
