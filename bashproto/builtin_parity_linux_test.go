@@ -30,10 +30,10 @@ type supervisorRun struct {
 // runSupervisor runs Script's supervisor, the perl one or the agent's
 // builtin, for call c in root (its logs under root, its workdir root/work)
 // as cred (nil: this process's user).
-func runSupervisor(t *testing.T, builtin bool, c Call, root string, cred *syscall.Credential, command string, timeout time.Duration, stdin []byte, wait time.Duration) supervisorRun {
+func runSupervisor(t *testing.T, builtin bool, c Call, root string, cred *syscall.Credential, command string, timeout time.Duration, stdin []byte, wait time.Duration, end bool) supervisorRun {
 	t.Helper()
 	logs := Logs{Live: filepath.Join(root, "live"), Kept: filepath.Join(root, "work", KeptLogDirName)}
-	script, args, in := Script(c, command, timeout, logs, Limits{MaxLines: 2000, MaxBytes: 50 << 10})
+	script, args, in := Script(c, command, timeout, logs, Limits{MaxLines: 2000, MaxBytes: 50 << 10, EndBackground: end})
 	if stdin != nil {
 		in = stdin
 	}
@@ -110,6 +110,7 @@ func TestBuiltinSupervisorParity(t *testing.T) {
 		stdin         func(c Call) []byte
 		wait          time.Duration
 		setup         func(root string) error
+		end           bool // background processes are killed at the end
 	}
 	cases := []parityCase{
 		{name: "status and output", command: `echo out; echo err >&2; printf 'no newline'; exit 7`},
@@ -120,6 +121,7 @@ func TestBuiltinSupervisorParity(t *testing.T) {
 		{name: "many short lines", command: `for i in $(seq 2500); do echo; done`},
 		{name: "timeout", command: `echo started; sleep 30`, timeout: time.Second},
 		{name: "background keeps its log", command: `(sleep 0.3; echo late) & echo started`, wait: 600 * time.Millisecond},
+		{name: "background killed", command: `(sleep 0.3; echo late) & (env -u ` + OwnerEnv + ` setsid bash -c 'sleep 0.3; echo daemon' &); echo started`, wait: 600 * time.Millisecond, end: true},
 		{name: "double-forked daemon", command: `(env -u ` + OwnerEnv + ` setsid bash -c 'sleep 0.3; echo daemon' &); echo started`, wait: 600 * time.Millisecond},
 		{name: "symlink at the kept copy", command: `mkdir -p .bash-output && ln -s "$ROOT/precious" ".bash-output/$` + OwnerEnv + `.log"; seq 3000`},
 		{name: "fifo at the kept copy", command: `mkdir -p .bash-output && mkfifo ".bash-output/$` + OwnerEnv + `.log"; seq 3000`},
@@ -153,7 +155,7 @@ func TestBuiltinSupervisorParity(t *testing.T) {
 					if tc.setup != nil {
 						require.NoError(t, tc.setup(root))
 					}
-					runs[i] = runSupervisor(t, builtin, c, root, cred, tc.command, timeout, stdin, tc.wait)
+					runs[i] = runSupervisor(t, builtin, c, root, cred, tc.command, timeout, stdin, tc.wait, tc.end)
 				}
 				perl, agent := runs[0], runs[1]
 				assert.Equal(t, perl.code, agent.code, "status")

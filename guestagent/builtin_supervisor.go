@@ -150,6 +150,7 @@ type supervision struct {
 	done      chan struct{}
 
 	relayed, lines int64       // bytes and newlines relayed
+	buf            []byte      // the relay's
 	cut            atomic.Bool // the command was killed: relay no more
 	dead           bool        // stdout failed: write no more
 	seen           map[int]uint64
@@ -252,7 +253,6 @@ func (s *supervision) run(command string) int {
 	} else if err := s.startCommand(command, exited); err != nil {
 		// As the perl supervisor's child that cannot exec: said in the log.
 		fmt.Fprintf(s.log, "oma-sandbox: cannot run /bin/bash: %v\n", err)
-		s.cmd = nil
 		close(exited)
 		status = 127
 	}
@@ -307,7 +307,9 @@ loop:
 	if s.reaper {
 		reapAdopted()
 	}
-	if !s.reaper || len(s.adoptedBy(scanProcs())) > 0 {
+	// As perl looks for background processes only when it has a child:
+	// with no adopted child at all, a call that left nothing scans nothing.
+	if !s.reaper || len(adoptedChildren()) > 0 {
 		s.track()
 	} else {
 		s.seen = nil
@@ -480,7 +482,13 @@ func (s *supervision) relay() {
 	if unix.Fstat(int(s.logReader.Fd()), &st) != nil {
 		return
 	}
-	buf := make([]byte, 64<<10)
+	if s.relayed >= st.Size {
+		return
+	}
+	if s.buf == nil {
+		s.buf = make([]byte, 64<<10)
+	}
+	buf := s.buf
 	for !s.cut.Load() && s.relayed < st.Size {
 		n, err := s.logReader.Read(buf[:min(int64(len(buf)), st.Size-s.relayed)])
 		if n == 0 || err != nil {
