@@ -21,7 +21,7 @@ import (
 
 // The tags of their processes: glob.OwnerEnv and grep.OwnerEnv, spelled
 // here because importing those packages would bring their token maker's
-// uuid, crypto and net into the agent (280 KiB). The tests hold them equal.
+// uuid, crypto and net into the agent (about 270 KiB). The tests hold them equal.
 const (
 	globOwnerEnv = "OMA_GLOB_OWNER"
 	grepOwnerEnv = "OMA_GREP_OWNER"
