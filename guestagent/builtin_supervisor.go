@@ -214,11 +214,7 @@ func parentDir(dir string) string {
 	if i < 0 {
 		return ""
 	}
-	up := strings.TrimRight(d[:i], "/")
-	if up == "" {
-		return ""
-	}
-	return up
+	return strings.TrimRight(d[:i], "/")
 }
 
 // out writes a line of the supervisor's own to stdout.

@@ -305,3 +305,19 @@ func TestReapAdoptedLeavesOsExecChildren(t *testing.T) {
 	require.ErrorAs(t, err, &ee)
 	assert.Equal(t, 7, ee.ExitCode())
 }
+
+// parentDir reads a path as the perl supervisor's mkdirs does: the parent
+// of its last component, none for one component or a child of /.
+func TestParentDir(t *testing.T) {
+	for dir, want := range map[string]string{
+		"/tmp/oma-bash": "/tmp",
+		"/a//b/c//":     "/a//b",
+		"/a":            "",
+		"//a/":          "",
+		"a":             "",
+		"a/b":           "a",
+		"/":             "",
+	} {
+		assert.Equal(t, want, parentDir(dir), dir)
+	}
+}
