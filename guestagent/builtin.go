@@ -33,6 +33,7 @@ var builtins = map[string]builtin{
 	agentwire.BuiltinGrepSearch:     grepSearch,
 	agentwire.BuiltinBashSupervisor: bashSupervisor,
 	agentwire.BuiltinBashKill:       bashKill,
+	agentwire.BuiltinRead:           builtinRead,
 }
 
 // BuiltinNames lists the builtins this agent offers, sorted.

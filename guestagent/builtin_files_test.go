@@ -368,3 +368,41 @@ func TestFileBuiltinsBesideScripts(t *testing.T) {
 		}
 	}
 }
+
+// The read builtin acts as the user (root's 0600 file is refused as test -r
+// refuses it) and a FIFO does not stall the agent: with no writer the call
+// waits, as the script's open does, until its kill; a writer's lines are
+// read as a file's.
+func TestReadBuiltinUserAndFIFO(t *testing.T) {
+	ws, _ := nobodyTree(t)
+	must(t, os.WriteFile(filepath.Join(ws, "secret"), []byte("root's\n"), 0o600))
+	fifo := filepath.Join(ws, "fifo")
+	must(t, syscall.Mkfifo(fifo, 0o666))
+	h := startFileHost(t)
+	readArgs := func(path string) []string { return []string{path, "1", "2000", "51200", "shown", "|END"} }
+	if code, out := h.call(1, agentwire.BuiltinRead, "", readArgs(filepath.Join(ws, "secret"))...); code != 3 || out != "2:Permission denied: shown\n" {
+		t.Errorf("root's file: exit %d %q", code, out)
+	}
+
+	h.start(2, agentwire.BuiltinRead, false, readArgs(fifo)...)
+	time.Sleep(200 * time.Millisecond)
+	h.send(&agentwire.Kill{ID: 2})
+	if exit, out := h.wait(2); exit.Code != killedExit || out != "" {
+		t.Errorf("FIFO without a writer: exit %d %q", exit.Code, out)
+	}
+
+	h.start(3, agentwire.BuiltinRead, false, readArgs(fifo)...)
+	time.Sleep(100 * time.Millisecond)
+	// Nonblocking: with no reader any more the open fails, not hangs.
+	w, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+	must(t, err)
+	_, err = w.WriteString("one\ntwo\n")
+	must(t, err)
+	time.Sleep(50 * time.Millisecond)
+	_, err = w.WriteString("three\n")
+	must(t, err)
+	must(t, w.Close())
+	if exit, out := h.wait(3); exit.Code != 0 || out != "1:T 4 3\none\ntwo\nthree\n|END" {
+		t.Errorf("FIFO with a writer: exit %d %q", exit.Code, out)
+	}
+}

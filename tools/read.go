@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
 	"github.com/oma-sandbox/oma-sandbox/bashproto"
 	"github.com/oma-sandbox/oma-sandbox/glob"
 	"github.com/oma-sandbox/oma-sandbox/session"
@@ -119,7 +120,7 @@ func runRead(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error
 	}
 	t.record("read")
 	end := "\n" + glob.NewToken("read-end")
-	res, err := t.shell(ctx, session.Command{Script: readScript, Args: []string{
+	res, err := t.shell(ctx, session.Command{Script: readScript, Builtin: agentwire.BuiltinRead, Args: []string{
 		abs, strconv.FormatInt(offset, 10), strconv.FormatInt(take, 10), strconv.Itoa(readMaxBytes), p, end,
 	}}, session.ShellOptions{MaxOutput: readMaxBytes + 4096})
 	if err != nil {

@@ -49,8 +49,36 @@ func TestReadScriptPerlMatchesCoreutils(t *testing.T) {
 	}
 	require.NoError(t, os.Symlink(perl, filepath.Join(withPerl, "perl")))
 
+	files := readScriptFiles()
+	dir := t.TempDir()
+	for name, content := range files {
+		file := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(file, []byte(content), 0o644))
+		for _, start := range readScriptStarts(content) {
+			for _, take := range []int{1, 3, readMaxLines} {
+				fast, fastCode := runReadScript(t, withPerl, file, start, take)
+				slow, slowCode := runReadScript(t, withoutPerl, file, start, take)
+				assert.Equal(t, slowCode, fastCode, "%s from %d take %d", name, start, take)
+				if !assert.Equal(t, slow, fast, "%s from %d take %d", name, start, take) {
+					return
+				}
+			}
+		}
+	}
+	for _, missing := range []string{filepath.Join(dir, "none"), dir} {
+		fast, fastCode := runReadScript(t, withPerl, missing, 1, 1)
+		slow, slowCode := runReadScript(t, withoutPerl, missing, 1, 1)
+		assert.Equal(t, slowCode, fastCode)
+		assert.Equal(t, slow, fast)
+	}
+}
+
+// readScriptFiles are the shapes of file the read script tests read:
+// empty, no final newline, CRLF, a NUL inside or past the first 8 KiB,
+// lines longer than the byte cap or than perl's reads.
+func readScriptFiles() map[string]string {
 	many := strings.Repeat("a line of text\n", 5000)
-	files := map[string]string{
+	return map[string]string{
 		"empty":       "",
 		"newline":     "\n",
 		"one":         "one",
@@ -67,29 +95,17 @@ func TestReadScriptPerlMatchesCoreutils(t *testing.T) {
 		"many bytes":  strings.Repeat(strings.Repeat("w", 99)+"\n", 2000),
 		"chunk edge":  strings.Repeat("v", 65535) + "\n" + strings.Repeat("u", 65536) + "\nend",
 	}
-	dir := t.TempDir()
-	for name, content := range files {
-		file := filepath.Join(dir, name)
-		require.NoError(t, os.WriteFile(file, []byte(content), 0o644))
-		lines := strings.Count(content, "\n") + 1
-		for _, start := range []int{1, 2, lines - 1, lines, lines + 1} {
-			for _, take := range []int{1, 3, readMaxLines} {
-				if start < 1 {
-					continue
-				}
-				fast, fastCode := runReadScript(t, withPerl, file, start, take)
-				slow, slowCode := runReadScript(t, withoutPerl, file, start, take)
-				assert.Equal(t, slowCode, fastCode, "%s from %d take %d", name, start, take)
-				if !assert.Equal(t, slow, fast, "%s from %d take %d", name, start, take) {
-					return
-				}
-			}
+}
+
+// readScriptStarts are the first lines tried in a file: its start and
+// around its end.
+func readScriptStarts(content string) []int {
+	lines := strings.Count(content, "\n") + 1
+	var starts []int
+	for _, start := range []int{1, 2, lines - 1, lines, lines + 1} {
+		if start >= 1 {
+			starts = append(starts, start)
 		}
 	}
-	for _, missing := range []string{filepath.Join(dir, "none"), dir} {
-		fast, fastCode := runReadScript(t, withPerl, missing, 1, 1)
-		slow, slowCode := runReadScript(t, withoutPerl, missing, 1, 1)
-		assert.Equal(t, slowCode, fastCode)
-		assert.Equal(t, slow, fast)
-	}
+	return starts
 }
