@@ -3,7 +3,6 @@ package tools
 import (
 	"bytes"
 	"context"
-	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -23,15 +22,18 @@ const agentRuns = true
 // directory, given up after half a minute.
 func runBuiltin(t *testing.T, name, stdin string, args ...string) scriptRun {
 	t.Helper()
+	return runBuiltinAs(t, scriptUser(), name, stdin, args...)
+}
+
+// runBuiltinAs is runBuiltin as user (nil: the test's own).
+func runBuiltinAs(t *testing.T, user *syscall.Credential, name, stdin string, args ...string) scriptRun {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, agenttest.AgentBinary(t), append([]string{"builtin", name}, args...)...)
 	cmd.Env = []string{}
 	cmd.Stdin = strings.NewReader(stdin)
-	cmd.SysProcAttr = &syscall.SysProcAttr{}
-	if os.Geteuid() == 0 {
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: nobody, Gid: nobody}
-	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: user}
 	cmd.WaitDelay = time.Second
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

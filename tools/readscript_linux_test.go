@@ -13,9 +13,10 @@ import (
 )
 
 // The agent's read builtin prints what readScript's perl pass prints, run
-// as the same user (nobody when the test is root), for every shape of file
-// and window of TestReadScriptPerlMatchesCoreutils, and for a missing
-// path, a directory, a file the user may not read and links to each.
+// as the same user (nobody and root when the test is root), for every
+// shape of file and window of TestReadScriptPerlMatchesCoreutils, and for
+// a missing path, a directory, a file the user may not read and links to
+// each.
 func TestReadBuiltinMatchesScript(t *testing.T) {
 	withPerl, _ := scriptPaths(t)
 	dir := sharedTempDir(t)
@@ -35,9 +36,11 @@ func TestReadBuiltinMatchesScript(t *testing.T) {
 	compare := func(file string, start, take int) {
 		t.Helper()
 		args := []string{file, strconv.Itoa(start), strconv.Itoa(take), strconv.Itoa(readMaxBytes), "shown", "\nEND"}
-		script := runScript(t, readScript, withPerl, "", args...)
-		builtin := runBuiltin(t, agentwire.BuiltinRead, "", args...)
-		assert.Equal(t, script, builtin, "%s from %d take %d: script (first) and builtin (second) differ", file, start, take)
+		for who, user := range scriptUsers() {
+			script := runScriptAs(t, user, readScript, withPerl, "", args...)
+			builtin := runBuiltinAs(t, user, agentwire.BuiltinRead, "", args...)
+			assert.Equal(t, script, builtin, "%s from %d take %d as %s: script (first) and builtin (second) differ", file, start, take, who)
+		}
 	}
 	for name, content := range files {
 		for _, start := range readScriptStarts(content) {

@@ -82,6 +82,30 @@ type scriptRun struct {
 // that blocks fails the test instead of hanging it.
 func runScript(t *testing.T, script, path, stdin string, args ...string) scriptRun {
 	t.Helper()
+	return runScriptAs(t, scriptUser(), script, path, stdin, args...)
+}
+
+// scriptUser is the user the script tests run a script or builtin as:
+// nobody when the test is root, else the test's own user (nil).
+func scriptUser() *syscall.Credential {
+	if os.Geteuid() == 0 {
+		return &syscall.Credential{Uid: nobody, Gid: nobody}
+	}
+	return nil
+}
+
+// scriptUsers are the users the parity tests compare a script's passes
+// and its builtin as: nobody and root when the test is root.
+func scriptUsers() map[string]*syscall.Credential {
+	if os.Geteuid() == 0 {
+		return map[string]*syscall.Credential{"nobody": scriptUser(), "root": {}}
+	}
+	return map[string]*syscall.Credential{"self": nil}
+}
+
+// runScriptAs is runScript as user (nil: the test's own).
+func runScriptAs(t *testing.T, user *syscall.Credential, script, path, stdin string, args ...string) scriptRun {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "/bin/bash", append([]string{"-c", script, "bash"}, args...)...)
@@ -92,9 +116,7 @@ func runScript(t *testing.T, script, path, stdin string, args ...string) scriptR
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = time.Second
-	if os.Geteuid() == 0 {
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: nobody, Gid: nobody}
-	}
+	cmd.SysProcAttr.Credential = user
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -139,13 +161,17 @@ func treeState(t *testing.T, root string) []string {
 // scriptRunners run a guest script's three ways, each given stdin and
 // args: its perl pass, its coreutils fallback, and, where the guest agent
 // runs, the agent's builtin that stands for it.
-func scriptRunners(t *testing.T, script, builtin, withPerl, withoutPerl string) []func(stdin string, args ...string) scriptRun {
+func scriptRunners(t *testing.T, user *syscall.Credential, script, builtin, withPerl, withoutPerl string) []func(stdin string, args ...string) scriptRun {
 	runners := []func(string, ...string) scriptRun{
-		func(stdin string, args ...string) scriptRun { return runScript(t, script, withPerl, stdin, args...) },
-		func(stdin string, args ...string) scriptRun { return runScript(t, script, withoutPerl, stdin, args...) },
+		func(stdin string, args ...string) scriptRun {
+			return runScriptAs(t, user, script, withPerl, stdin, args...)
+		},
+		func(stdin string, args ...string) scriptRun {
+			return runScriptAs(t, user, script, withoutPerl, stdin, args...)
+		},
 	}
 	if agentRuns {
-		runners = append(runners, func(stdin string, args ...string) scriptRun { return runBuiltin(t, builtin, stdin, args...) })
+		runners = append(runners, func(stdin string, args ...string) scriptRun { return runBuiltinAs(t, user, builtin, stdin, args...) })
 	}
 	return runners
 }
@@ -186,7 +212,8 @@ func scriptTree(t *testing.T, root string) {
 // parent that is a file or a symbolic link loop, links inside and outside
 // the workspace, dangling, looping or growing links, a long chain, a FIFO,
 // a directory, an edit whose original bytes match, differ or were cut
-// short, and directories no file can be made in.
+// short, and directories no file can be made in. The agent's write builtin
+// does the same, each run as nobody and as root when the test is root.
 func TestWriteScriptPerlMatchesCoreutils(t *testing.T) {
 	withPerl, withoutPerl := scriptPaths(t)
 	old := strconv.Itoa(len(oldContent))
@@ -227,32 +254,42 @@ func TestWriteScriptPerlMatchesCoreutils(t *testing.T) {
 		{"proc dir", "/proc/oma-write-test/x.txt", "", ""},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			var results []string
-			for _, run := range scriptRunners(t, writeScript, agentwire.BuiltinWrite, withPerl, withoutPerl) {
-				root := sharedTempDir(t)
-				scriptTree(t, root)
-				ws := filepath.Join(root, "ws")
-				target := c.target
-				if !filepath.IsAbs(target) {
-					target = filepath.Join(ws, target)
-				} else {
-					ws = "/"
+		for who, user := range scriptUsers() {
+			t.Run(c.name+"/"+who, func(t *testing.T) {
+				var results []string
+				for _, run := range scriptRunners(t, user, writeScript, agentwire.BuiltinWrite, withPerl, withoutPerl) {
+					root := sharedTempDir(t)
+					scriptTree(t, root)
+					ws := filepath.Join(root, "ws")
+					target := c.target
+					if !filepath.IsAbs(target) {
+						target = filepath.Join(ws, target)
+					} else {
+						ws = "/"
+					}
+					r := run(c.original+"new content\n", target, c.old, ws, "shown")
+					results = append(results, fmt.Sprintf("exit %d\nstdout %q\nstderr %q\n%s", r.code, r.stdout, strings.ReplaceAll(r.stderr, root, "ROOT"),
+						strings.Join(treeState(t, root), "\n")))
 				}
-				r := run(c.original+"new content\n", target, c.old, ws, "shown")
-				results = append(results, fmt.Sprintf("exit %d\nstdout %q\nstderr %q\n%s", r.code, r.stdout, strings.ReplaceAll(r.stderr, root, "ROOT"),
-					strings.Join(treeState(t, root), "\n")))
-			}
-			assert.Equal(t, results[1], results[0], "perl (first) and coreutils (second) differ")
-			if len(results) > 2 {
-				assert.Equal(t, results[1], results[2], "coreutils (first) and the agent's builtin (second) differ")
-			}
-		})
+				assertRunsAgree(t, results)
+			})
+		}
 	}
 }
 
-// catScript's perl pass and its coreutils fallback print the same bytes on
-// the same streams and exit with the same code for every shape of target.
+// assertRunsAgree holds the runs of scriptRunners to one result: perl's,
+// coreutils' and the builtin's.
+func assertRunsAgree[R any](t *testing.T, results []R) {
+	t.Helper()
+	assert.Equal(t, results[1], results[0], "perl (first) and coreutils (second) differ")
+	if len(results) > 2 {
+		assert.Equal(t, results[0], results[2], "perl (first) and the agent's builtin (second) differ")
+	}
+}
+
+// catScript's perl pass, its coreutils fallback and the agent's cat builtin
+// print the same bytes on the same streams and exit with the same code for
+// every shape of target, as nobody and as root when the test is root.
 func TestCatScriptPerlMatchesCoreutils(t *testing.T) {
 	withPerl, withoutPerl := scriptPaths(t)
 	root := sharedTempDir(t)
@@ -261,15 +298,14 @@ func TestCatScriptPerlMatchesCoreutils(t *testing.T) {
 	for _, target := range []string{"old.txt", "empty", "inside", "outside", "dangling", "loop",
 		"loop/x", "grow", "m/d0", "m/dots", "m/e0", "m/a/b/back/f", "m/a/b/out", "fifo", "fifolink", "sub", "m/slash",
 		"secret", "missing/x", "file/x"} {
-		t.Run(target, func(t *testing.T) {
-			var results []scriptRun
-			for _, run := range scriptRunners(t, catScript, agentwire.BuiltinCat, withPerl, withoutPerl) {
-				results = append(results, run("", filepath.Join(ws, target), ws, "shown"))
-			}
-			assert.Equal(t, results[1], results[0], "perl (first) and coreutils (second) differ")
-			if len(results) > 2 {
-				assert.Equal(t, results[1], results[2], "coreutils (first) and the agent's builtin (second) differ")
-			}
-		})
+		for who, user := range scriptUsers() {
+			t.Run(target+"/"+who, func(t *testing.T) {
+				var results []scriptRun
+				for _, run := range scriptRunners(t, user, catScript, agentwire.BuiltinCat, withPerl, withoutPerl) {
+					results = append(results, run("", filepath.Join(ws, target), ws, "shown"))
+				}
+				assertRunsAgree(t, results)
+			})
+		}
 	}
 }
