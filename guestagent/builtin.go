@@ -34,6 +34,7 @@ var builtins = map[string]builtin{
 	agentwire.BuiltinBashSupervisor: bashSupervisor,
 	agentwire.BuiltinBashKill:       bashKill,
 	agentwire.BuiltinRead:           builtinRead,
+	agentwire.BuiltinLs:             builtinLs,
 }
 
 // BuiltinNames lists the builtins this agent offers, sorted.

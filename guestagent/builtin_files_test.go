@@ -194,6 +194,10 @@ func TestFileBuiltinsActAsUser(t *testing.T) {
 			t.Errorf("%s: exit %d %q, want %d %q", tc.name, code, out, tc.code, tc.out)
 		}
 	}
+	// Quoted as find quotes in this process's locale.
+	if code, out := h.call(100, agentwire.BuiltinLs, "", private, "shown"); code != 1 || out != "2:find: "+findQuoter(os.Environ()).quote(private)+": Permission denied\n" {
+		t.Errorf("ls root's 0700 directory: exit %d %q", code, out)
+	}
 	if uid, gid, mode := owner(t, filepath.Join(ws, "new", "file")); uid != 65534 || gid != 65534 || mode != 0o644 {
 		t.Errorf("new file: %d:%d %v, want nobody's, 0644", uid, gid, mode)
 	}

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/text/collate"
 	"golang.org/x/text/language"
 
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
 	"github.com/oma-sandbox/oma-sandbox/bashproto"
 	"github.com/oma-sandbox/oma-sandbox/glob"
 	"github.com/oma-sandbox/oma-sandbox/session"
@@ -51,7 +52,7 @@ func runLs(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error) 
 		limit = lsDefaultLimit
 	}
 	t.record("ls")
-	res, err := t.shell(ctx, session.Command{Script: lsScript, Args: []string{abs, p}}, session.ShellOptions{})
+	res, err := t.shell(ctx, session.Command{Script: lsScript, Builtin: agentwire.BuiltinLs, Args: []string{abs, p}}, session.ShellOptions{})
 	if err != nil {
 		return "", fmt.Errorf("ls %s: %w", p, err)
 	}
