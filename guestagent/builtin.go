@@ -162,9 +162,10 @@ func (r *queueReader) Read(b []byte) (int, error) {
 }
 
 // asUser runs fn on an OS thread of its own whose filesystem identity is
-// id's: fsuid and fsgid, no supplementary groups (as the call's processes
-// have), so every path fn resolves is searched, and every file it makes is
-// owned, as by that user's processes. Linux keeps these per thread, and a
+// id's: fsuid and fsgid, no supplementary groups and, for a user other
+// than root, no effective capabilities (as the call's processes have), so
+// every path fn resolves is searched, and every file it makes is owned, as
+// by that user's processes. Linux keeps these per thread, and a
 // raw syscall changes only the calling one. The thread gets the agent's
 // identity back before it returns to the scheduler: it must not end,
 // since a thread that ends SIGKILLs every child it started with Pdeathsig
@@ -180,25 +181,49 @@ func asUser(id identity, fn func() error) error {
 		runtime.LockOSThread()
 		own := identity{uint32(os.Geteuid()), uint32(os.Getegid())}
 		groups, err := unix.Getgroups()
+		var caps [2]unix.CapUserData
+		if err == nil {
+			err = threadCaps(unix.Capget, &caps)
+		}
 		if err != nil {
 			runtime.UnlockOSThread()
-			done <- fmt.Errorf("getgroups: %w", err)
+			done <- fmt.Errorf("getgroups or capget: %w", err)
 			return
 		}
-		if err := setThreadIdentity(id, nil); err != nil {
-			if setThreadIdentity(own, groups) == nil {
+		// The caps first: setgroups needs CAP_SETGID back.
+		restore := func() {
+			if threadCaps(unix.Capset, &caps) == nil && setThreadIdentity(own, groups) == nil {
 				runtime.UnlockOSThread()
 			}
+		}
+		if err := setThreadIdentity(id, nil); err != nil {
+			restore()
 			done <- err
 			return
 		}
-		err = fn()
-		if setThreadIdentity(own, groups) == nil {
-			runtime.UnlockOSThread()
+		// A fsuid other than 0 clears only the filesystem capabilities;
+		// the others reach files too (CAP_SYS_PTRACE opens a root
+		// process's /proc/PID/cwd), and the user's processes have none.
+		if id.uid != 0 {
+			none := caps
+			none[0].Effective, none[1].Effective = 0, 0
+			if err := threadCaps(unix.Capset, &none); err != nil {
+				restore()
+				done <- fmt.Errorf("capset: %w", err)
+				return
+			}
 		}
+		err = fn()
+		restore()
 		done <- err
 	}()
 	return <-done
+}
+
+// threadCaps gets or sets the calling thread's capability sets.
+func threadCaps(call func(*unix.CapUserHeader, *unix.CapUserData) error, caps *[2]unix.CapUserData) error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	return call(&hdr, &caps[0])
 }
 
 // setThreadIdentity gives the calling thread id's fsuid and fsgid and the
