@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -75,10 +76,38 @@ func TestAsUserHasNoPrivilege(t *testing.T) {
 	if code, out := h.call(1, agentwire.BuiltinRead, "", viaProc, "1", "10", "100", "shown", "END"); code != 3 || out != "2:File not found: shown\n" {
 		t.Errorf("read through /proc/PID/cwd as nobody: exit %d %q", code, out)
 	}
-	// The agent's own thread is root again.
+	// The agent's own thread is root again, and so is every thread
+	// asUser gave back to the scheduler.
 	if _, err := os.ReadFile(viaProc); err != nil {
 		t.Errorf("the agent lost root: %v", err)
 	}
+	want := threadPrivilege(t, "self")
+	tasks, err := os.ReadDir("/proc/self/task")
+	must(t, err)
+	for _, task := range tasks {
+		if got := threadPrivilege(t, "self/task/"+task.Name()); got != want && got != "" {
+			t.Errorf("thread %s: %q, want the agent's %q", task.Name(), got, want)
+		}
+	}
+}
+
+// threadPrivilege is a thread's ids, groups and effective capabilities
+// from /proc/PATH/status; "" for a thread that ended.
+func threadPrivilege(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + path + "/status")
+	if err != nil {
+		return ""
+	}
+	var keep []string
+	for _, line := range strings.Split(string(b), "\n") {
+		for _, key := range []string{"Uid:", "Gid:", "Groups:", "CapEff:"} {
+			if strings.HasPrefix(line, key) {
+				keep = append(keep, line)
+			}
+		}
+	}
+	return strings.Join(keep, "; ")
 }
 
 func openNoatime(path string) error {
