@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -58,6 +59,13 @@ func TestAsUserHasNoPrivilege(t *testing.T) {
 		return nil
 	}
 	err = asUser(identity{65534, 65534}, func() error {
+		// Threads the runtime starts meanwhile (for these goroutines'
+		// blocking calls) must not be cloned from this one: checked below.
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() { _ = unix.Nanosleep(&unix.Timespec{Nsec: 20e6}, nil) })
+		}
+		wg.Wait()
 		_, err := os.ReadFile(viaProc)
 		return errors.Join(
 			refused("read through a root process's /proc/PID/cwd", err),
