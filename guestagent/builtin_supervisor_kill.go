@@ -34,8 +34,8 @@ func bashKill(c *builtinCall) int {
 		for _, s := range sups {
 			s.stop()
 		}
-		for _, pid := range procs {
-			_ = syscall.Kill(pid, syscall.SIGUSR1)
+		for pid, start := range procs {
+			signalSame(pid, start, syscall.SIGUSR1)
 		}
 		for range 100 {
 			if supervisorsGone(sups, procs) {
@@ -49,15 +49,18 @@ func bashKill(c *builtinCall) int {
 		return 1
 	}
 	for range 10 {
+		// Start times read before the tags: a pid taken by another
+		// process since then is not signalled.
+		ps := scanProcs()
 		pids := tagged(id)
 		if len(pids) == 0 {
 			return 0
 		}
 		for _, pid := range pids {
-			_ = syscall.Kill(pid, syscall.SIGSTOP)
+			signalSame(pid, ps[pid].start, syscall.SIGSTOP)
 		}
 		for _, pid := range pids {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+			signalSame(pid, ps[pid].start, syscall.SIGKILL)
 		}
 		if !killWait(c.Killed) {
 			break
@@ -79,7 +82,7 @@ func killWait(killed <-chan struct{}) bool {
 	}
 }
 
-func supervisorsGone(sups []*supervision, procs []int) bool {
+func supervisorsGone(sups []*supervision, procs map[int]uint64) bool {
 	for _, s := range sups {
 		select {
 		case <-s.done:
@@ -87,8 +90,8 @@ func supervisorsGone(sups []*supervision, procs []int) bool {
 			return false
 		}
 	}
-	for _, pid := range procs {
-		if syscall.Kill(pid, 0) == nil {
+	for pid, start := range procs {
+		if st, ok := readStat(pid); ok && st.start == start {
 			return false
 		}
 	}
@@ -96,8 +99,8 @@ func supervisorsGone(sups []*supervision, procs []int) bool {
 }
 
 // supervisorProcesses finds the script supervisors of call id by their
-// argv, as the kill script does.
-func supervisorProcesses(id string) []int {
+// argv, as the kill script does, with their start times read before it.
+func supervisorProcesses(id string) map[int]uint64 {
 	d, err := os.Open("/proc")
 	if err != nil {
 		return nil
@@ -105,10 +108,14 @@ func supervisorProcesses(id string) []int {
 	defer d.Close()
 	names, _ := d.Readdirnames(-1)
 	self := os.Getpid()
-	var pids []int
+	pids := map[int]uint64{}
 	for _, name := range names {
 		pid, err := strconv.Atoi(name)
 		if err != nil || pid <= 0 || pid == self {
+			continue
+		}
+		st, live := readStat(pid)
+		if !live {
 			continue
 		}
 		b, err := os.ReadFile("/proc/" + name + "/cmdline")
@@ -117,7 +124,7 @@ func supervisorProcesses(id string) []int {
 		}
 		argv := bytes.Split(b, []byte{0})
 		if len(argv) > 4 && string(argv[3]) == bashproto.SupervisorName && string(argv[4]) == id {
-			pids = append(pids, pid)
+			pids[pid] = st.start
 		}
 	}
 	return pids

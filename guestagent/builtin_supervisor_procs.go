@@ -135,11 +135,12 @@ func (s *supervision) track() {
 }
 
 // adoptedBy lists the agent's adopted children (those os/exec did not
-// start) that count for this call: started once its command had, and not
-// claimed by another call in flight (its tag, or its session or group
-// being that call's command's). The perl supervisor, one per call, takes
-// all of its children; the agent serves other calls, whose orphans it
-// adopts too, and keeps those of ended calls.
+// start) that count for this call: started once its command had, and
+// tagged with its id, or untagged and not in the session or group of
+// another call in flight's command. One tagged with another call's id is
+// that call's, even ended. The perl supervisor, one per call, takes all
+// of its children; the agent serves other calls, whose orphans it adopts
+// too, and keeps those of ended calls.
 func (s *supervision) adoptedBy(ps procTable) []int {
 	if !s.reaper || s.start == 0 {
 		return nil
@@ -162,15 +163,22 @@ func (s *supervision) adoptedBy(ps procTable) []int {
 		if !ok || p.start < s.start {
 			continue
 		}
-		tag, tagged := ownerTag(pid)
+		if tag, tagged := ownerTag(pid); tagged {
+			// Another call's, ended or not: an earlier call's daemon
+			// may double-fork while this one runs.
+			if tag == s.args.id {
+				mine = append(mine, pid)
+			}
+			continue
+		}
 		claimed := false
 		for _, o := range others {
 			opid := o.cmd.Process.Pid
-			if (tagged && tag == o.args.id) || p.sid == opid || p.pgrp == opid {
+			if p.sid == opid || p.pgrp == opid {
 				claimed = true
 			}
 		}
-		if !claimed || (tagged && tag == s.args.id) {
+		if !claimed {
 			mine = append(mine, pid)
 		}
 	}
@@ -223,13 +231,13 @@ func tagged(id string) []int {
 // id. It waits, a second at most, for them to be gone, so that none is
 // taken for a background process at the end.
 func (s *supervision) killTree() {
-	stopped := map[int]bool{}
-	signal := func(pid int, sig syscall.Signal) {
+	stopped := map[int]uint64{}
+	signal := func(pid int, start uint64, sig syscall.Signal) {
 		if s.cmd != nil && pid == s.cmd.Process.Pid {
 			_ = s.cmd.Process.Signal(sig) // through its pidfd: never a reused pid
 			return
 		}
-		_ = syscall.Kill(pid, sig)
+		signalSame(pid, start, sig)
 	}
 	for range 20 {
 		ps := scanProcs()
@@ -243,10 +251,10 @@ func (s *supervision) killTree() {
 		}
 		roots = append(roots, tagged(s.args.id)...)
 		n := 0
-		for pid := range tree(ps, roots) {
-			if !stopped[pid] {
-				signal(pid, syscall.SIGSTOP)
-				stopped[pid] = true
+		for pid, start := range tree(ps, roots) {
+			if _, ok := stopped[pid]; !ok {
+				signal(pid, start, syscall.SIGSTOP)
+				stopped[pid] = start
 				n++
 			}
 		}
@@ -254,16 +262,16 @@ func (s *supervision) killTree() {
 			break
 		}
 	}
-	for pid := range stopped {
-		signal(pid, syscall.SIGKILL)
+	for pid, start := range stopped {
+		signal(pid, start, syscall.SIGKILL)
 	}
 	for range 100 {
 		if s.reaper {
 			reapAdopted()
 		}
 		alive := false
-		for pid := range stopped {
-			if _, ok := readStat(pid); ok {
+		for pid, start := range stopped {
+			if st, ok := readStat(pid); ok && st.start == start {
 				alive = true
 				break
 			}
@@ -272,6 +280,31 @@ func (s *supervision) killTree() {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// signalSame sends sig to pid only while pid names the process that
+// started at start (as a scan found it): the pidfd is opened first, so the
+// process whose start time is checked is the one signalled, and a process
+// that took a dead one's pid since the scan is left alone. Without pidfds
+// the check still narrows the window to between the read and the kill.
+func signalSame(pid int, start uint64, sig syscall.Signal) {
+	if pid <= 1 || pid == os.Getpid() {
+		return
+	}
+	if !pidfdsWork() {
+		if st, ok := readStat(pid); ok && st.start == start {
+			_ = syscall.Kill(pid, sig)
+		}
+		return
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fd)
+	if st, ok := readStat(pid); ok && st.start == start {
+		_ = unix.PidfdSendSignal(fd, sig, nil, 0)
 	}
 }
 

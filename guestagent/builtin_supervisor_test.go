@@ -285,6 +285,48 @@ func TestBashSupervisorSparesOtherCalls(t *testing.T) {
 	assert.False(t, liveProcess(concurrentDaemon), "its call's kill missed the daemon")
 }
 
+// An earlier call's daemon that double-forks while a later call runs
+// leaves an orphan the agent adopts during that call, started after its
+// command: tagged with the earlier call's id, it stays the earlier call's,
+// and the later call's timeout spares it.
+func TestBashSupervisorSparesLateOrphansOfEndedCalls(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("PIDS", filepath.Join(dir, "pids"))
+	h := startAgentHost(t)
+
+	h.supervise(1, bashproto.NewCall(), `(setsid bash -c 'echo $$ > "$PIDS.daemon"; sleep 0.5; (sleep 100 & echo $! > "$PIDS.late"); exec sleep 100' &)`, time.Minute, dir, agentwire.Run{})
+	out, exit := h.wait(1)
+	require.Equal(t, 0, exit.Code, out)
+	daemon := waitForPids(t, filepath.Join(dir, "pids.daemon"), 1)[0]
+
+	h.supervise(2, bashproto.NewCall(), `sleep 100`, time.Second, dir, agentwire.Run{})
+	late := waitForPids(t, filepath.Join(dir, "pids.late"), 1)[0]
+	out, _ = h.wait(2)
+	assert.True(t, strings.HasSuffix(out, ":timeout:137\n"), "%q", out)
+	assert.True(t, liveProcess(late), "the earlier call's late orphan was killed")
+	assert.True(t, liveProcess(daemon), "the earlier call's daemon was killed")
+}
+
+// signalSame signals a process only while it has the start time a scan
+// found: a process that took a dead one's pid is left alone.
+func TestSignalSameSparesAnotherProcess(t *testing.T) {
+	cmd := exec.Command("sleep", "100")
+	require.NoError(t, cmd.Start())
+	pid := cmd.Process.Pid
+	st, ok := readStat(pid)
+	require.True(t, ok)
+
+	signalSame(pid, st.start+1, syscall.SIGKILL)
+	time.Sleep(50 * time.Millisecond)
+	assert.True(t, liveProcess(pid), "a process with another start time was signalled")
+
+	signalSame(pid, st.start, syscall.SIGKILL)
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	assert.Equal(t, syscall.SIGKILL, ee.Sys().(syscall.WaitStatus).Signal())
+}
+
 // The agent reaps the orphans it adopted, and never a child os/exec
 // started: that one's Wait still gets its status.
 func TestReapAdoptedLeavesOsExecChildren(t *testing.T) {
