@@ -8,6 +8,7 @@ import (
 	"io"
 	"os/exec"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -62,7 +63,7 @@ func globEnumerate(c *builtinCall) int {
 	cmd.Stdout, cmd.Stderr = c.Stdout, c.Stderr
 	if err := c.start(cmd); err != nil {
 		if c.canEnter(root) {
-			return c.startFailed("find", err)
+			return c.setsidFailed("find", err)
 		}
 		// No work was started: the marker, then the failure.
 		if _, err := io.WriteString(c.Stdout, marker+"\x00"); err != nil {
@@ -288,6 +289,23 @@ func (c *builtinCall) startFailed(name string, err error) int {
 		return 127
 	}
 	return 126
+}
+
+// setsidFailed reports a program that could not be started as the
+// script's util-linux setsid does: its words and strerror's, and status
+// 127 when it was not found, else 126. (A busybox setsid words it
+// otherwise; the status is the same.)
+func (c *builtinCall) setsidFailed(name string, err error) int {
+	errno, code := syscall.ENOENT, 127
+	if !errors.Is(err, exec.ErrNotFound) && !errors.As(err, &errno) {
+		errno = syscall.EACCES
+	}
+	if errno != syscall.ENOENT {
+		code = 126
+	}
+	msg := errno.Error()
+	fmt.Fprintf(c.Stderr, "setsid: failed to execute %s: %s%s\n", name, strings.ToUpper(msg[:1]), msg[1:])
+	return code
 }
 
 func (c *builtinCall) badArgs(name string, want int) int {

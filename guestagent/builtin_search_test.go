@@ -522,3 +522,37 @@ func TestSearchBuiltinsInALockedWorkdir(t *testing.T) {
 		}
 	}
 }
+
+// An image without find: the script's setsid says it cannot run find, with
+// status 127 and no marker (find prints it); the builtin says the same.
+func TestGlobEnumerateWithoutFind(t *testing.T) {
+	needSearchTools(t)
+	setsid, err := exec.LookPath("setsid")
+	if err != nil {
+		t.Skip("setsid not installed")
+	}
+	base := searchFixture(t)
+	bin := filepath.Join(base, "bin")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(setsid, filepath.Join(bin, "setsid")); err != nil {
+		t.Fatal(err)
+	}
+	script, args := glob.NarrowedEnumerationScript(filepath.Join(base, "tree"), glob.NewToken("glob"), glob.Narrowing{})
+	agent := agenttest.AgentBinary(t)
+	env := append(os.Environ(), "PATH="+bin)
+	for _, u := range searchUsers() {
+		sh := exec.Command("/bin/bash", append([]string{"-c", script, "bash"}, args...)...)
+		sh.Env = env
+		want := runOutcome(t, sh, base, u.cred)
+		if want.code != 127 || want.stdout != "" || !strings.Contains(want.stderr, "find") {
+			t.Fatalf("as %s: the script gave\n%v", u.name, want)
+		}
+		b := exec.Command(agent, append([]string{"builtin", agentwire.BuiltinGlobEnumerate}, args...)...)
+		b.Env = env
+		if got := runOutcome(t, b, base, u.cred); got != want {
+			t.Errorf("as %s: the builtin gave\n%v\nthe script\n%v", u.name, got, want)
+		}
+	}
+}
