@@ -392,6 +392,9 @@ func (s *supervision) startCommand(command string, exited chan<- struct{}) error
 	}()
 	go func() {
 		_ = cmd.Wait()
+		// A reader the guest opened through /proc/PID/fd/0 may hold the
+		// pipe: once the command is gone, its text is no one's to read.
+		textW.Close()
 		feeding.Wait()
 		close(exited)
 	}()

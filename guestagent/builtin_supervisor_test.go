@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -215,6 +216,46 @@ func TestBashSupervisorKilledReadingStdin(t *testing.T) {
 	out, exit := h.wait(1)
 	assert.Empty(t, out)
 	assert.Equal(t, bashproto.TimeoutExitCode, exit.Code)
+}
+
+// A guest process that holds the read end of the command's stdin (opened
+// through /proc) and kills the command's bash before it read all of a long
+// command cannot leave the agent writing the text for good: the call ends
+// once the command is gone.
+func TestBashSupervisorStdinHeldByAnother(t *testing.T) {
+	dir := t.TempDir()
+	h := startAgentHost(t)
+	c := bashproto.NewCall()
+	_, args, stdin := bashproto.Script(c, "#"+strings.Repeat("x", 200<<10), time.Minute,
+		bashproto.Logs{Live: dir + "/live", Kept: dir + "/kept"}, bashproto.Limits{MaxLines: 2000, MaxBytes: 50 << 10})
+	run := &agentwire.Run{ID: 1, Builtin: agentwire.BuiltinBashSupervisor, Stdin: true, MaxOutput: 1 << 20}
+	for _, a := range args {
+		run.Args = append(run.Args, []byte(a))
+	}
+	h.send(run)
+	for chunk := range slices.Chunk(stdin, agentwire.MaxChunk) {
+		h.send(&agentwire.Stdin{ID: 1, Data: chunk})
+	}
+	h.send(&agentwire.EOF{ID: 1})
+
+	// bash reads the text a byte at a time: the agent is still writing it.
+	var bash int
+	require.Eventually(t, func() bool {
+		pids := tagged(c.ID)
+		if len(pids) > 0 {
+			bash = pids[0]
+		}
+		return bash != 0
+	}, 10*time.Second, time.Millisecond)
+	require.NoError(t, syscall.Kill(bash, syscall.SIGSTOP))
+	held, err := os.Open("/proc/" + strconv.Itoa(bash) + "/fd/0")
+	require.NoError(t, err)
+	defer held.Close()
+	require.NoError(t, syscall.Kill(bash, syscall.SIGKILL))
+
+	out, exit := h.wait(1)
+	assert.Equal(t, 137, exit.Code)
+	assert.True(t, strings.HasSuffix(out, ":exit:137\n"), "%q", out)
 }
 
 // bash-kill asks the agent's own supervisor of the call to kill and returns
