@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"fmt"
 	"strconv"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -47,6 +48,16 @@ func (j *fileJob) read(f string, start, take, maxb int64, end string) int {
 	// The script's open and reads wait for one: readSome does, until the
 	// call is killed.
 	fd, err := openRead(f)
+	// EAGAIN: another's write lease on it is being broken, which the
+	// script's blocking open waits for; this open asks again until then.
+	for err == unix.EAGAIN {
+		select {
+		case <-j.c.Killed:
+			return killedExit
+		case <-time.After(10 * time.Millisecond):
+		}
+		fd, err = openRead(f)
+	}
 	if err != nil {
 		return 4
 	}

@@ -410,3 +410,42 @@ func TestReadBuiltinUserAndFIFO(t *testing.T) {
 		t.Errorf("FIFO with a writer: exit %d %q", exit.Code, out)
 	}
 }
+
+// A write lease held on the file makes the read wait, as the script's
+// blocking open waits, until its holder gives it up (or the kernel breaks
+// it), instead of failing; a kill still ends the wait.
+func TestReadBuiltinWaitsForALease(t *testing.T) {
+	ws, _ := nobodyTree(t)
+	path := filepath.Join(ws, "leased")
+	must(t, os.WriteFile(path, []byte("one\n"), 0o644))
+	hold := func() *os.File {
+		f, err := os.Open(path)
+		must(t, err)
+		if _, err := unix.FcntlInt(f.Fd(), unix.F_SETLEASE, unix.F_WRLCK); err != nil {
+			f.Close()
+			t.Skipf("cannot take a write lease here: %v", err)
+		}
+		return f
+	}
+	args := []string{path, "1", "2000", "51200", "shown", "|END"}
+	h := startFileHost(t)
+
+	lease := hold()
+	h.start(1, agentwire.BuiltinRead, false, args...)
+	time.Sleep(200 * time.Millisecond)
+	_, err := unix.FcntlInt(lease.Fd(), unix.F_SETLEASE, unix.F_UNLCK)
+	must(t, err)
+	if exit, out := h.wait(1); exit.Code != 0 || out != "1:T 2 3\none\n|END" {
+		t.Errorf("read of a leased file: exit %d %q", exit.Code, out)
+	}
+	lease.Close()
+
+	lease = hold()
+	defer lease.Close()
+	h.start(2, agentwire.BuiltinRead, false, args...)
+	time.Sleep(200 * time.Millisecond)
+	h.send(&agentwire.Kill{ID: 2})
+	if exit, out := h.wait(2); exit.Code != killedExit || out != "" {
+		t.Errorf("read of a leased file, killed: exit %d %q", exit.Code, out)
+	}
+}
