@@ -28,8 +28,9 @@ func builtinLs(c *builtinCall) int {
 }
 
 func (j *fileJob) ls(d string) int {
+	path := j.c.userPath(d) // d is what find's messages show
 	var st unix.Stat_t
-	if unix.Stat(d, &st) != nil {
+	if unix.Stat(path, &st) != nil {
 		return j.fail(3, "Path not found: "+j.show)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
@@ -37,7 +38,7 @@ func (j *fileJob) ls(d string) int {
 	}
 	// find does not follow a starting point that is a link (-P): with
 	// -mindepth 1 it prints nothing for one.
-	if unix.Lstat(d, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+	if unix.Lstat(path, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
 		return 0
 	}
 	q := findQuoter(j.c.Env)
@@ -47,7 +48,7 @@ func (j *fileJob) ls(d string) int {
 		status = 1
 	}
 	fd, err := retryEINTR(func() (int, error) {
-		return unix.Open(d, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		return unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	})
 	if err != nil {
 		complain(d, err)

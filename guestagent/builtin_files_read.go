@@ -31,7 +31,7 @@ func builtinRead(c *builtinCall) int {
 		nums[i] = n
 	}
 	j := &fileJob{c: c, show: c.Args[4]}
-	return asCallUser(c, func() int { return j.read(c.Args[0], nums[0], nums[1], nums[2], c.Args[5]) })
+	return asCallUser(c, func() int { return j.read(c.userPath(c.Args[0]), nums[0], nums[1], nums[2], c.Args[5]) })
 }
 
 func (j *fileJob) read(f string, start, take, maxb int64, end string) int {

@@ -449,3 +449,27 @@ func TestReadBuiltinWaitsForALease(t *testing.T) {
 		t.Errorf("read of a leased file, killed: exit %d %q", exit.Code, out)
 	}
 }
+
+// A relative path is taken from the call's workdir, as the script's
+// process takes it from the directory it runs in, not from the agent's.
+func TestReadAndLsBuiltinsRelativePath(t *testing.T) {
+	ws, _ := nobodyTree(t)
+	must(t, os.Mkdir(filepath.Join(ws, "sub"), 0o755))
+	must(t, os.WriteFile(filepath.Join(ws, "sub", "f"), []byte("one\n"), 0o644))
+	h := startFileHost(t)
+	run := func(id uint64, name string, args ...string) (int, string) {
+		r := &agentwire.Run{ID: id, Builtin: name, MaxOutput: 1 << 20, User: "65534:65534", Workdir: ws}
+		for _, a := range args {
+			r.Args = append(r.Args, []byte(a))
+		}
+		h.send(r)
+		exit, out := h.wait(id)
+		return exit.Code, out
+	}
+	if code, out := run(1, agentwire.BuiltinRead, "sub/f", "1", "10", "100", "shown", "|END"); code != 0 || out != "1:T 2 3\none\n|END" {
+		t.Errorf("read sub/f: exit %d %q", code, out)
+	}
+	if code, out := run(2, agentwire.BuiltinLs, "sub", "shown"); code != 0 || out != "1:f f\x00" {
+		t.Errorf("ls sub: exit %d %q", code, out)
+	}
+}
