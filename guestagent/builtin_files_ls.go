@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"fmt"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
@@ -213,7 +214,9 @@ func (q quoter) quote(s string) string {
 	return b.String()
 }
 
-// printableRune approximates glibc's iswprint in C.UTF-8: not a control.
+// printableRune approximates glibc's iswprint in C.UTF-8: assigned and not
+// a control. (A code point assigned after the image's glibc's Unicode
+// version still differs.)
 func printableRune(r rune) bool {
-	return r >= 0xa0 && !(r >= 0x2028 && r <= 0x2029)
+	return r >= 0xa0 && !(r >= 0x2028 && r <= 0x2029) && !unicode.Is(unicode.Cn, r)
 }

@@ -65,7 +65,7 @@ func TestLsBuiltinMatchesScript(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(root, f), []byte("x"), 0o644))
 	}
 	// Odd names, listed in d and named in find's messages under d/rd.
-	for _, name := range []string{"it's", "new\nline", "tab\there", "é", "back\\slash", "‘curly’", "\x01ctl", "\xffbad", "\xc3", "a\u2028b", "\u00a0nbsp", "q?mark"} {
+	for _, name := range []string{"it's", "new\nline", "tab\there", "é", "back\\slash", "‘curly’", "\x01ctl", "\xffbad", "\xc3", "a\u2028b", "\u00a0nbsp", "q?mark", "\u0378unassigned"} {
 		for _, dir := range []string{"d", "d/rd"} {
 			require.NoError(t, os.WriteFile(filepath.Join(root, dir, name), []byte("x"), 0o644))
 		}
