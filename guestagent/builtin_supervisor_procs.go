@@ -4,6 +4,8 @@ package guestagent
 
 import (
 	"bytes"
+	"errors"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
@@ -385,7 +387,13 @@ func leaveSubreaper() {
 	}
 }
 
-// children lists the agent's children, zombies included.
+// taskChildren is the file listing a thread's children; a variable so
+// that the tests can take it away, as a kernel without PROC_CHILDREN does.
+var taskChildren = func(task string) string { return "/proc/self/task/" + task + "/children" }
+
+// children lists the agent's children, zombies included. Without the
+// kernel's children lists (CONFIG_PROC_CHILDREN) it scans /proc for them,
+// as the perl supervisor scans when it cannot read its list.
 func children() []int {
 	d, err := os.Open("/proc/self/task")
 	if err != nil {
@@ -395,7 +403,10 @@ func children() []int {
 	tasks, _ := d.Readdirnames(-1)
 	var pids []int
 	for _, t := range tasks {
-		b, err := os.ReadFile("/proc/self/task/" + t + "/children")
+		b, err := os.ReadFile(taskChildren(t))
+		if errors.Is(err, fs.ErrNotExist) && t == strconv.Itoa(os.Getpid()) {
+			return childrenByScan()
+		}
 		if err != nil {
 			continue
 		}
@@ -403,6 +414,37 @@ func children() []int {
 			if pid, err := strconv.Atoi(f); err == nil {
 				pids = append(pids, pid)
 			}
+		}
+	}
+	return pids
+}
+
+// childrenByScan lists the processes whose parent is the agent, zombies
+// included, from every process's stat.
+func childrenByScan() []int {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return nil
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	self := os.Getpid()
+	var pids []int
+	for _, name := range names {
+		pid, err := strconv.Atoi(name)
+		if err != nil || pid <= 1 {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + name + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		if f := strings.Fields(string(b[i+1:])); len(f) > 1 && f[1] == strconv.Itoa(self) {
+			pids = append(pids, pid)
 		}
 	}
 	return pids

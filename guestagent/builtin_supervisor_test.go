@@ -369,12 +369,23 @@ func TestSignalSameSparesAnotherProcess(t *testing.T) {
 }
 
 // The agent reaps the orphans it adopted, and never a child os/exec
-// started: that one's Wait still gets its status.
+// started: that one's Wait still gets its status. So it does on a kernel
+// without the children lists (CONFIG_PROC_CHILDREN), scanning /proc.
 func TestReapAdoptedLeavesOsExecChildren(t *testing.T) {
 	if !enterSubreaper() {
 		t.Skip("the agent cannot be a child subreaper here")
 	}
 	defer leaveSubreaper()
+	t.Run("children lists", testReapAdopted)
+	t.Run("no children lists", func(t *testing.T) {
+		lists := taskChildren
+		taskChildren = func(string) string { return "/proc/self/task/no-such-file" }
+		defer func() { taskChildren = lists }()
+		testReapAdopted(t)
+	})
+}
+
+func testReapAdopted(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "orphan")
 	// The orphan is reparented to this process and ends as a zombie.
 	require.NoError(t, exec.Command("/bin/bash", "-c", `(sleep 0.05 & echo $! > "$1")`, "bash", pidFile).Run())
