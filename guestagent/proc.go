@@ -216,8 +216,14 @@ func (p *proc) execute() *agentwire.Exit {
 	return exit
 }
 
-// exitCode reports a signal death as 255, as msb does.
+// exitCode reports a signal death as 255, as msb does, and so a wait that
+// failed.
 func exitCode(st *os.ProcessState) int {
+	if st == nil {
+		// The wait failed (its status was taken elsewhere): the call must
+		// still answer, and the agent must not panic for every call.
+		return 255
+	}
 	ws := st.Sys().(syscall.WaitStatus)
 	if ws.Signaled() {
 		return 255

@@ -271,3 +271,11 @@ func TestServeEntersTheWorkdirAsRoot(t *testing.T) {
 		t.Errorf("the agent's directory is %q (%v) after its calls, was %q", after, err, cwd)
 	}
 }
+
+// A script whose wait failed (a status taken by another wait) answers 255
+// instead of panicking the agent.
+func TestExitCodeWithoutAWait(t *testing.T) {
+	if code := exitCode(nil); code != 255 {
+		t.Fatalf("exit code %d, want 255", code)
+	}
+}
