@@ -482,6 +482,12 @@ func errText(err error) string {
 	var errno syscall.Errno
 	if errors.As(err, &errno) {
 		s := errno.Error()
+		switch {
+		case errno == unix.EHWPOISON: // past the end of Go's table
+			s = "memory page has hardware error"
+		case strings.HasPrefix(s, "errno "):
+			return "Unknown error " + strconv.Itoa(int(errno))
+		}
 		return strings.ToUpper(s[:1]) + s[1:]
 	}
 	return err.Error()

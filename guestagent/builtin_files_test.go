@@ -5,8 +5,10 @@ package guestagent
 import (
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -471,5 +473,21 @@ func TestReadAndLsBuiltinsRelativePath(t *testing.T) {
 	}
 	if code, out := run(2, agentwire.BuiltinLs, "sub", "shown"); code != 0 || out != "1:f f\x00" {
 		t.Errorf("ls sub: exit %d %q", code, out)
+	}
+}
+
+// errText says every errno as glibc's strerror does, which perl's $! and
+// coreutils print.
+func TestErrTextMatchesStrerror(t *testing.T) {
+	perl, err := exec.LookPath("perl")
+	if err != nil {
+		t.Skip("needs perl for glibc's strerror")
+	}
+	out, err := exec.Command(perl, "-e", `for (1..140) { $! = $_; print "$!\n" }`).Output()
+	must(t, err)
+	for i, want := range strings.Split(strings.TrimSuffix(string(out), "\n"), "\n") {
+		if got := errText(syscall.Errno(i + 1)); got != want {
+			t.Errorf("errno %d: %q, want %q", i+1, got, want)
+		}
 	}
 }
