@@ -155,6 +155,10 @@ type supervision struct {
 	dead           bool        // stdout failed: write no more
 	seen           map[int]uint64
 	reaper         bool // the agent is a child subreaper for this call
+	// adoptedBefore are the orphans the agent held when this call's
+	// command started (pid to start time): never this call's, even one
+	// that started in the same clock tick as the command.
+	adoptedBefore map[int]uint64
 }
 
 func (s *supervision) stop() { s.abortOnce.Do(func() { close(s.abort) }) }
@@ -233,6 +237,10 @@ func (s *supervision) run(command string) int {
 	if s.reaper {
 		defer leaveSubreaper()
 		reapAdopted()
+		s.adoptedBefore = map[int]uint64{}
+		for _, pid := range adoptedChildren() {
+			s.adoptedBefore[pid] = procStart(pid)
+		}
 	}
 	register(s)
 	defer func() {

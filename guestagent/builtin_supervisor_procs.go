@@ -137,7 +137,8 @@ func (s *supervision) track() {
 }
 
 // adoptedBy lists the agent's adopted children (those os/exec did not
-// start) that count for this call: started once its command had, and
+// start) that count for this call: started once its command had, adopted
+// after it started, and
 // tagged with its id, or untagged and not in the session or group of
 // another call in flight's command. One tagged with another call's id is
 // that call's, even ended. The perl supervisor, one per call, takes all
@@ -162,7 +163,9 @@ func (s *supervision) adoptedBy(ps procTable) []int {
 	var mine []int
 	for _, pid := range kids {
 		p, ok := ps[pid]
-		if !ok || p.start < s.start {
+		// Start times count clock ticks: an orphan held before the
+		// command started can share its tick.
+		if before, held := s.adoptedBefore[pid]; !ok || p.start < s.start || (held && before == p.start) {
 			continue
 		}
 		if tag, tagged := ownerTag(pid); tagged {
