@@ -208,26 +208,10 @@ func (c *builtinCall) tagged(envName, token, name string, args ...string) *exec.
 // output, should something else hold its pipes.
 const waitDelay = time.Second
 
-// start starts cmd where the scripts' processes start: the agent enters
-// the workdir as root and the child inherits it, so a workdir the user
-// cannot search still starts the call, as with msb (see startIn); a
-// cmd.Dir is then entered by the child as the user, relative to it.
+// start starts cmd where the scripts' processes start (see startIn).
 func (c *builtinCall) start(cmd *exec.Cmd) error {
 	cmd.WaitDelay = waitDelay
-	startMu.Lock()
-	defer startMu.Unlock()
-	home, err := unix.Open(".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(home)
-	if err := unix.Chdir(c.Workdir); err != nil {
-		return errWorkdir
-	}
-	err = cmd.Start()
-	// Nothing in the agent uses relative paths: a failed return is harmless.
-	_ = unix.Fchdir(home)
-	return err
+	return startIn(cmd, c.Workdir, nil)
 }
 
 // wait waits for cmd to end and returns its status as a shell reports it

@@ -378,8 +378,10 @@ func (s *supervision) startCommand(command string, exited chan<- struct{}) error
 		Stderr:      s.log,
 		SysProcAttr: s.call.ProcAttr(true),
 	}
-	err = startInWorkdir(cmd, s.call.Workdir, func(pwd string) []string {
-		return commandEnv(s.call.Env, pwd, s.args.id)
+	// The perl supervisor's command inherits the directory the agent
+	// entered for the script, and the PWD that script's shell saw there.
+	err = startIn(cmd, s.call.Workdir, func() {
+		cmd.Env = commandEnv(s.call.Env, shellPWD(s.call.Env), s.args.id)
 	})
 	textR.Close()
 	if err != nil {
@@ -407,26 +409,6 @@ func (s *supervision) startCommand(command string, exited chan<- struct{}) error
 		close(exited)
 	}()
 	return nil
-}
-
-// startInWorkdir starts cmd in dir entered by the agent, as startIn does
-// for a script: the perl supervisor's command inherits the directory the
-// agent entered for the script, even one its user cannot search. env gets
-// the directory's path as the shell that ran the script saw it.
-func startInWorkdir(cmd *exec.Cmd, dir string, env func(pwd string) []string) error {
-	startMu.Lock()
-	defer startMu.Unlock()
-	home, err := unix.Open(".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(home)
-	if err := unix.Chdir(dir); err != nil {
-		return fmt.Errorf("entering %s: %w", dir, err)
-	}
-	defer unix.Fchdir(home) //nolint:errcheck // nothing in the agent uses relative paths
-	cmd.Env = env(shellPWD(cmd.Env))
-	return cmd.Start()
 }
 
 // shellPWD is what bash sets PWD to in the current directory: the

@@ -135,7 +135,7 @@ func (p *proc) execute() *agentwire.Exit {
 		}
 		cmd.Stdin = inR
 	}
-	err = startIn(cmd, dir, p.s.home)
+	err = startIn(cmd, dir, nil)
 	// The child holds its ends now; without ours, a command that closes
 	// its stdin makes the feeder's writes fail instead of block.
 	outW.Close()

@@ -14,8 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/oma-sandbox/oma-sandbox/agentwire"
 )
 
@@ -37,7 +35,6 @@ type Server struct {
 	// the agent hold; a run beyond it answers an exit error.
 	MaxCalls int
 
-	home  int // an O_PATH descriptor of the agent's own directory (see startIn)
 	out   frameWriter
 	mu    sync.Mutex
 	calls map[uint64]*proc
@@ -54,19 +51,13 @@ const drainTimeout = 5 * time.Second
 // (nil: every call in flight is killed) or the host breaks the protocol
 // (that error, after the same kills).
 func (s *Server) Serve() error {
-	home, err := unix.Open(".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("opening its own working directory: %w", err)
-	}
-	defer unix.Close(home)
-	s.home = home
 	s.out = frameWriter{w: agentwire.NewWriter(s.Out)}
 	s.calls = map[uint64]*proc{}
 	if err := s.out.write(&agentwire.Hello{Version: agentwire.Version, PID: os.Getpid(), Builtins: BuiltinNames()}); err != nil {
 		return fmt.Errorf("writing hello: %w", err)
 	}
 	var running sync.WaitGroup
-	err = s.loop(&running)
+	err := s.loop(&running)
 	s.mu.Lock()
 	for _, p := range s.calls {
 		p.kill(false)

@@ -4,6 +4,7 @@ package guestagent
 
 import (
 	"errors"
+	"fmt"
 	"os/exec"
 	"sync"
 
@@ -22,16 +23,26 @@ var startMu sync.Mutex
 // made unsearchable for that user (mode 000, root's 0700) still starts
 // the call, in a directory it cannot read. Go's SysProcAttr switches
 // users before it changes directory, so the agent enters dir itself and
-// the child inherits it; the agent's own directory (home, an O_PATH
-// descriptor) is restored before another start can run. dir not a
-// directory the agent can enter gives errWorkdir and starts nothing.
-func startIn(cmd *exec.Cmd, dir string, home int) error {
+// the child inherits it (a cmd.Dir is then entered by the child, as the
+// user, from there); the agent's own directory is restored before another
+// start can run. prepare, when set, runs in dir just before the start.
+// dir not a directory the agent can enter gives errWorkdir and starts
+// nothing.
+func startIn(cmd *exec.Cmd, dir string, prepare func()) error {
 	startMu.Lock()
 	defer startMu.Unlock()
-	if err := unix.Chdir(dir); err != nil {
-		return errWorkdir
+	home, err := unix.Open(".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening the agent's own directory: %w", err)
 	}
-	err := cmd.Start()
+	defer unix.Close(home)
+	if err := unix.Chdir(dir); err != nil {
+		return fmt.Errorf("%w: %s: %w", errWorkdir, dir, err)
+	}
+	if prepare != nil {
+		prepare()
+	}
+	err = cmd.Start()
 	// Nothing in the agent uses relative paths: a failed return is harmless.
 	_ = unix.Fchdir(home)
 	return err
