@@ -80,7 +80,7 @@ func TestAsUserHasNoPrivilege(t *testing.T) {
 		t.Error(err)
 	}
 	// Nor does a builtin call as nobody.
-	h := startFileHost(t)
+	h := startAgentHost(t, "/")
 	if code, out := h.call(1, agentwire.BuiltinRead, "", viaProc, "1", "10", "100", "shown", "END"); code != 3 || out != "2:File not found: shown\n" {
 		t.Errorf("read through /proc/PID/cwd as nobody: exit %d %q", code, out)
 	}

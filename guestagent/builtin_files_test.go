@@ -3,7 +3,6 @@
 package guestagent
 
 import (
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,63 +17,8 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/agentwire"
 )
 
-// fileHost drives a Server in this process call by call, so that a test
-// can change the guest's files between a call's frames.
-type fileHost struct {
-	t      *testing.T
-	in     *io.PipeWriter
-	frames chan agentwire.Frame
-	served chan error
-	outs   map[uint64]string // each call's output, "1:" and "2:" tagged
-	exits  map[uint64]*agentwire.Exit
-}
-
-func startFileHost(t *testing.T) *fileHost {
-	t.Helper()
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	h := &fileHost{t: t, in: inW, frames: make(chan agentwire.Frame, 64), served: make(chan error, 1),
-		outs: map[uint64]string{}, exits: map[uint64]*agentwire.Exit{}}
-	s := &Server{In: inR, Out: outW, DefaultWorkdir: "/", Etc: "/etc", Shell: "/bin/bash"}
-	go func() {
-		h.served <- s.Serve()
-		outW.Close()
-	}()
-	go func() {
-		defer close(h.frames)
-		r := agentwire.NewGuestReader(outR)
-		for {
-			f, err := r.Read()
-			if err != nil {
-				return
-			}
-			h.frames <- f
-		}
-	}()
-	t.Cleanup(func() {
-		inW.Close()
-		for range h.frames {
-		}
-		if err := <-h.served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	return h
-}
-
-func (h *fileHost) send(f agentwire.Frame) {
-	h.t.Helper()
-	b, err := agentwire.Append(nil, f)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	if _, err := h.in.Write(b); err != nil {
-		h.t.Fatal(err)
-	}
-}
-
 // start sends a run frame for builtin name as nobody.
-func (h *fileHost) start(id uint64, name string, stdin bool, args ...string) {
+func (h *agentHost) start(id uint64, name string, stdin bool, args ...string) {
 	h.t.Helper()
 	run := &agentwire.Run{ID: id, Builtin: name, MaxOutput: 1 << 20, Stdin: stdin, User: "65534:65534"}
 	for _, a := range args {
@@ -83,44 +27,29 @@ func (h *fileHost) start(id uint64, name string, stdin bool, args ...string) {
 	h.send(run)
 }
 
-func (h *fileHost) stdin(id uint64, data string) {
+func (h *agentHost) stdin(id uint64, data string) {
 	h.t.Helper()
 	if data != "" {
 		h.send(&agentwire.Stdin{ID: id, Data: []byte(data)})
 	}
 }
 
-// wait gives call id's exit and its output, failing the test when none
-// comes within 5 s: a builtin must never block the agent.
-func (h *fileHost) wait(id uint64) (*agentwire.Exit, string) {
+// waitTagged gives call id's exit and its output, each chunk after its
+// fd ("1:", "2:"), failing the test when none comes within 5 s: a builtin
+// must never block the agent.
+func (h *agentHost) waitTagged(id uint64) (*agentwire.Exit, string) {
 	h.t.Helper()
-	deadline := time.After(5 * time.Second)
-	for h.exits[id] == nil {
-		select {
-		case f, ok := <-h.frames:
-			if !ok {
-				h.t.Fatalf("call %d: the agent ended", id)
-			}
-			switch f := f.(type) {
-			case *agentwire.Out:
-				h.outs[f.ID] += strconv.Itoa(f.FD) + ":" + string(f.Data)
-			case *agentwire.Exit:
-				h.exits[f.ID] = f
-			}
-		case <-deadline:
-			h.t.Fatalf("call %d did not end", id)
-		}
-	}
-	return h.exits[id], h.outs[id]
+	exit := h.waitFor(id, 5*time.Second)
+	return exit, h.tagged[id]
 }
 
 // call runs builtin name as nobody with stdin and waits for it.
-func (h *fileHost) call(id uint64, name, stdin string, args ...string) (int, string) {
+func (h *agentHost) call(id uint64, name, stdin string, args ...string) (int, string) {
 	h.t.Helper()
 	h.start(id, name, true, args...)
 	h.stdin(id, stdin)
 	h.send(&agentwire.EOF{ID: id})
-	exit, out := h.wait(id)
+	exit, out := h.waitTagged(id)
 	return exit.Code, out
 }
 
@@ -172,7 +101,7 @@ func TestFileBuiltinsActAsUser(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(ws, "secret"), []byte("root's\n"), 0o600))
 	must(t, os.WriteFile(filepath.Join(ws, "shared"), []byte("root's\n"), 0o640))
 	must(t, os.Symlink(rootDir, filepath.Join(ws, "rootlink")))
-	h := startFileHost(t)
+	h := startAgentHost(t, "/")
 	for i, tc := range []struct {
 		name, builtin, path, old, stdin string
 		code                            int
@@ -230,14 +159,14 @@ func TestWriteBuiltinDirectorySwapped(t *testing.T) {
 	must(t, os.Chown(dir, 65534, 65534))
 	must(t, os.WriteFile(filepath.Join(dir, "f"), []byte("same\n"), 0o644))
 	must(t, os.WriteFile(filepath.Join(rootDir, "f"), []byte("same\n"), 0o644))
-	h := startFileHost(t)
+	h := startAgentHost(t, "/")
 	h.start(1, agentwire.BuiltinWrite, true, filepath.Join(dir, "f"), "5", ws, "shown")
 	time.Sleep(100 * time.Millisecond) // the builtin has resolved the path
 	must(t, os.Rename(dir, dir+".moved"))
 	must(t, os.Symlink(rootDir, dir))
 	h.stdin(1, "same\nroot's file replaced\n")
 	h.send(&agentwire.EOF{ID: 1})
-	exit, out := h.wait(1)
+	exit, out := h.waitTagged(1)
 	if exit.Code != 3 || out != "2:Cannot write shown: Permission denied\n" {
 		t.Errorf("exit %d %q, want 3 and a refused temp file", exit.Code, out)
 	}
@@ -257,7 +186,7 @@ func TestFileBuiltinsFIFO(t *testing.T) {
 	must(t, syscall.Mkfifo(fifo, 0o644))
 	must(t, os.Lchown(fifo, 65534, 65534))
 	must(t, os.Symlink("fifo", filepath.Join(ws, "link")))
-	h := startFileHost(t)
+	h := startAgentHost(t, "/")
 	for i, tc := range []struct {
 		builtin string
 		args    []string
@@ -295,7 +224,7 @@ func TestWriteBuiltinLostUpdate(t *testing.T) {
 		must(t, unix.Flock(fd, unix.LOCK_EX))
 		return fd
 	}
-	h := startFileHost(t)
+	h := startAgentHost(t, "/")
 
 	held := lockFile()
 	h.start(1, agentwire.BuiltinWrite, true, file, "7", ws, "shown")
@@ -305,7 +234,7 @@ func TestWriteBuiltinLostUpdate(t *testing.T) {
 	must(t, os.WriteFile(file+".other", []byte("other\n"), 0o644))
 	must(t, os.Rename(file+".other", file))
 	unix.Close(held)
-	if exit, out := h.wait(1); exit.Code != 9 || out != "2:file changed since it was read\n" {
+	if exit, out := h.waitTagged(1); exit.Code != 9 || out != "2:file changed since it was read\n" {
 		t.Errorf("edit after another writer: exit %d %q", exit.Code, out)
 	}
 	if b, _ := os.ReadFile(file); string(b) != "other\n" {
@@ -319,7 +248,7 @@ func TestWriteBuiltinLostUpdate(t *testing.T) {
 	h.send(&agentwire.EOF{ID: 2})
 	time.Sleep(200 * time.Millisecond)
 	h.send(&agentwire.Kill{ID: 2})
-	if exit, _ := h.wait(2); exit.Code != killedExit {
+	if exit, _ := h.waitTagged(2); exit.Code != killedExit {
 		t.Errorf("killed edit: exit %d", exit.Code)
 	}
 	entries, _ := os.ReadDir(ws)
@@ -334,13 +263,13 @@ func TestWriteBuiltinLostUpdate(t *testing.T) {
 // A write waiting for stdin ends at its kill, leaving nothing behind.
 func TestWriteBuiltinKilledWaitingForStdin(t *testing.T) {
 	dir := t.TempDir()
-	h := startFileHost(t)
+	h := startAgentHost(t, "/")
 	h.send(&agentwire.Run{ID: 1, Builtin: agentwire.BuiltinWrite, MaxOutput: 1 << 20, Stdin: true,
 		Args: [][]byte{[]byte(dir + "/f"), nil, []byte(dir), []byte("shown")}})
 	h.stdin(1, "part of it")
 	time.Sleep(100 * time.Millisecond)
 	h.send(&agentwire.Kill{ID: 1})
-	if exit, _ := h.wait(1); exit.Code != killedExit {
+	if exit, _ := h.waitTagged(1); exit.Code != killedExit {
 		t.Errorf("exit %d", exit.Code)
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
@@ -354,7 +283,7 @@ func TestWriteBuiltinKilledWaitingForStdin(t *testing.T) {
 // those threads got the agent's identity back instead of ending).
 func TestFileBuiltinsBesideScripts(t *testing.T) {
 	ws, _ := nobodyTree(t)
-	h := startFileHost(t)
+	h := startAgentHost(t, "/")
 	id := uint64(0)
 	for range 3 {
 		var ids []uint64
@@ -368,7 +297,7 @@ func TestFileBuiltinsBesideScripts(t *testing.T) {
 			ids = append(ids, id-1, id)
 		}
 		for _, i := range ids {
-			if exit, out := h.wait(i); exit.Code != 0 || (i%2 == 0 && out != "1:ok\n") {
+			if exit, out := h.waitTagged(i); exit.Code != 0 || (i%2 == 0 && out != "1:ok\n") {
 				t.Errorf("call %d: exit %+v %q", i, exit, out)
 			}
 		}
@@ -384,7 +313,7 @@ func TestReadBuiltinUserAndFIFO(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(ws, "secret"), []byte("root's\n"), 0o600))
 	fifo := filepath.Join(ws, "fifo")
 	must(t, syscall.Mkfifo(fifo, 0o666))
-	h := startFileHost(t)
+	h := startAgentHost(t, "/")
 	readArgs := func(path string) []string { return []string{path, "1", "2000", "51200", "shown", "|END"} }
 	if code, out := h.call(1, agentwire.BuiltinRead, "", readArgs(filepath.Join(ws, "secret"))...); code != 3 || out != "2:Permission denied: shown\n" {
 		t.Errorf("root's file: exit %d %q", code, out)
@@ -393,7 +322,7 @@ func TestReadBuiltinUserAndFIFO(t *testing.T) {
 	h.start(2, agentwire.BuiltinRead, false, readArgs(fifo)...)
 	time.Sleep(200 * time.Millisecond)
 	h.send(&agentwire.Kill{ID: 2})
-	if exit, out := h.wait(2); exit.Code != killedExit || out != "" {
+	if exit, out := h.waitTagged(2); exit.Code != killedExit || out != "" {
 		t.Errorf("FIFO without a writer: exit %d %q", exit.Code, out)
 	}
 
@@ -408,7 +337,7 @@ func TestReadBuiltinUserAndFIFO(t *testing.T) {
 	_, err = w.WriteString("three\n")
 	must(t, err)
 	must(t, w.Close())
-	if exit, out := h.wait(3); exit.Code != 0 || out != "1:T 4 3\none\ntwo\nthree\n|END" {
+	if exit, out := h.waitTagged(3); exit.Code != 0 || out != "1:T 4 3\none\ntwo\nthree\n|END" {
 		t.Errorf("FIFO with a writer: exit %d %q", exit.Code, out)
 	}
 }
@@ -430,14 +359,14 @@ func TestReadBuiltinWaitsForALease(t *testing.T) {
 		return f
 	}
 	args := []string{path, "1", "2000", "51200", "shown", "|END"}
-	h := startFileHost(t)
+	h := startAgentHost(t, "/")
 
 	lease := hold()
 	h.start(1, agentwire.BuiltinRead, false, args...)
 	time.Sleep(200 * time.Millisecond)
 	_, err := unix.FcntlInt(lease.Fd(), unix.F_SETLEASE, unix.F_UNLCK)
 	must(t, err)
-	if exit, out := h.wait(1); exit.Code != 0 || out != "1:T 2 3\none\n|END" {
+	if exit, out := h.waitTagged(1); exit.Code != 0 || out != "1:T 2 3\none\n|END" {
 		t.Errorf("read of a leased file: exit %d %q", exit.Code, out)
 	}
 	lease.Close()
@@ -447,7 +376,7 @@ func TestReadBuiltinWaitsForALease(t *testing.T) {
 	h.start(2, agentwire.BuiltinRead, false, args...)
 	time.Sleep(200 * time.Millisecond)
 	h.send(&agentwire.Kill{ID: 2})
-	if exit, out := h.wait(2); exit.Code != killedExit || out != "" {
+	if exit, out := h.waitTagged(2); exit.Code != killedExit || out != "" {
 		t.Errorf("read of a leased file, killed: exit %d %q", exit.Code, out)
 	}
 }
@@ -458,14 +387,14 @@ func TestReadAndLsBuiltinsRelativePath(t *testing.T) {
 	ws, _ := nobodyTree(t)
 	must(t, os.Mkdir(filepath.Join(ws, "sub"), 0o755))
 	must(t, os.WriteFile(filepath.Join(ws, "sub", "f"), []byte("one\n"), 0o644))
-	h := startFileHost(t)
+	h := startAgentHost(t, "/")
 	run := func(id uint64, name string, args ...string) (int, string) {
 		r := &agentwire.Run{ID: id, Builtin: name, MaxOutput: 1 << 20, User: "65534:65534", Workdir: ws}
 		for _, a := range args {
 			r.Args = append(r.Args, []byte(a))
 		}
 		h.send(r)
-		exit, out := h.wait(id)
+		exit, out := h.waitTagged(id)
 		return exit.Code, out
 	}
 	if code, out := run(1, agentwire.BuiltinRead, "sub/f", "1", "10", "100", "shown", "|END"); code != 0 || out != "1:T 2 3\none\n|END" {

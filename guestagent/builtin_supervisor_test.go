@@ -3,7 +3,6 @@
 package guestagent
 
 import (
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,60 +19,6 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/agentwire"
 	"github.com/oma-sandbox/oma-sandbox/bashproto"
 )
-
-// agentHost drives a Server in this process frame by frame.
-type agentHost struct {
-	t      *testing.T
-	in     *io.PipeWriter
-	frames chan agentwire.Frame
-	served chan error
-	out    map[uint64]string
-	exits  map[uint64]*agentwire.Exit
-}
-
-func startAgentHost(t *testing.T) *agentHost {
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	h := &agentHost{t: t, in: inW, frames: make(chan agentwire.Frame, 1024), served: make(chan error, 1),
-		out: map[uint64]string{}, exits: map[uint64]*agentwire.Exit{}}
-	s := &Server{In: inR, Out: outW, DefaultWorkdir: t.TempDir(), Etc: "/etc", Shell: "/bin/bash"}
-	go func() {
-		h.served <- s.Serve()
-		outW.Close()
-	}()
-	go func() {
-		defer close(h.frames)
-		r := agentwire.NewGuestReader(outR)
-		for {
-			f, err := r.Read()
-			if err != nil {
-				return
-			}
-			h.frames <- f
-		}
-	}()
-	t.Cleanup(func() {
-		inW.Close()
-		select {
-		case err := <-h.served:
-			assert.NoError(t, err)
-		case <-time.After(10 * time.Second):
-			t.Error("Serve did not return")
-		}
-		inR.Close()
-		for range h.frames {
-		}
-	})
-	return h
-}
-
-func (h *agentHost) send(f agentwire.Frame) {
-	h.t.Helper()
-	b, err := agentwire.Append(nil, f)
-	require.NoError(h.t, err)
-	_, err = h.in.Write(b)
-	require.NoError(h.t, err)
-}
 
 // supervise starts call id as the bash-supervisor builtin running command
 // for bashproto call c, with logs in dir.
@@ -96,23 +41,8 @@ func (h *agentHost) supervise(id uint64, c bashproto.Call, command string, secs 
 // wait reads frames until call id's exit and returns its output.
 func (h *agentHost) wait(id uint64) (string, *agentwire.Exit) {
 	h.t.Helper()
-	deadline := time.After(15 * time.Second)
-	for h.exits[id] == nil {
-		select {
-		case f, ok := <-h.frames:
-			require.True(h.t, ok, "the agent ended before call %d did", id)
-			switch f := f.(type) {
-			case *agentwire.Out:
-				h.out[f.ID] += string(f.Data)
-			case *agentwire.Exit:
-				h.exits[f.ID] = f
-			case *agentwire.Ack:
-			}
-		case <-deadline:
-			h.t.Fatalf("call %d did not end", id)
-		}
-	}
-	return h.out[id], h.exits[id]
+	exit := h.waitFor(id, 15*time.Second)
+	return h.out[id], exit
 }
 
 // liveProcess reports whether pid is a process that is not a zombie.
@@ -183,7 +113,7 @@ func TestBashSupervisorKilled(t *testing.T) {
 			dir := t.TempDir()
 			pidFile := filepath.Join(dir, "pids")
 			t.Setenv("PIDS", pidFile)
-			h := startAgentHost(t)
+			h := startAgentHost(t, t.TempDir())
 			c := bashproto.NewCall()
 			began := time.Now()
 			h.supervise(1, c, treeCommand+tc.tail, time.Minute, dir, tc.run)
@@ -203,7 +133,7 @@ func TestBashSupervisorKilled(t *testing.T) {
 
 // A stdin that never ends does not hold a killed supervisor.
 func TestBashSupervisorKilledReadingStdin(t *testing.T) {
-	h := startAgentHost(t)
+	h := startAgentHost(t, t.TempDir())
 	_, args, _ := bashproto.Script(bashproto.NewCall(), "true", time.Minute, bashproto.LogsIn(t.TempDir()), bashproto.Limits{MaxLines: 1, MaxBytes: 1})
 	run := &agentwire.Run{ID: 1, Builtin: agentwire.BuiltinBashSupervisor, Stdin: true, MaxOutput: 1 << 20}
 	for _, a := range args {
@@ -224,7 +154,7 @@ func TestBashSupervisorKilledReadingStdin(t *testing.T) {
 // once the command is gone.
 func TestBashSupervisorStdinHeldByAnother(t *testing.T) {
 	dir := t.TempDir()
-	h := startAgentHost(t)
+	h := startAgentHost(t, t.TempDir())
 	c := bashproto.NewCall()
 	_, args, stdin := bashproto.Script(c, "#"+strings.Repeat("x", 200<<10), time.Minute,
 		bashproto.Logs{Live: dir + "/live", Kept: dir + "/kept"}, bashproto.Limits{MaxLines: 2000, MaxBytes: 50 << 10})
@@ -273,7 +203,7 @@ func TestBashKillWaits(t *testing.T) {
 			dir := t.TempDir()
 			pidFile := filepath.Join(dir, "pids")
 			t.Setenv("PIDS", pidFile)
-			h := startAgentHost(t)
+			h := startAgentHost(t, t.TempDir())
 			c := bashproto.NewCall()
 			h.supervise(1, c, treeCommand+"sleep 100", time.Minute, dir, agentwire.Run{})
 			pids := waitForPids(t, pidFile, 4)
@@ -304,7 +234,7 @@ func TestBashKillWaits(t *testing.T) {
 func TestBashSupervisorSparesOtherCalls(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("PIDS", filepath.Join(dir, "pids"))
-	h := startAgentHost(t)
+	h := startAgentHost(t, t.TempDir())
 
 	earlier := bashproto.NewCall()
 	h.supervise(1, earlier, `(env -u `+bashproto.OwnerEnv+` setsid sleep 100 & echo $! > "$PIDS.earlier")`, time.Minute, dir, agentwire.Run{})
@@ -338,7 +268,7 @@ func TestBashSupervisorSparesOtherCalls(t *testing.T) {
 func TestBashSupervisorSparesLateOrphansOfEndedCalls(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("PIDS", filepath.Join(dir, "pids"))
-	h := startAgentHost(t)
+	h := startAgentHost(t, t.TempDir())
 
 	h.supervise(1, bashproto.NewCall(), `(setsid bash -c 'echo $$ > "$PIDS.daemon"; sleep 0.5; (sleep 100 & echo $! > "$PIDS.late"); exec sleep 100' &)`, time.Minute, dir, agentwire.Run{})
 	out, exit := h.wait(1)
