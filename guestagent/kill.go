@@ -4,7 +4,6 @@ package guestagent
 
 import (
 	"os"
-	"slices"
 	"syscall"
 )
 
@@ -16,41 +15,30 @@ import (
 // it has the start time the scan found (signalSame); a group id is not
 // reused while the group has a member.
 func killTree(proc *os.Process, pgid int) {
-	seen := map[int]uint64{}
-	var roots []int
+	stopped := map[int]uint64{}
 	if proc.Signal(syscall.SIGSTOP) == nil {
-		seen[proc.Pid] = 0
-		roots = append(roots, proc.Pid)
+		stopped[proc.Pid] = 0
 	}
 	_ = syscall.Kill(-pgid, syscall.SIGSTOP)
 	for grew := true; grew; {
 		grew = false
 		ps := scanProcs()
-		children := map[int][]int{}
-		queue := slices.Clone(roots)
+		roots := []int{proc.Pid}
 		for pid, p := range ps {
-			children[p.ppid] = append(children[p.ppid], pid)
 			if p.pgrp == pgid {
-				queue = append(queue, pid)
+				roots = append(roots, pid)
 			}
 		}
-		for len(queue) > 0 {
-			pid := queue[0]
-			queue = queue[1:]
-			if _, ok := seen[pid]; !ok {
-				seen[pid], grew = ps[pid].start, true
-				signalSame(pid, ps[pid].start, syscall.SIGSTOP)
-			}
-			for _, c := range children[pid] {
-				if _, ok := seen[c]; !ok {
-					queue = append(queue, c)
-				}
+		for pid, start := range tree(ps, roots) {
+			if _, ok := stopped[pid]; !ok {
+				stopped[pid], grew = start, true
+				signalSame(pid, start, syscall.SIGSTOP)
 			}
 		}
 	}
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	_ = proc.Kill()
-	for pid, start := range seen {
+	for pid, start := range stopped {
 		if pid != proc.Pid {
 			signalSame(pid, start, syscall.SIGKILL)
 		}

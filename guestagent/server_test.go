@@ -8,7 +8,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -278,4 +280,34 @@ func TestExitCodeWithoutAWait(t *testing.T) {
 	if code := exitCode(nil); code != 255 {
 		t.Fatalf("exit code %d, want 255", code)
 	}
+}
+
+// The guest timer kills a script call's whole tree: a descendant that left
+// the call's process group (setsid) too, found through its parent.
+func TestTimeoutKillsDescendantsOutsideTheGroup(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	h := startAgentHost(t, dir)
+	h.send(&agentwire.Run{ID: 1, Script: []byte(`setsid sleep 100 & echo $! > "$1"; wait`),
+		Args: [][]byte{[]byte(pidFile)}, TimeoutMS: 500, MaxOutput: 1 << 10})
+	exit := h.waitFor(1, 10*time.Second)
+	if !exit.TimedOut {
+		t.Fatalf("exit %+v", exit)
+	}
+	data, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		if _, live := readStat(pid); !live {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	t.Fatalf("the setsid child %d outlived the timeout", pid)
 }
