@@ -72,6 +72,24 @@ func (c *builtinCall) ProcAttr(session bool) *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: !session, Setsid: session, Pdeathsig: syscall.SIGKILL, Credential: c.Cred}
 }
 
+// ending reports that the call must end.
+func (c *builtinCall) ending() bool {
+	select {
+	case <-c.Killed:
+		return true
+	default:
+		return false
+	}
+}
+
+// userPath is p as the call's processes see it: relative to the workdir.
+func (c *builtinCall) userPath(p string) string {
+	if p == "" || p[0] == '/' {
+		return p
+	}
+	return c.Workdir + "/" + p
+}
+
 // runBuiltin runs the call's builtin with the call's stdin and output.
 func (p *proc) runBuiltin(fn builtin, id identity, cred *syscall.Credential, dir string) *agentwire.Exit {
 	var stdin io.Reader = eofReader{}

@@ -62,15 +62,6 @@ func (j *fileJob) undo() {
 	j.made = nil
 }
 
-func (j *fileJob) isKilled() bool {
-	select {
-	case <-j.c.Killed:
-		return true
-	default:
-		return false
-	}
-}
-
 // resolve gives f's final target (canon) or fails as perlResolve does:
 // unresolvable, or outside the workspace ws.
 func (j *fileJob) resolve(f, ws string) (string, int) {
@@ -125,7 +116,7 @@ func (j *fileJob) write(f, old, ws string) int {
 		}
 		original, err = io.ReadAll(io.LimitReader(j.c.Stdin, want))
 		switch {
-		case j.isKilled():
+		case j.c.ending():
 			return j.killed()
 		case err != nil:
 			return j.fail(3, "Cannot write "+show+": "+errText(err))
@@ -223,7 +214,7 @@ func (j *fileJob) fill(fd int, real string) int {
 	buf := make([]byte, ioChunk)
 	for {
 		n, err := j.c.Stdin.Read(buf)
-		if j.isKilled() {
+		if j.c.ending() {
 			return j.killed()
 		}
 		for off := 0; off < n; {
@@ -353,7 +344,7 @@ func (j *fileJob) cat(f, ws string) int {
 	}
 	buf := make([]byte, ioChunk)
 	for {
-		if j.isKilled() {
+		if j.c.ending() {
 			return killedExit
 		}
 		n, err := retryEINTR(func() (int, error) { return unix.Read(fd, buf) })

@@ -57,7 +57,7 @@ func (j *fileJob) ls(d string) int {
 	}
 	defer unix.Close(fd)
 	names, err := readDirNames(fd, j.c.Killed)
-	if j.isKilled() {
+	if j.c.ending() {
 		return killedExit
 	}
 	if err != nil {
@@ -67,7 +67,7 @@ func (j *fileJob) ls(d string) int {
 	prefix := strings.TrimSuffix(d, "/") + "/"
 	var out bytes.Buffer
 	for _, name := range names {
-		if j.isKilled() {
+		if j.c.ending() {
 			return killedExit
 		}
 		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {

@@ -136,7 +136,7 @@ func (j *fileJob) read(f string, start, take, maxb int64, end string) int {
 // until the call is killed: a FIFO no writer ever opens reads as nothing.
 func (j *fileJob) readSome(fd int, buf []byte, wait bool) (int, int) {
 	for {
-		if j.isKilled() {
+		if j.c.ending() {
 			return 0, killedExit
 		}
 		if wait {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os/exec"
 	"slices"
-	"strings"
 	"syscall"
 	"time"
 
@@ -255,16 +254,6 @@ func (c *builtinCall) abandon(cmd *exec.Cmd, started bool) int {
 	return 0
 }
 
-// ending reports that the call must end.
-func (c *builtinCall) ending() bool {
-	select {
-	case <-c.Killed:
-		return true
-	default:
-		return false
-	}
-}
-
 // startFailed reports a program that could not be started, with a shell's
 // status for it: 127 when it was not found, else 126.
 func (c *builtinCall) startFailed(name string, err error) int {
@@ -287,22 +276,13 @@ func (c *builtinCall) setsidFailed(name string, err error) int {
 	if errno != syscall.ENOENT {
 		code = 126
 	}
-	msg := errno.Error()
-	fmt.Fprintf(c.Stderr, "setsid: failed to execute %s: %s%s\n", name, strings.ToUpper(msg[:1]), msg[1:])
+	fmt.Fprintf(c.Stderr, "setsid: failed to execute %s: %s\n", name, errText(errno))
 	return code
 }
 
 func (c *builtinCall) badArgs(name string, want int) int {
 	fmt.Fprintf(c.Stderr, "%s: %d arguments, want %d\n", name, len(c.Args), want)
 	return 2
-}
-
-// userPath is p as the call's processes see it: relative to the workdir.
-func (c *builtinCall) userPath(p string) string {
-	if p == "" || p[0] == '/' {
-		return p
-	}
-	return c.Workdir + "/" + p
 }
 
 // isRegular is the script's `[ -f PATH ]`, as the call's user.
