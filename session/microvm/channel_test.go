@@ -492,17 +492,24 @@ func TestChannelFork(t *testing.T) {
 	assert.Len(t, env.Channel(fork.Name()).Msb, 1, "the fork has its own")
 }
 
+// execAndChannelSessions creates two sessions on one fakemsb: one that
+// runs one msb exec per call and one over the guest agent's channel.
+func execAndChannelSessions(t *testing.T) (env *fakemsbtest.Env, exec, channel *microvm.Session) {
+	t.Helper()
+	env = fakemsbtest.New(t)
+	exec = createSession(t, options(env))
+	o := channelOptions(t, env, "")
+	o.SessionID = "channel"
+	return env, exec, createSession(t, o)
+}
+
 // TestChannelWorkdirParity: a call gets the same outcome over the channel
 // as over its own msb exec when the guest made its workdir unsearchable
 // for the call's user. msb's agent changes into the workdir as root and
 // only then becomes the call's user, so such a call starts (in a directory
 // it cannot read) rather than failing.
 func TestChannelWorkdirParity(t *testing.T) {
-	env := fakemsbtest.New(t)
-	exec := createSession(t, options(env))
-	o := channelOptions(t, env, "")
-	o.SessionID = "channel"
-	channel := createSession(t, o)
+	env, exec, channel := execAndChannelSessions(t)
 	asRoot := session.ShellOptions{User: "0"}
 	const probe = `echo "in $PWD as $(id -u)"; ls . >/dev/null 2>&1 || echo unreadable >&2; exit 3`
 	for _, c := range []struct {
@@ -545,11 +552,7 @@ func TestChannelWorkdirParity(t *testing.T) {
 // runs the script. The script here differs from the builtin on purpose, to
 // tell which ran.
 func TestChannelBuiltins(t *testing.T) {
-	env := fakemsbtest.New(t)
-	exec := createSession(t, options(env))
-	o := channelOptions(t, env, "")
-	o.SessionID = "channel"
-	channel := createSession(t, o)
+	env, exec, channel := execAndChannelSessions(t)
 	run := func(s *microvm.Session, builtin string) string {
 		t.Helper()
 		res, err := s.Shell(context.Background(), session.Command{
