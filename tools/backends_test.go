@@ -2,6 +2,8 @@ package tools_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
+	"github.com/oma-sandbox/oma-sandbox/internal/realvm"
 	"github.com/oma-sandbox/oma-sandbox/internal/sessiontest"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
@@ -17,12 +20,42 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 )
 
-// backends is every Session implementation the tool suite runs against.
-var backends = []backend{
+// allBackends is every Session implementation the tool suite can run
+// against. The real ones boot microVMs on the real msb and the guest image
+// (internal/realvm): scripts/real-vm.sh runs the suite on them.
+var allBackends = []backend{
 	{name: "host", open: openHost},
 	{name: "msb", open: openMsb},
 	{name: "msb-channel", open: openMsbChannel},
 	{name: "local", open: openLocal},
+	{name: "real-msb", open: openRealMsb},
+	{name: "real-msb-channel", open: openRealMsbChannel},
+}
+
+// backends is what the suite runs on: OMA_TEST_BACKENDS, a comma-separated
+// list of allBackends' names, or every backend but the real ones.
+var backends = selectBackends(realvm.Backends())
+
+func selectBackends(names []string) []backend {
+	if names == nil {
+		return allBackends[:4]
+	}
+	var chosen []backend
+	for _, name := range names {
+		i := slices.IndexFunc(allBackends, func(b backend) bool { return b.name == name })
+		if i < 0 {
+			panic(fmt.Sprintf("OMA_TEST_BACKENDS names %q, which is not one of the tool suite's backends", name))
+		}
+		chosen = append(chosen, allBackends[i])
+	}
+	return chosen
+}
+
+// onBackend tells whether t, a test forEachBackend started, runs on the
+// backend of that kind: real-msb is an msb backend as fakemsb's is.
+func onBackend(t *testing.T, kind string) bool {
+	name := t.Name()[strings.LastIndexByte(t.Name(), '/')+1:]
+	return strings.TrimPrefix(name, "real-") == kind
 }
 
 // countingSession counts the round trips a backend without an invocation
@@ -116,4 +149,16 @@ func openMsbChannel(t *testing.T) (session.Session, func() int) {
 	})
 	c := &countingSession{Session: s}
 	return c, func() int { return int(c.n.Load()) }
+}
+
+// openRealMsb creates a session on the real msb that makes one msb exec per
+// call; openRealMsbChannel one whose calls travel on the guest agent's
+// channel and run its builtins. Either fails its test when a call went
+// another way.
+func openRealMsb(t *testing.T) (session.Session, func() int) {
+	return realvm.Open(t, "ws-"+strings.ToLower(t.Name()), false)
+}
+
+func openRealMsbChannel(t *testing.T) (session.Session, func() int) {
+	return realvm.Open(t, "ws-"+strings.ToLower(t.Name()), true)
 }

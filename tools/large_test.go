@@ -53,7 +53,7 @@ func TestLargeFileRoundTripMemory(t *testing.T) {
 		// allocated per byte sent under the race detector, all garbage:
 		// no more than the 256 KiB stdin window is alive at once.
 		budget := 4 * len(content)
-		if strings.Contains(t.Name(), "msb-channel") {
+		if onBackend(t, "msb-channel") {
 			budget += 4 * len(content)
 		}
 		assert.Less(t, writeAlloc, uint64(budget), "write allocated %d bytes", writeAlloc)

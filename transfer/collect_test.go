@@ -80,13 +80,13 @@ func collect(t *testing.T, s *counted, dest string, o transfer.CollectOptions) *
 func TestCollect(t *testing.T) {
 	backends(t, func(t *testing.T, s *counted) {
 		out := s.Paths().Outputs
-		sh(t, s, fmt.Sprintf(`cd %q && mkdir -p r/d && printf hello > r/a.txt && head -c 300000 /dev/urandom > r/d/b.bin && printf '{}' > c.json && ln -s /etc/passwd link`, out))
+		sh(t, s, fmt.Sprintf(`cd %q && mkdir -p r/d && printf hello > r/a.txt && head -c 300000 /dev/urandom > r/d/b.bin && printf '{}' > c.json && ln -s /etc/passwd link && mkfifo pipe`, out))
 		dest := t.TempDir()
 		s.n.Store(0)
 		res := collect(t, s, dest, transfer.CollectOptions{})
 		assert.EqualValues(t, 2, s.n.Load(), "a listing and one fetch")
 		require.Len(t, res.Files, 3)
-		assert.Equal(t, map[string]string{"link": "a symbolic link (not followed)"}, refusedPaths(res))
+		assert.Equal(t, map[string]string{"link": "a symbolic link (not followed)", "pipe": "a named pipe"}, refusedPaths(res))
 		assert.True(t, res.Partial)
 		byPath := map[string]transfer.File{}
 		for _, f := range res.Files {
@@ -106,7 +106,7 @@ func TestCollect(t *testing.T) {
 		// Collecting again into the same place finds the same bytes there.
 		again := collect(t, s, dest, transfer.CollectOptions{})
 		assert.Len(t, again.Files, 3)
-		assert.Len(t, again.Refused, 1)
+		assert.Len(t, again.Refused, 2)
 
 		sh(t, s, fmt.Sprintf(`rm -rf %q/*`, out))
 		missing := filepath.Join(t.TempDir(), "not", "yet")

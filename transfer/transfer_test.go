@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
+	"github.com/oma-sandbox/oma-sandbox/internal/realvm"
 	"github.com/oma-sandbox/oma-sandbox/internal/sessiontest"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
@@ -61,46 +63,65 @@ func (c *counted) Shell(ctx context.Context, cmd session.Command, o session.Shel
 	return c.Session.Shell(ctx, cmd, o)
 }
 
+// backends runs fn on every backend, or on those OMA_TEST_BACKENDS names
+// (the real ones boot microVMs: scripts/real-vm.sh).
 func backends(t *testing.T, fn func(t *testing.T, s *counted)) {
-	t.Run("host", func(t *testing.T) { fn(t, &counted{Session: sessiontest.NewHost(t)}) })
-	// On msb, over one exec per call and over the guest agent's channel.
-	for _, channel := range []bool{false, true} {
-		name := "msb"
-		if channel {
-			name = "msb-channel"
-		}
-		t.Run(name, func(t *testing.T) {
-			env := fakemsbtest.New(t)
-			o := microvm.Options{
-				Client: msb.NewClient(&msb.CLI{Path: env.Bin}), WorkspaceID: "w", SessionID: "s", Image: "debian",
-				NoAgent: !channel,
-			}
-			if channel {
-				o.AgentFile = agenttest.AgentBinary(t)
-			}
-			s, err := microvm.Create(context.Background(), o)
-			require.NoError(t, err)
-			env.ResetLog(t)
-			t.Cleanup(func() {
-				require.NoError(t, s.Close(context.Background()))
-				require.True(t, env.Channel(s.Name()).Empty(), "channel processes left")
-				for _, inv := range env.Invocations(t) {
-					if channel && inv.Argv[0] == "exec" {
-						require.Contains(t, inv.Argv, "--stream", "a call left the channel")
-					}
-				}
-			})
-			fn(t, &counted{Session: s})
-		})
+	type backend struct {
+		name string
+		open func(t *testing.T) session.Session
 	}
-	t.Run("local", func(t *testing.T) {
-		s, err := local.Create(context.Background(), local.Options{StateDir: t.TempDir(), WorkspaceID: "w", SessionID: "s"})
-		if err != nil {
-			t.Skipf("no local backend here: %v", err)
+	all := []backend{
+		{"host", func(t *testing.T) session.Session { return sessiontest.NewHost(t) }},
+		{"msb", func(t *testing.T) session.Session { return openMsb(t, false) }},
+		{"msb-channel", func(t *testing.T) session.Session { return openMsb(t, true) }},
+		{"local", openLocal},
+		{"real-msb", func(t *testing.T) session.Session { s, _ := realvm.Open(t, "w", false); return s }},
+		{"real-msb-channel", func(t *testing.T) session.Session { s, _ := realvm.Open(t, "w", true); return s }},
+	}
+	chosen := realvm.Backends()
+	if chosen == nil {
+		chosen = []string{"host", "msb", "msb-channel", "local"}
+	}
+	for _, name := range chosen {
+		i := slices.IndexFunc(all, func(b backend) bool { return b.name == name })
+		require.GreaterOrEqual(t, i, 0, "OMA_TEST_BACKENDS names %q, not one of transfer's backends", name)
+		t.Run(name, func(t *testing.T) { fn(t, &counted{Session: all[i].open(t)}) })
+	}
+}
+
+// openMsb creates a session on fakemsb: over one exec per call, or over the
+// guest agent's channel.
+func openMsb(t *testing.T, channel bool) session.Session {
+	env := fakemsbtest.New(t)
+	o := microvm.Options{
+		Client: msb.NewClient(&msb.CLI{Path: env.Bin}), WorkspaceID: "w", SessionID: "s", Image: "debian",
+		NoAgent: !channel,
+	}
+	if channel {
+		o.AgentFile = agenttest.AgentBinary(t)
+	}
+	s, err := microvm.Create(context.Background(), o)
+	require.NoError(t, err)
+	env.ResetLog(t)
+	t.Cleanup(func() {
+		require.NoError(t, s.Close(context.Background()))
+		require.True(t, env.Channel(s.Name()).Empty(), "channel processes left")
+		for _, inv := range env.Invocations(t) {
+			if channel && inv.Argv[0] == "exec" {
+				require.Contains(t, inv.Argv, "--stream", "a call left the channel")
+			}
 		}
-		t.Cleanup(func() { require.NoError(t, s.Close(context.Background())) })
-		fn(t, &counted{Session: s})
 	})
+	return s
+}
+
+func openLocal(t *testing.T) session.Session {
+	s, err := local.Create(context.Background(), local.Options{StateDir: t.TempDir(), WorkspaceID: "w", SessionID: "s"})
+	if err != nil {
+		t.Skipf("no local backend here: %v", err)
+	}
+	t.Cleanup(func() { require.NoError(t, s.Close(context.Background())) })
+	return s
 }
 
 func mount(kind transfer.Kind, path, content string) transfer.Mount {

@@ -30,11 +30,12 @@ const foreignVolume = "e2e-foreign-volume"
 // lifecycle: a session on the default image, every tool, an upload, the
 // outputs, close; then a session left behind as by a dead process, which
 // the reaper removes. Afterwards msb lists nothing of ours.
-func lifecycle(t *testing.T, client *msb.Client) {
+func lifecycle(t *testing.T, tg target) {
 	ctx := context.Background()
+	client := tg.client
 	require.NoError(t, client.VolumeCreate(ctx, msb.VolumeCreateOptions{Name: foreignVolume}))
 
-	s, err := microvm.Create(ctx, microvm.Options{Client: client, WorkspaceID: "e2e", SessionID: "lifecycle"})
+	s, err := microvm.Create(ctx, tg.options("lifecycle"))
 	require.NoError(t, err, "create a session on %s", microvm.DefaultImage)
 	t.Cleanup(func() { _ = s.Close(context.WithoutCancel(ctx)) })
 	tb := tools.New(s, tools.Options{})
@@ -92,7 +93,7 @@ func lifecycle(t *testing.T, client *msb.Client) {
 
 	// A session whose process died: nobody closes it. The reaper, with a
 	// clock an hour ahead, removes its sandbox and volume and nothing else.
-	abandoned, err := microvm.Create(ctx, microvm.Options{Client: client, WorkspaceID: "e2e", SessionID: "abandoned"})
+	abandoned, err := microvm.Create(ctx, tg.options("abandoned"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = abandoned.Close(context.WithoutCancel(ctx)) })
 	rep, err := reaper.Reap(ctx, client, reaper.Options{

@@ -315,6 +315,7 @@ func (s *Session) runChannel(ctx context.Context, conn *agentchan.Conn, cmd sess
 	if cmd.Builtin != "" && conn.Offers(cmd.Builtin) {
 		req.Script, req.Builtin = "", cmd.Builtin
 	}
+	s.served.channel(req.Builtin, cmd.Builtin != "" && req.Builtin == "")
 	res, err := conn.Run(ctx, req, agentchan.Output{Stdout: opts.Stdout, Stderr: opts.Stderr})
 	var out *session.Result
 	if res != nil {

@@ -567,4 +567,7 @@ func TestChannelBuiltins(t *testing.T) {
 	assert.Equal(t, `0 "script ran in /workspace\n"`, run(channel, "not-offered"), "a builtin the agent lacks")
 	assert.Equal(t, `0 "script ran in /workspace\n"`, run(exec, agentwire.BuiltinGlobEnumerate), "one exec per call")
 	require.Len(t, env.Channel(channel.Name()).Agents, 1, "the calls went over one channel")
+	assert.Equal(t, microvm.Served{Channel: 2, Builtins: map[string]int{agentwire.BuiltinGlobEnumerate: 1}, ScriptFallbacks: 1},
+		channel.Served(), "the channel session's calls, as counted")
+	assert.Equal(t, microvm.Served{Exec: 1}, exec.Served(), "the exec session's call, as counted")
 }

@@ -156,8 +156,9 @@ type Session struct {
 	sandboxRemoved bool
 	volumeRemoved  bool
 
-	life lifecycle // paused or running; see lifecycle.go
-	ch   channel   // the guest agent's channel; see channel.go
+	life   lifecycle     // paused or running; see lifecycle.go
+	ch     channel       // the guest agent's channel; see channel.go
+	served servedCounter // how calls reached the guest; see served.go
 }
 
 var _ session.Session = (*Session)(nil)
@@ -409,6 +410,7 @@ func (s *Session) Shell(ctx context.Context, cmd session.Command, opts session.S
 	if conn := s.channelConn(ctx); conn != nil {
 		return s.runChannel(ctx, conn, cmd, opts)
 	}
+	s.served.exec()
 	return s.exec(ctx, cmd, opts)
 }
 

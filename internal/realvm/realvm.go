@@ -1,0 +1,294 @@
+// Package realvm gives tests the real msb where it boots microVMs, with the
+// guest image `make image` writes (bin/sandbox-image.tar) loaded into a
+// private MSB_HOME. scripts/real-vm.sh runs those tests on a host where
+// `msb doctor` passes, or in an outer guest where it does not.
+package realvm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oma-sandbox/oma-sandbox/guestagent/bundle"
+	"github.com/oma-sandbox/oma-sandbox/internal/realmsb"
+	"github.com/oma-sandbox/oma-sandbox/msb"
+	"github.com/oma-sandbox/oma-sandbox/session"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
+)
+
+// ImageArchive is where `make image` (scripts/build-image.sh) writes the
+// guest image, relative to the module root.
+const ImageArchive = "bin/sandbox-image.tar"
+
+// ErrNoArchive: the image is neither cached nor built.
+var ErrNoArchive = errors.New("no image archive")
+
+// Doctor runs `msb doctor` and returns "" when it passes, else its verdict:
+// the "error:" line and its "→" hints as msb printed them. An error means
+// msb doctor could not run at all.
+func Doctor(bin string, environ []string) (string, error) {
+	res, err := (&msb.CLI{Path: bin, Env: environ}).Run(context.Background(), msb.Call{Args: []string{"doctor"}})
+	var exitErr *msb.ExitError
+	switch {
+	case err == nil:
+		return "", nil
+	case res == nil || !errors.As(err, &exitErr):
+		return "", fmt.Errorf("msb doctor: %w", err)
+	}
+	var verdict []string
+	for _, line := range strings.Split(msb.StripANSI(string(res.Stderr)), "\n") {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "error:") || len(verdict) > 0 && strings.HasPrefix(line, "→") {
+			verdict = append(verdict, line)
+		}
+	}
+	if len(verdict) == 0 {
+		verdict = []string{err.Error()}
+	}
+	return "msb doctor says this host cannot boot a microVM: " + strings.Join(verdict, " "), nil
+}
+
+// EnsureImage makes sure ref is in msb's cache, loading it from archive
+// when it is not. The error says what to do when neither works.
+func EnsureImage(ctx context.Context, cli *msb.CLI, ref, archive string) error {
+	inspect := msb.Call{Args: []string{"image", "inspect", ref, "--format", "json"}}
+	if _, err := cli.Run(ctx, inspect); err == nil {
+		return nil
+	} else if !errors.Is(err, msb.ErrImageNotCached) {
+		return fmt.Errorf("msb image inspect %s: %w", ref, err)
+	}
+	if _, err := os.Stat(archive); err != nil {
+		return fmt.Errorf("%w: image %s is not in this MSB_HOME and %s is missing: run `make image` (or `make e2e-real`, which builds it)", ErrNoArchive, ref, archive)
+	}
+	if _, err := cli.Run(ctx, msb.Call{Args: []string{"load", "--quiet", "--tag", ref, "--input", archive}}); err != nil {
+		return fmt.Errorf("msb load %s: %w", archive, err)
+	}
+	if _, err := cli.Run(ctx, inspect); err != nil {
+		return fmt.Errorf("msb load %s did not cache %s: %w", archive, ref, err)
+	}
+	return nil
+}
+
+// ModuleFile is rel below the module root (the directory with go.mod above
+// the test's working directory).
+func ModuleFile(rel string) (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return filepath.Join(dir, rel), nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the test's directory")
+		}
+		dir = parent
+	}
+}
+
+// VM is the real msb with ref loaded in Home, ready to boot sessions.
+type VM struct {
+	realmsb.Env
+}
+
+// CLI runs the real msb in the VM's MSB_HOME.
+func (v *VM) CLI() *msb.CLI { return &msb.CLI{Path: v.Bin, Env: v.Environ()} }
+
+// OperationTimeout bounds a guest command on a real VM in tests that do
+// not test a timeout: under software emulation (an outer guest without
+// KVM, see scripts/real-vm.sh) a session's first exec takes seconds.
+const OperationTimeout = 2 * time.Minute
+
+var shared struct {
+	once sync.Once
+	vm   *VM
+	skip string // why no VM can boot here
+	err  error  // what went wrong where one should have
+}
+
+// Shared is one VM per test process, its MSB_HOME in a temporary directory
+// that Cleanup removes, with image loaded. It fails t where msb cannot boot
+// a microVM or the image is missing: a test asks for it only when a real
+// VM was asked for (OMA_TEST_BACKENDS).
+func Shared(t testing.TB, image string) *VM {
+	t.Helper()
+	vm, reason := boot(image)
+	if vm == nil {
+		t.Fatalf("a real VM was asked for, but %s", reason)
+	}
+	return vm
+}
+
+// Booting is Shared for a test that runs wherever a VM boots: it skips t,
+// with the reason, where msb is not installed, msb doctor fails or the
+// image was never built, and fails it only where a VM should have booted.
+func Booting(t testing.TB, image string) *VM {
+	t.Helper()
+	vm, reason := boot(image)
+	switch {
+	case vm != nil:
+		return vm
+	case shared.err != nil:
+		t.Fatal(reason)
+	}
+	t.Skip(reason)
+	return nil
+}
+
+func boot(image string) (*VM, string) {
+	shared.once.Do(func() {
+		wd, err := os.Getwd()
+		if err != nil {
+			shared.err = err
+			return
+		}
+		bin, err := realmsb.Bin(wd)
+		if err != nil {
+			shared.skip = err.Error()
+			return
+		}
+		home, err := os.MkdirTemp("", "oma-realvm-")
+		if err != nil {
+			shared.err = err
+			return
+		}
+		vm := &VM{realmsb.Env{Bin: bin, Home: filepath.Join(home, "msb-home")}}
+		shared.vm = vm // for Cleanup, until it proves usable
+		if shared.skip, shared.err = Doctor(bin, vm.Environ()); shared.err != nil || shared.skip != "" {
+			return
+		}
+		archive, err := ModuleFile(ImageArchive)
+		if err == nil {
+			err = EnsureImage(context.Background(), vm.CLI(), image, archive)
+		}
+		if errors.Is(err, ErrNoArchive) {
+			shared.skip = err.Error()
+		} else {
+			shared.err = err
+		}
+	})
+	switch {
+	case shared.err != nil:
+		return nil, "real msb: " + shared.err.Error()
+	case shared.skip != "":
+		return nil, shared.skip
+	}
+	return shared.vm, ""
+}
+
+// Cleanup removes the shared VM's MSB_HOME (its images, and whatever a
+// failed test left); a TestMain calls it after the tests.
+func Cleanup() {
+	if shared.vm != nil {
+		_ = os.RemoveAll(filepath.Dir(shared.vm.Home))
+	}
+}
+
+// Backends is OMA_TEST_BACKENDS, the backends a package's shared suite was
+// asked to run on (comma-separated); nil when it names none, for the
+// package's own default.
+func Backends() []string {
+	if list := os.Getenv("OMA_TEST_BACKENDS"); list != "" {
+		return strings.Split(list, ",")
+	}
+	return nil
+}
+
+// Open creates a session on the Shared VM with the default image: over the
+// guest agent bundled into the test binary (make agent) when channel is
+// set, else one msb exec per call. The test's cleanup closes it and checks
+// that every call went the way asked (a silent fallback to one exec per
+// call, or to a script where the agent has a builtin, fails the test) and
+// that msb lists nothing of it afterwards. calls counts the round trips:
+// msb invocations since the create, or calls on the channel.
+func Open(t *testing.T, workspace string, channel bool) (s *microvm.Session, calls func() int) {
+	t.Helper()
+	if _, ok := bundle.Binary(bundle.GuestArch()); channel && !ok {
+		t.Fatal("no guest agent is bundled into this test binary: run make agent before building it")
+	}
+	vm := Shared(t, microvm.DefaultImage)
+	runner := &recordingRunner{inner: vm.CLI()}
+	client := msb.NewClient(runner)
+	s, err := microvm.Create(context.Background(), microvm.Options{
+		Client: client, WorkspaceID: workspace, SessionID: "s1",
+		NoAgent: !channel, OperationTimeout: OperationTimeout,
+	})
+	require.NoError(t, err)
+	created := len(runner.ran())
+	t.Cleanup(func() {
+		served := s.Served()
+		require.NoError(t, s.Close(context.Background()))
+		ctx := context.Background()
+		left, err := client.List(ctx, msb.ListOptions{Labels: []msb.Label{{Key: session.LabelWorkspaceID, Value: workspace}}})
+		require.NoError(t, err)
+		require.Empty(t, left, "no sandbox left")
+		vols, err := client.VolumeList(ctx)
+		require.NoError(t, err)
+		for _, v := range vols {
+			require.NotEqual(t, s.Names().Volume, v.Name, "no volume left")
+		}
+		if !channel {
+			require.Zero(t, served.Channel, "a call on the channel of a session without the agent: %+v", served)
+			require.Empty(t, runner.started(), "a channel opened in a session without the agent")
+			return
+		}
+		require.Zero(t, served.Exec, "a call fell back to one msb exec: %+v", served)
+		require.Zero(t, served.ScriptFallbacks, "a call ran its script where the agent has a builtin: %+v", served)
+		for _, argv := range runner.ran()[created:] {
+			require.NotEqual(t, "exec", argv[0], "a call left the channel: %q", argv)
+		}
+	})
+	return s, func() int {
+		if !channel {
+			return len(runner.ran()) - created
+		}
+		n := s.Served()
+		return n.Channel + n.Exec
+	}
+}
+
+// recordingRunner keeps the argv of every msb invocation: those run to
+// their end, and those started to keep running (a channel's exec --stream).
+type recordingRunner struct {
+	inner  *msb.CLI
+	mu     sync.Mutex
+	runs   [][]string
+	starts [][]string
+}
+
+func (r *recordingRunner) Run(ctx context.Context, c msb.Call) (*msb.Result, error) {
+	r.mu.Lock()
+	r.runs = append(r.runs, slices.Clone(c.Args))
+	r.mu.Unlock()
+	return r.inner.Run(ctx, c)
+}
+
+func (r *recordingRunner) Start(ctx context.Context, c msb.Call) (*msb.Process, error) {
+	r.mu.Lock()
+	r.starts = append(r.starts, slices.Clone(c.Args))
+	r.mu.Unlock()
+	return r.inner.Start(ctx, c)
+}
+
+func (r *recordingRunner) ran() [][]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.runs)
+}
+
+func (r *recordingRunner) started() [][]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.starts)
+}
