@@ -23,9 +23,11 @@ const MaxBashTimeout = time.Hour
 const DefaultBashTimeout = 2 * time.Minute
 
 // Bash results show at most this much of the output: its last lines.
+// bashproto.Tail with these limits tells which end of a streamed output
+// a result shows.
 const (
-	bashMaxLines = readMaxLines
-	bashMaxBytes = readMaxBytes
+	BashMaxLines = readMaxLines
+	BashMaxBytes = readMaxBytes
 )
 
 var bashTool = tool{
@@ -76,11 +78,11 @@ func (t *Toolbox) Bash(ctx context.Context, command string, timeout time.Duratio
 	keptPath := call.LogPath(logs.Kept)
 	scoped, _ := t.sess.(callScoped)
 	script, scriptArgs, stdin := bashproto.Script(call, command, timeout, logs, bashproto.Limits{
-		MaxLines: bashMaxLines, MaxBytes: bashMaxBytes, EndBackground: scoped != nil && scoped.ProcessesEndWithCall()})
+		MaxLines: BashMaxLines, MaxBytes: BashMaxBytes, EndBackground: scoped != nil && scoped.ProcessesEndWithCall()})
 	secs := bashproto.TimeoutSeconds(timeout)
 
 	var mu sync.Mutex
-	tail := bashproto.NewTail(bashMaxBytes)
+	tail := bashproto.NewTail(BashMaxBytes)
 	filter := bashproto.NewFilter(call.Secret, func(p []byte) {
 		_, _ = tail.Write(p)
 		if progress != nil {
@@ -103,9 +105,9 @@ func (t *Toolbox) Bash(ctx context.Context, command string, timeout time.Duratio
 	mu.Lock()
 	defer mu.Unlock()
 	_ = filter.Close()
-	shown := tail.Show(bashMaxLines)
+	shown := tail.Show(BashMaxLines)
 	notes := []string{}
-	if n := shown.Note(bashMaxBytes, keptPath); n != "" {
+	if n := shown.Note(BashMaxBytes, keptPath); n != "" {
 		notes = append(notes, n)
 	}
 	if res != nil {

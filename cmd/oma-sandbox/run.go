@@ -84,7 +84,7 @@ stderr when oma-sandbox itself failed (creating, collecting, removing);
 		}
 	}()
 
-	out := &streamed{w: c.stdout}
+	out := newStreamed(c.stdout)
 	_, runErr := tools.New(s, tools.Options{Logger: c.logger}).Bash(ctx, shellJoin(argv), *timeout, out.write)
 	status := exitOK
 	var cmdErr *tools.CommandError

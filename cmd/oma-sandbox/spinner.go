@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"time"
@@ -13,10 +14,10 @@ import (
 // called, then clears the line. It does nothing unless stderr is a terminal,
 // so scripts and logs see no progress noise.
 func (c *cli) spinner(msg string) func() {
-	f, ok := c.stderr.(*os.File)
-	if !ok || !term.IsTerminal(int(f.Fd())) {
+	if !isTerminal(c.stderr) {
 		return func() {}
 	}
+	f := c.stderr
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -40,4 +41,10 @@ func (c *cli) spinner(msg string) func() {
 		close(done)
 		wg.Wait()
 	}
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }

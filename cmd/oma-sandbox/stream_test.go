@@ -10,10 +10,10 @@ import (
 	"time"
 )
 
-// TestBashOutputStreams checks that tool bash and run write the command's
-// output while it still runs, not when it ends: the first line must arrive
-// well before the command's final sleep is over. A script cannot see this,
-// since testscript collects stdout at exit.
+// TestBashOutputStreams checks that tool bash on a terminal, and run on a
+// pipe, write the command's output while it still runs, not when it ends:
+// the first line must arrive well before the command's final sleep is
+// over. A script cannot see this, since testscript collects stdout at exit.
 func TestBashOutputStreams(t *testing.T) {
 	state := t.TempDir()
 	var created bytes.Buffer
@@ -23,21 +23,28 @@ func TestBashOutputStreams(t *testing.T) {
 	name := strings.TrimSpace(created.String())
 	const script = "echo first; sleep 3; echo second"
 	for _, tc := range []struct {
-		name string
-		args []string
+		name     string
+		args     []string
+		terminal bool
 	}{
-		{"tool", []string{"--state-dir", state, "tool", name, "bash", `{"command":"` + script + `"}`}},
-		{"run", []string{"--state-dir", state, "run", "--backend", "local", "--outputs", filepath.Join(state, "out"), "--", "sh", "-c", script}},
+		{"tool", []string{"--state-dir", state, "tool", name, "bash", `{"command":"` + script + `"}`}, true},
+		{"run", []string{"--state-dir", state, "run", "--backend", "local", "--outputs", filepath.Join(state, "out"), "--", "sh", "-c", script}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pr, pw := io.Pipe()
+			var stdout io.WriteCloser
+			var r io.Reader
+			if tc.terminal {
+				stdout, r = openTerminal(t)
+			} else {
+				r, stdout = io.Pipe()
+			}
 			done := make(chan int, 1)
 			go func() {
-				code := Main(tc.args, nil, pw, io.Discard)
-				pw.Close()
+				code := Main(tc.args, nil, stdout, io.Discard)
+				stdout.Close()
 				done <- code
 			}()
-			out := bufio.NewReader(pr)
+			out := bufio.NewReader(r)
 			first, err := out.ReadString('\n')
 			if err != nil || first != "first\n" {
 				t.Fatalf("first line %q, %v", first, err)

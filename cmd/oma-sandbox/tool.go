@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/oma-sandbox/oma-sandbox/bashproto"
 	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 	"github.com/oma-sandbox/oma-sandbox/tools"
 )
@@ -23,9 +24,11 @@ stdout (followed by a newline when the text does not end in one). JSON is
 the tool's input object, {} when omitted; - reads it from stdin. Attaching
 by name runs nothing in the sandbox: the call costs what the tool costs.
 
-bash streams the command's output to stdout as it arrives, then prints the
-rest of the result text (the exit or timeout note), so stdout is the same
-text either way.
+When stdout is a terminal, bash shows the command's output there as it
+arrives, every byte of it, then what the result adds after the output (the
+truncation note naming the file with all of it, the exit or timeout note).
+Otherwise stdout is the result text alone, the same bytes an agent gets:
+at most the last 2000 lines or 50KB of the output, and the notes.
 
 Exit status: 0 on success; 1 when the tool failed (its message on stderr;
 for a bash command that exited non-zero or timed out, the result text is on
@@ -71,9 +74,9 @@ anything ran (unknown tool, malformed JSON, an invalid field).`)
 		ms.SetAutoResume(false)
 	}
 	tb := tools.New(s, tools.Options{Logger: c.logger})
-	out := &streamed{w: c.stdout}
+	out := newStreamed(c.stdout)
 	var progress tools.Progress
-	if toolName == "bash" {
+	if toolName == "bash" && isTerminal(c.stdout) {
 		progress = out.write
 	}
 	text, err := tb.Call(ctx, toolName, input, progress)
@@ -120,14 +123,17 @@ func (c *cli) listTools(asJSON bool) error {
 	return nil
 }
 
-// streamed writes a tool's output as it streams, then whatever of the
-// final text has not been written yet, so the bytes on w are the result
-// text whether or not it streamed.
+// streamed writes a bash command's output as it streams, then the part of
+// the result text that follows the output.
 type streamed struct {
-	w   io.Writer
-	mu  sync.Mutex
-	buf strings.Builder // what was streamed
-	err error
+	w    io.Writer
+	mu   sync.Mutex
+	tail *bashproto.Tail // the output's end, kept as the bash tool keeps it
+	err  error
+}
+
+func newStreamed(w io.Writer) *streamed {
+	return &streamed{w: w, tail: bashproto.NewTail(tools.BashMaxBytes)}
 }
 
 func (s *streamed) write(p []byte) {
@@ -136,17 +142,19 @@ func (s *streamed) write(p []byte) {
 	if s.err == nil {
 		_, s.err = s.w.Write(p)
 	}
-	s.buf.Write(p)
+	_, _ = s.tail.Write(p)
 }
 
-// finish writes the rest of text, and a final newline if it lacks one.
+// finish writes text without the output already streamed, and a final
+// newline if text lacks one. text starts with the output's end as its tail
+// shows it (all of it when nothing was cut), so that is what is left off.
 func (s *streamed) finish(text string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
 		return fmt.Errorf("write result: %w", s.err)
 	}
-	rest := strings.TrimPrefix(text, s.buf.String())
+	rest := strings.TrimPrefix(text, string(s.tail.Show(tools.BashMaxLines).Text))
 	if !strings.HasSuffix(text, "\n") {
 		rest += "\n"
 	}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+	"golang.org/x/term"
+
+	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
+)
+
+// TestToolBashStdout checks what `tool NAME bash` writes on stdout for long,
+// at-the-limit and binary output, on fakemsb and the local backend. On a
+// pipe it is the result text an agent gets; on a terminal the whole output
+// as it streamed, then what the result adds after its output, so no line
+// shows twice.
+func TestToolBashStdout(t *testing.T) {
+	const line = "0123456789012345678901234567890\n" // 32 bytes: 1600 lines are the 50KB limit
+	atLimit := strings.Repeat(line, 1600)
+	ff := strings.Repeat("\xff", 60000)
+	cases := []struct {
+		name, command string
+		code          int
+		out           string // all the output
+		shown         string // the output the result shows
+		notes         string // the rest of the result, the log file's path as LOG
+	}{
+		{name: "long", command: "seq 1 100000", out: seq(1, 100000), shown: seq(98002, 100000),
+			notes: "\n\n[Showing lines 98002-100001 of 100001. Full output: LOG]"},
+		{name: "long failing", command: "seq 1 100000; exit 3", code: 1, out: seq(1, 100000), shown: seq(98002, 100000),
+			notes: "\n\n[Showing lines 98002-100001 of 100001. Full output: LOG]\n\nCommand exited with code 3"},
+		{name: "2000 lines", command: "seq 1 1999", out: seq(1, 1999), shown: seq(1, 1999)},
+		{name: "50KB", command: "yes " + strings.TrimSuffix(line, "\n") + " | head -n 1600", out: atLimit, shown: atLimit},
+		{name: "50KB and a byte", command: "yes " + strings.TrimSuffix(line, "\n") + " | head -n 1600; printf x",
+			out: atLimit + "x", shown: atLimit[len(line):] + "x",
+			notes: "\n\n[Showing lines 2-1601 of 1601 (50.0KB limit). Full output: LOG]"},
+		{name: "binary", command: `printf 'a\000b\377\376\n'`, out: "a\x00b\xff\xfe\n", shown: "a\x00b\xff\xfe\n"},
+		{name: "binary long", command: `head -c 60000 /dev/zero | tr '\0' '\377'`, out: ff, shown: ff[len(ff)-50<<10:],
+			notes: "\n\n[Showing last 50.0KB of line 1 (line is 58.6KB). Full output: LOG]"},
+	}
+	logPath := regexp.MustCompile(`/workspace/\.bash-output/[0-9a-f]{32}\.log`)
+	for _, backend := range []string{"local", "msb"} {
+		t.Run(backend, func(t *testing.T) {
+			global := []string{"--state-dir", t.TempDir()}
+			if backend == "msb" {
+				global = append(global, "--msb", fakemsbtest.New(t).Bin)
+			}
+			var created bytes.Buffer
+			if code := Main(slices.Concat(global, []string{"session", "create", "--backend", backend}), nil, &created, io.Discard); code != 0 {
+				t.Fatalf("session create exited %d", code)
+			}
+			name := strings.TrimSpace(created.String())
+			t.Cleanup(func() { Main(slices.Concat(global, []string{"session", "rm", name}), nil, io.Discard, io.Discard) })
+			for _, tc := range cases {
+				args := slices.Concat(global, []string{"tool", name, "bash", fmt.Sprintf(`{"command":%q}`, tc.command)})
+				newline := "\n"
+				if strings.HasSuffix(tc.shown+tc.notes, "\n") {
+					newline = ""
+				}
+				check := func(t *testing.T, code int, stdout, stderr string, want string) {
+					t.Helper()
+					if code != tc.code || stderr != "" {
+						t.Errorf("exited %d, want %d; stderr %q", code, tc.code, stderr)
+					}
+					got := logPath.ReplaceAllString(stdout, "LOG")
+					if got != want {
+						t.Errorf("stdout: %d bytes, want %d\n got ...%q\nwant ...%q", len(got), len(want), got[max(len(got)-150, 0):], want[max(len(want)-150, 0):])
+					}
+				}
+				t.Run(tc.name+"/pipe", func(t *testing.T) {
+					var stdout, stderr bytes.Buffer
+					code := Main(args, nil, &stdout, &stderr)
+					check(t, code, stdout.String(), stderr.String(), tc.shown+tc.notes+newline)
+				})
+				t.Run(tc.name+"/terminal", func(t *testing.T) {
+					tty, output := openTerminal(t)
+					read := make(chan []byte, 1)
+					go func() {
+						b, _ := io.ReadAll(output)
+						read <- b
+					}()
+					var stderr bytes.Buffer
+					code := Main(args, nil, tty, &stderr)
+					tty.Close()
+					check(t, code, string(<-read), stderr.String(), tc.out+tc.notes+newline)
+				})
+			}
+		})
+	}
+}
+
+func seq(from, to int) string {
+	var b strings.Builder
+	for i := from; i <= to; i++ {
+		fmt.Fprintf(&b, "%d\n", i)
+	}
+	return b.String()
+}
+
+// openTerminal opens a pseudo-terminal in raw mode, so bytes pass through
+// unchanged: what is written to tty is read from output, which ends once
+// tty is closed.
+func openTerminal(t *testing.T) (tty *os.File, output io.Reader) {
+	t.Helper()
+	ptm, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminal: %v", err)
+	}
+	t.Cleanup(func() { ptm.Close() })
+	if err := unix.IoctlSetPointerInt(int(ptm.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	n, err := unix.IoctlGetUint32(int(ptm.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tty, err = os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tty.Close() })
+	if _, err := term.MakeRaw(int(tty.Fd())); err != nil {
+		t.Fatal(err)
+	}
+	return tty, terminalOutput{ptm}
+}
+
+// terminalOutput reads a pseudo-terminal's output; EIO, once the
+// terminal's side is closed, is its end.
+type terminalOutput struct{ ptm *os.File }
+
+func (o terminalOutput) Read(p []byte) (int, error) {
+	n, err := o.ptm.Read(p)
+	if errors.Is(err, syscall.EIO) {
+		err = io.EOF
+	}
+	return n, err
+}
