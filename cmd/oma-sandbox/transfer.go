@@ -9,14 +9,17 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/netip"
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/oma-sandbox/oma-sandbox/egress"
 	"github.com/oma-sandbox/oma-sandbox/outputs"
 	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/transfer"
@@ -242,15 +245,48 @@ type collectFlags struct {
 
 func (f *collectFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.overwrite, "overwrite", false, "replace existing files in the destination")
-	fs.Var(&f.allow, "allow", "collect this output `PATH` (and what is below it) although host programs may run it, such as .git or .bashrc; repeatable")
+	fs.Var(&f.allow, "allow", "collect this output `PATH` (and what is below it) although host programs may run it, such as .git or .bashrc; repeatable. "+
+		"A network target (HOST:PORT, an IP, a CIDR, *.domain) is refused: that is --allow-net")
 }
 
 func (f *collectFlags) options() (transfer.CollectOptions, error) {
 	o := transfer.CollectOptions{Overwrite: f.overwrite, Allow: f.allow}
+	for _, a := range f.allow {
+		if netTarget(a) {
+			return o, &usageError{msg: fmt.Sprintf("--allow %s: looks like a network target, but --allow names an output path to collect (such as .git); "+
+				"a session's network destinations are given with --allow-net", a)}
+		}
+	}
 	if err := (outputs.Policy{Allow: f.allow}).CheckAllow(); err != nil {
 		return o, &usageError{msg: "--allow: " + err.Error()}
 	}
 	return o, nil
+}
+
+// hostName is a host name as written before :PORT (localhost, db-1).
+var hostName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9.-]*$`)
+
+// netTarget reports whether an --allow value is written as a network
+// destination: host:port, an IP address, a CIDR, *.domain or a URL. A bare
+// domain is not one, since file names (report.txt) read as domains too. No
+// path --allow is useful for has that shape: each holds a segment such as
+// .git, which starts with a dot.
+func netTarget(v string) bool {
+	if t, err := egress.ParseTarget(v); err == nil {
+		return t.Port != 0 || t.Prefix.IsValid() || t.Suffix
+	}
+	if _, err := netip.ParsePrefix(v); err == nil { // IPv6 without brackets
+		return true
+	}
+	if _, err := netip.ParseAddr(v); err == nil {
+		return true
+	}
+	if strings.Contains(v, "://") {
+		return true
+	}
+	host, port, ok := strings.Cut(v, ":") // localhost:8080, db:5432
+	n, err := strconv.ParseUint(port, 10, 16)
+	return ok && hostName.MatchString(host) && err == nil && n > 0
 }
 
 // reportRefused names each refused entry on stderr and makes a partial
