@@ -227,11 +227,23 @@ func (c *cli) attachServing(ctx context.Context, name string) (session.Session, 
 }
 
 func (c *cli) attach(ctx context.Context, name string, oneExecPerCall bool) (session.Session, error) {
-	s, err := omasandbox.Attach(ctx, name, omasandbox.Options{Msb: c.msbPath, StateDir: c.stateDir, Logger: c.logger, OneExecPerCall: oneExecPerCall})
+	s, err := c.attachSession(ctx, name, omasandbox.Options{OneExecPerCall: oneExecPerCall})
 	if err != nil {
 		return nil, err
 	}
 	return s.Sandbox(), nil
+}
+
+// attachSession attaches to session name with the global flags' msb,
+// state directory and logger. A name of neither backend is a usage error:
+// it was refused before anything ran.
+func (c *cli) attachSession(ctx context.Context, name string, opts omasandbox.Options) (*omasandbox.Session, error) {
+	opts.Msb, opts.StateDir, opts.Logger = c.msbPath, c.stateDir, c.logger
+	s, err := omasandbox.Attach(ctx, name, opts)
+	if errors.Is(err, session.ErrInvalid) {
+		return nil, &usageError{msg: err.Error()}
+	}
+	return s, err
 }
 
 // closeSession removes a session after its command is done, even when ctx

@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	omasandbox "github.com/oma-sandbox/oma-sandbox"
-	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
 func runSessionFork(ctx context.Context, c *cli, args []string) error {
@@ -25,11 +23,8 @@ workspace is copied as a link, never followed.`)
 	if len(names) != 1 {
 		return &usageError{msg: fmt.Sprintf("session fork needs exactly one NAME, got %q", names), usage: usage(fs)}
 	}
-	src, err := omasandbox.Attach(ctx, names[0], omasandbox.Options{Msb: c.msbPath, StateDir: c.stateDir, Logger: c.logger})
+	src, err := c.attachSession(ctx, names[0], omasandbox.Options{})
 	if err != nil {
-		if errors.Is(err, session.ErrInvalid) {
-			return &usageError{msg: err.Error()}
-		}
 		return err
 	}
 	fork, err := src.Fork(ctx, *sessionID)

@@ -21,9 +21,6 @@ func (c *cli) openLifecycle(ctx context.Context, fs *flag.FlagSet, args []string
 	}
 	s, err := c.open(ctx, names[0])
 	if err != nil {
-		if errors.Is(err, session.ErrInvalid) {
-			return nil, "", &usageError{msg: err.Error()}
-		}
 		return nil, "", err
 	}
 	return s.(session.Lifecycle), names[0], nil
