@@ -23,7 +23,7 @@ const sessionUsage = `Usage: oma-sandbox session create [flags]
        oma-sandbox session resume NAME
        oma-sandbox session stats NAME [--json]
        oma-sandbox session resize NAME [--cpus N] [--memory SIZE] [--restart | --next-start]
-       oma-sandbox session fork NAME [--session-id ID]
+       oma-sandbox session fork NAME [--session-id ID] [--json]
 
 Run 'oma-sandbox session SUBCOMMAND -h' for its flags.
 `
