@@ -53,7 +53,7 @@ type command struct {
 // commands lists the subcommands in the order the usage shows them.
 var commands = []command{
 	{"doctor", "report which backends are usable here, and why not", runDoctor},
-	{"session", "create, list and remove sessions", runSession},
+	{"session", "create, list, remove, pause, resize and fork sessions", runSession},
 	{"tool", "call one agent tool in a session", runTool},
 	{"upload", "place a host file or tree in a session", runUpload},
 	{"outputs", "collect a session's output files", runOutputs},
@@ -76,16 +76,22 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		return c.exit(&usageError{msg: "no command given", usage: mainUsage(fs)})
 	}
+	if args[0] == "help" {
+		switch topic := args[1:]; {
+		case len(topic) == 0, topic[0] == "help":
+			fmt.Fprint(stdout, mainUsage(fs))
+			return exitOK
+		case len(topic) > 2 || len(topic) == 2 && topic[0] != "session":
+			return c.exit(&usageError{msg: fmt.Sprintf("help takes a COMMAND (or session SUBCOMMAND), got %q", topic), usage: mainUsage(fs)})
+		}
+		args = append(args[1:], "-h") // help COMMAND is COMMAND -h
+	}
 	for _, cmd := range commands {
 		if cmd.name == args[0] {
 			ctx, stop := signalContext(context.Background())
 			defer stop()
 			return c.exit(cmd.run(ctx, c, args[1:]))
 		}
-	}
-	if args[0] == "help" {
-		fmt.Fprint(stdout, mainUsage(fs))
-		return exitOK
 	}
 	return c.exit(&usageError{msg: fmt.Sprintf("unknown command %q", args[0]), usage: mainUsage(fs)})
 }
@@ -111,7 +117,7 @@ func mainUsage(fs *flag.FlagSet) string {
 	}
 	b.WriteString("\nGlobal flags (also accepted after the command):\n")
 	writeFlags(&b, fs, func(name string) bool { return globalFlagNames[name] })
-	b.WriteString("\nRun 'oma-sandbox COMMAND -h' for a command's flags. Exit codes: 0 success,\n1 failure, 2 usage error; run exits with its command's code.\n")
+	b.WriteString("\nRun 'oma-sandbox help COMMAND' or 'oma-sandbox COMMAND -h' for a command's flags.\nExit codes: 0 success, 1 failure, 2 usage error; run exits with its command's code.\n")
 	return b.String()
 }
 

@@ -27,8 +27,8 @@ anything, the session is kept and the way to collect again is printed.
 SIGINT and SIGTERM remove the session before oma-sandbox exits.
 
 Exit status: the command's own; 124 when it timed out; 1 with a message on
-stderr when oma-sandbox itself failed (creating, collecting, removing);
-128+N after signal N.`)
+stderr when oma-sandbox itself failed (creating, collecting, removing); 2
+for a usage error, with nothing created; 128+N after signal N.`)
 	var f createFlags
 	f.register(fs)
 	keep := fs.Bool("keep", false, "keep the session afterwards and print its name on stderr")
