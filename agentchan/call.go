@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"time"
 
 	"github.com/oma-sandbox/oma-sandbox/agentwire"
@@ -16,14 +17,14 @@ type call struct {
 	id     uint64
 	max    int64
 	notify chan struct{} // cap 1: output, an exit, or an end arrived
-	credit chan struct{} // cap 1: an ack arrived
 	ended  chan struct{} // closed when Run returns
 
 	total    int64 // output bytes the agent sent
 	pending  []chunk
 	exit     *agentwire.Exit
 	overflow bool  // the host's own count passed max
-	unacked  int64 // stdin bytes sent and not yet acknowledged
+	queued   int64 // stdin bytes queued, not yet handed to the pipe
+	unacked  int64 // stdin bytes handed to the pipe, not yet acknowledged
 	stdinErr error
 }
 
@@ -53,24 +54,11 @@ func (c *Conn) Run(ctx context.Context, req Request, out Output) (*Result, error
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	cl := &call{max: run.MaxOutput, notify: make(chan struct{}, 1), credit: make(chan struct{}, 1), ended: make(chan struct{})}
+	cl := &call{max: run.MaxOutput, notify: make(chan struct{}, 1), ended: make(chan struct{})}
 	defer close(cl.ended)
-
-	c.mu.Lock()
-	if c.calls == nil {
-		c.mu.Unlock()
-		return nil, c.err
+	if err := c.start(ctx, cl, run); err != nil {
+		return nil, err
 	}
-	c.lastID++
-	cl.id, run.ID = c.lastID, c.lastID
-	line, err := agentwire.Append(nil, run)
-	if err != nil {
-		c.mu.Unlock()
-		return nil, fmt.Errorf("agentchan: %w", err)
-	}
-	c.calls[cl.id] = cl
-	c.enqueueLocked(line)
-	c.mu.Unlock()
 	defer func() {
 		// Whatever ended Run (even a panicking callback), the guest must
 		// not keep running a call nobody waits for.
@@ -137,6 +125,40 @@ func (c *Conn) Run(ctx context.Context, req Request, out Output) (*Result, error
 			return res, fmt.Errorf("%w: more than %d bytes of output", ErrOutputOverflow, cl.max)
 		}
 		return res, nil
+	}
+}
+
+// start queues cl's run frame once the queue has room for it, and
+// registers cl. Ids are given in queue order: the agent requires them to
+// increase.
+func (c *Conn) start(ctx context.Context, cl *call, run *agentwire.Run) error {
+	run.ID = math.MaxUint64 // the longest line an id can make
+	longest, err := agentwire.Append(nil, run)
+	if err != nil {
+		return fmt.Errorf("agentchan: %w", err)
+	}
+	for {
+		c.mu.Lock()
+		if c.calls == nil {
+			c.mu.Unlock()
+			return c.err
+		}
+		if c.queued == 0 || c.queued+len(longest) <= maxQueued {
+			c.lastID++
+			cl.id, run.ID = c.lastID, c.lastID
+			c.calls[cl.id] = cl
+			c.enqueueFrameLocked(run)
+			c.mu.Unlock()
+			return nil
+		}
+		progress := c.progress
+		c.mu.Unlock()
+		select {
+		case <-progress:
+		case <-c.dead:
+		case <-ctx.Done():
+			return fmt.Errorf("guest agent call: waiting for the agent to read: %w", ctx.Err())
+		}
 	}
 }
 
@@ -226,7 +248,7 @@ func (c *Conn) dispatch(f agentwire.Frame) error {
 			return fmt.Errorf("ack of %d bytes for call %d, which has %d unacknowledged", f.N, id, cl.unacked)
 		}
 		cl.unacked -= f.N
-		poke(cl.credit)
+		c.progressLocked()
 	case *agentwire.Exit:
 		delete(c.calls, id)
 		cl.exit = f
@@ -235,25 +257,35 @@ func (c *Conn) dispatch(f agentwire.Frame) error {
 	return nil
 }
 
-// pumpStdin streams in to call cl, keeping at most MaxStdinQueue bytes
-// unacknowledged, until in ends or the call does. A Read that blocks keeps
-// this goroutine until it returns.
+// pumpStdin streams in to call cl until in ends or the call does. A chunk
+// is read only when it fits in cl's window (its queued and unacknowledged
+// stdin within agentwire.MaxStdinQueue), and queued only while the
+// channel's queue is within that much too, so however the agent acks, a
+// call holds at most its window of stdin. A Read that blocks keeps this
+// goroutine until it returns.
 func (c *Conn) pumpStdin(cl *call, in io.Reader) {
 	buf := make([]byte, agentwire.MaxChunk)
 	for {
-		if !c.waitCredit(cl) {
+		c.mu.Lock()
+		live := c.waitLocked(cl, func() bool { return cl.queued+cl.unacked+agentwire.MaxChunk <= agentwire.MaxStdinQueue })
+		c.mu.Unlock()
+		if !live {
 			return
 		}
 		n, err := in.Read(buf)
+		var line []byte
+		if n > 0 {
+			// Encoded now, before buf is read into again: no copy.
+			line = encode(&agentwire.Stdin{ID: cl.id, Data: buf[:n]})
+		}
 		c.mu.Lock()
-		if c.calls[cl.id] != cl {
+		if !c.waitLocked(cl, func() bool { return c.queued == 0 || c.queued+len(line) <= agentwire.MaxStdinQueue }) {
 			c.mu.Unlock()
 			return
 		}
 		if n > 0 {
-			cl.unacked += int64(n)
-			// Encoded now, before buf is read into again: no copy.
-			c.enqueueFrameLocked(&agentwire.Stdin{ID: cl.id, Data: buf[:n]})
+			cl.queued += int64(n)
+			c.enqueueLocked(outgoing{line: line, stdin: cl, n: int64(n)})
 		}
 		switch {
 		case errors.Is(err, io.EOF):
@@ -270,26 +302,21 @@ func (c *Conn) pumpStdin(cl *call, in io.Reader) {
 	}
 }
 
-// waitCredit waits until a whole chunk fits in cl's stdin window; false
-// means the call or the channel ended.
-func (c *Conn) waitCredit(cl *call) bool {
-	for {
-		c.mu.Lock()
-		live := c.calls[cl.id] == cl
-		fits := cl.unacked+agentwire.MaxChunk <= agentwire.MaxStdinQueue
-		c.mu.Unlock()
-		if !live {
-			return false
-		}
-		if fits {
+// waitLocked waits, c.mu held, until fits or cl ends; false means cl or
+// the channel ended.
+func (c *Conn) waitLocked(cl *call, fits func() bool) bool {
+	for c.calls[cl.id] == cl {
+		if fits() {
 			return true
 		}
+		progress := c.progress
+		c.mu.Unlock()
 		select {
-		case <-cl.credit:
+		case <-progress:
 		case <-cl.ended:
-			return false
 		case <-c.dead:
-			return false
 		}
+		c.mu.Lock()
 	}
+	return false
 }

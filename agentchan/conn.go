@@ -85,7 +85,24 @@ type Conn struct {
 	lastID    uint64
 	calls     map[uint64]*call    // in flight; nil once dead
 	abandoned map[uint64]struct{} // given up by the host, exit not yet seen
-	queue     [][]byte            // encoded frames for the writer
+	queue     []outgoing          // frames for the writer
+	queued    int                 // bytes queued and not yet written
+	progress  chan struct{}       // closed, and replaced, on a write or an ack
+}
+
+// An agent that stops reading its stdin must not make the host hold more
+// and more of it: run frames wait while more than maxQueued bytes wait for
+// the writer, and stdin waits while more than agentwire.MaxStdinQueue do.
+// Only kill and eof frames, one each per call, pass these bounds.
+const maxQueued = agentwire.MaxHostLine
+
+// outgoing is one encoded frame; a stdin frame names its call and its
+// raw byte count, credited to the call once the writer hands it to the
+// pipe.
+type outgoing struct {
+	line  []byte
+	stdin *call
+	n     int64
 }
 
 // Open starts serving the agent whose stdout is r and stdin is w, and
@@ -98,6 +115,7 @@ func Open(ctx context.Context, r io.Reader, w io.WriteCloser) (*Conn, error) {
 		wake:      make(chan struct{}, 1),
 		calls:     map[uint64]*call{},
 		abandoned: map[uint64]struct{}{},
+		progress:  make(chan struct{}),
 	}
 	hello := make(chan struct{})
 	go c.read(hello)
@@ -194,7 +212,9 @@ func readError(err error) error {
 	return fmt.Errorf("reading from the agent: %w", err)
 }
 
-// write sends queued lines in order until the channel dies.
+// write sends queued frames in order until the channel dies. A stdin
+// frame's bytes become acknowledgeable only when its Write starts: an
+// agent cannot ack what the pipe has not been offered.
 func (c *Conn) write() {
 	for {
 		select {
@@ -203,24 +223,42 @@ func (c *Conn) write() {
 		case <-c.wake:
 		}
 		c.mu.Lock()
-		lines := c.queue
+		batch := c.queue
 		c.queue = nil
 		c.mu.Unlock()
-		for _, line := range lines {
-			if _, err := c.w.Write(line); err != nil {
+		for _, o := range batch {
+			if o.stdin != nil {
+				c.mu.Lock()
+				o.stdin.queued -= o.n
+				o.stdin.unacked += o.n
+				c.mu.Unlock()
+			}
+			if _, err := c.w.Write(o.line); err != nil {
 				c.fail(fmt.Errorf("writing to the agent: %w", err))
 				return
 			}
+			c.mu.Lock()
+			c.queued -= len(o.line)
+			c.progressLocked()
+			c.mu.Unlock()
 		}
 	}
 }
 
-// enqueueLocked queues one encoded frame; c.mu is held.
-func (c *Conn) enqueueLocked(line []byte) {
+// progressLocked wakes whoever waits for room in the queue or a window;
+// c.mu is held.
+func (c *Conn) progressLocked() {
+	close(c.progress)
+	c.progress = make(chan struct{})
+}
+
+// enqueueLocked queues one frame; c.mu is held.
+func (c *Conn) enqueueLocked(o outgoing) {
 	if c.calls == nil {
 		return // dead
 	}
-	c.queue = append(c.queue, line)
+	c.queue = append(c.queue, o)
+	c.queued += len(o.line)
 	select {
 	case c.wake <- struct{}{}:
 	default:
@@ -228,9 +266,14 @@ func (c *Conn) enqueueLocked(line []byte) {
 }
 
 func (c *Conn) enqueueFrameLocked(f agentwire.Frame) {
+	c.enqueueLocked(outgoing{line: encode(f)})
+}
+
+// encode encodes a frame built here, which is valid.
+func encode(f agentwire.Frame) []byte {
 	line, err := agentwire.Append(nil, f)
 	if err != nil {
-		panic(fmt.Sprintf("agentchan: encoding a %s frame: %v", agentwire.Type(f), err)) // frames built here are valid
+		panic(fmt.Sprintf("agentchan: encoding a %s frame: %v", agentwire.Type(f), err))
 	}
-	c.enqueueLocked(line)
+	return line
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -371,4 +372,102 @@ func TestBuiltinRequest(t *testing.T) {
 	if r := wait(t, done); r.err != nil || r.res.ExitCode != 3 {
 		t.Fatalf("result %+v, %v", r.res, r.err)
 	}
+}
+
+// countingReader is an endless stdin that counts what the host took.
+type countingReader struct{ n atomic.Int64 }
+
+func (r *countingReader) Read(p []byte) (int, error) {
+	r.n.Add(int64(len(p)))
+	return len(p), nil
+}
+
+// A forged agent that acks stdin it never reads (its stdin pipe full) may
+// not make the host queue more: only bytes the pipe was offered can be
+// acknowledged, so its second ack breaks the channel, and the host never
+// took more of the upload than one window and a chunk.
+func TestForgedAcksDoNotGrowTheQueue(t *testing.T) {
+	c, f := openFake(t)
+	in := &countingReader{}
+	done := goRun(context.Background(), c, Request{Script: "x", Stdin: in}, Output{})
+	f.next()         // the run frame; then the agent reads nothing more
+	const acks = 512 // 16 MiB of acks
+	for i := 0; i < acks && c.Err() == nil; i++ {
+		f.send(`{"type":"ack","id":1,"n":` + strconv.Itoa(agentwire.MaxChunk) + `}`)
+		time.Sleep(time.Millisecond)
+	}
+	if bound := int64(agentwire.MaxStdinQueue + 2*agentwire.MaxChunk); in.n.Load() > bound {
+		t.Fatalf("the host took %d bytes of stdin from a forged agent's acks, more than %d", in.n.Load(), bound)
+	}
+	if !errors.Is(c.Err(), ErrBroken) || !strings.Contains(c.Err().Error(), "ack of") {
+		t.Fatalf("the channel: %v", c.Err())
+	}
+	if r := wait(t, done); !errors.Is(r.err, ErrBroken) {
+		t.Fatalf("the call: %v", r.err)
+	}
+}
+
+// Whatever the number of calls, an agent that reads nothing holds the
+// host's queue to its bound: stdin stops at MaxStdinQueue queued bytes for
+// the whole channel, and a run frame waits (until its context ends) rather
+// than queue past maxQueued.
+func TestQueueIsBoundedPerChannel(t *testing.T) {
+	c, _ := openFake(t) // the agent reads nothing
+	var ins [8]countingReader
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var runs []<-chan runResult
+	for i := range ins {
+		runs = append(runs, goRun(ctx, c, Request{Script: "x", Stdin: &ins[i]}, Output{}))
+	}
+	took := settled(func() int64 {
+		var n int64
+		for i := range ins {
+			n += ins[i].n.Load()
+		}
+		return n
+	})
+	if took > agentwire.MaxStdinQueue+int64(len(ins))*agentwire.MaxChunk {
+		t.Fatalf("%d calls took %d bytes of stdin an agent never read", len(ins), took)
+	}
+	// Run frames wait rather than queue past maxQueued; every frame that
+	// was queued is still there once their calls gave up.
+	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
+	defer cancelShort()
+	big := strings.Repeat("x", agentwire.MaxArgBytes)
+	var bigs []<-chan runResult
+	for range 4 {
+		bigs = append(bigs, goRun(short, c, Request{Script: big}, Output{}))
+	}
+	for _, r := range bigs {
+		if r := wait(t, r); !errors.Is(r.err, context.DeadlineExceeded) {
+			t.Fatalf("a call: %v", r.err)
+		}
+	}
+	c.mu.Lock()
+	queued := c.queued
+	c.mu.Unlock()
+	if slack := 4 * 64; queued > maxQueued+slack { // their kill frames
+		t.Fatalf("%d bytes queued for an agent that reads nothing, bound %d", queued, maxQueued)
+	}
+	cancel()
+	for _, r := range runs {
+		if r := wait(t, r); !errors.Is(r.err, context.Canceled) {
+			t.Fatalf("a call: %v", r.err)
+		}
+	}
+}
+
+// settled polls n until it stops changing for a while and returns it.
+func settled(n func() int64) int64 {
+	last := n()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond)
+		if now := n(); now != last {
+			last = now
+			continue
+		}
+		break
+	}
+	return last
 }
