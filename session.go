@@ -17,6 +17,7 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/session/local"
 	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 	"github.com/oma-sandbox/oma-sandbox/tools"
+	"github.com/oma-sandbox/oma-sandbox/transfer"
 )
 
 // Backends Options.Backend names.
@@ -95,6 +96,11 @@ type Options struct {
 	Policy Policy
 	Limits Limits
 
+	// UploadLimits bound the bytes Upload places in one call and over the
+	// session's life (as opened or attached: a fork starts a count of its
+	// own); zero fields take transfer's defaults, 1 GiB and 4 GiB.
+	UploadLimits transfer.Limits
+
 	// OperationTimeout bounds every tool call that names no timeout of its
 	// own, and is the bash tool's default timeout; 0 means 10 s.
 	OperationTimeout time.Duration
@@ -118,6 +124,7 @@ type Session struct {
 	sess    session.Session
 	tb      *tools.Toolbox
 	opts    Options // as opened or attached; a fork is wrapped with them
+	uploads *transfer.Quota
 }
 
 // PickBackend resolves backend ("auto", "", "msb" or "local") to the one
@@ -231,7 +238,7 @@ func BackendOf(name string) string {
 }
 
 func wrap(backend string, s session.Session, o Options) *Session {
-	return &Session{backend: backend, sess: s, opts: o,
+	return &Session{backend: backend, sess: s, opts: o, uploads: &transfer.Quota{Limits: o.UploadLimits},
 		tb: tools.New(s, tools.Options{OperationTimeout: o.OperationTimeout, Logger: o.logger()})}
 }
 

@@ -213,7 +213,8 @@ type UploadFile struct {
 }
 
 // Upload places files under the uploads root in one guest command.
-// Unsafe paths match ErrUnsafePath; nothing is placed then.
+// Unsafe paths match ErrUnsafePath, and files past Options.UploadLimits
+// transfer.ErrTooLarge; nothing is placed then.
 func (s *Session) Upload(ctx context.Context, files ...UploadFile) error {
 	mounts := make([]transfer.Mount, 0, len(files))
 	for _, f := range files {
@@ -226,7 +227,7 @@ func (s *Session) Upload(ctx context.Context, files ...UploadFile) error {
 			Size: int64(len(f.Content)), SHA256: hex.EncodeToString(sum[:]), Content: bytes.NewReader(f.Content),
 		})
 	}
-	return transfer.Materialize(ctx, s.sess, mounts)
+	return s.uploads.Materialize(ctx, s.sess, mounts)
 }
 
 // CollectOptions and Collected are transfer's; see transfer.Collect.

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -246,4 +247,47 @@ func TestMaterializeUploadsNeverFollowPlantedLinks(t *testing.T) {
 		assert.Equal(t, "", sh(t, s, fmt.Sprintf("ls -A %q/target", p.Workspace)), "nothing written through the link")
 		assert.Equal(t, "data", sh(t, s, fmt.Sprintf("test ! -L %q/x && cat %q/x/f.txt", p.Uploads, p.Uploads)))
 	})
+}
+
+// untouched is content that fails the test if Materialize reads it.
+type untouched struct{ t *testing.T }
+
+func (u untouched) Read([]byte) (int, error) {
+	u.t.Error("content read past a limit")
+	return 0, io.EOF
+}
+
+// Uploads and skills are bounded per call and per session: mounts whose
+// sizes add up past a limit are refused with the limit and the size named,
+// before any content is read or any guest command runs; a refused call
+// counts nothing against the session.
+func TestMaterializeRefusesPastItsLimits(t *testing.T) {
+	s := &counted{Session: sessiontest.NewHost(t)}
+	p := s.Paths()
+	ctx := context.Background()
+	huge := transfer.Mount{Kind: transfer.Upload, Path: p.Uploads + "/huge", Size: transfer.DefaultMaxCallBytes + 1,
+		SHA256: strings.Repeat("0", 64), Content: untouched{t}}
+	err := transfer.Materialize(ctx, s, []transfer.Mount{huge})
+	require.ErrorIs(t, err, transfer.ErrTooLarge)
+	assert.Contains(t, err.Error(), fmt.Sprintf("%d bytes in one call, over the per-call limit of %d bytes", transfer.DefaultMaxCallBytes+1, transfer.DefaultMaxCallBytes))
+
+	q := &transfer.Quota{Limits: transfer.Limits{PerCall: 10, PerSession: 15}}
+	split := []transfer.Mount{mount(transfer.Upload, p.Uploads+"/a", "123456"), mount(transfer.Skill, p.Skills+"/s/SKILL.md", "123456")}
+	split[1].Content = untouched{t}
+	err = q.Materialize(ctx, s, split)
+	require.ErrorIs(t, err, transfer.ErrTooLarge)
+	assert.Contains(t, err.Error(), "12 bytes in one call, over the per-call limit of 10 bytes")
+	bad := mount(transfer.Upload, p.Uploads+"/bad", "1234567")
+	bad.SHA256 = strings.Repeat("0", 64)
+	require.ErrorIs(t, q.Materialize(ctx, s, []transfer.Mount{bad}), transfer.ErrIntegrity)
+	require.EqualValues(t, 0, s.n.Load(), "a guest command ran")
+
+	require.NoError(t, q.Materialize(ctx, s, []transfer.Mount{mount(transfer.Upload, p.Uploads+"/b", "12345678")}))
+	over := mount(transfer.Upload, p.Uploads+"/c", "12345678")
+	over.Content = untouched{t}
+	err = q.Materialize(ctx, s, []transfer.Mount{over})
+	require.ErrorIs(t, err, transfer.ErrTooLarge)
+	assert.Contains(t, err.Error(), "8 bytes after the 8 already placed, over the per-session limit of 15 bytes")
+	assert.EqualValues(t, 1, s.n.Load(), "guest commands")
+	assert.Equal(t, "b\n", sh(t, s, "ls -A "+p.Uploads))
 }

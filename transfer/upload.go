@@ -13,11 +13,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
@@ -26,7 +28,59 @@ import (
 var (
 	ErrIntegrity = errors.New("upload failed integrity validation")
 	ErrPath      = errors.New("unsafe session file path")
+	ErrTooLarge  = errors.New("upload over its limit")
 )
+
+// Default upload limits: every byte is spooled on the host and then
+// streamed into the guest, so a session's uploads are bounded as its
+// outputs are.
+const (
+	DefaultMaxCallBytes    = 1 << 30
+	DefaultMaxSessionBytes = 4 << 30
+)
+
+// Limits bound the bytes Materialize places (uploads and skills alike):
+// PerCall in one call, PerSession across the calls sharing a Quota. Zero
+// takes the default.
+type Limits struct {
+	PerCall, PerSession int64
+}
+
+// Quota counts the bytes one session's Materialize calls placed. It is
+// safe for concurrent use; the zero value has the default Limits.
+type Quota struct {
+	Limits Limits
+	mu     sync.Mutex
+	used   int64
+}
+
+// reserve counts n bytes against q, or refuses them naming the limit.
+func (q *Quota) reserve(n int64) error {
+	call, sess := q.Limits.PerCall, q.Limits.PerSession
+	if call <= 0 {
+		call = DefaultMaxCallBytes
+	}
+	if sess <= 0 {
+		sess = DefaultMaxSessionBytes
+	}
+	if n > call {
+		return fmt.Errorf("%w: %d bytes in one call, over the per-call limit of %d bytes", ErrTooLarge, n, call)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.used+n > sess {
+		return fmt.Errorf("%w: %d bytes after the %d already placed, over the per-session limit of %d bytes", ErrTooLarge, n, q.used, sess)
+	}
+	q.used += n
+	return nil
+}
+
+// release gives back a reservation nothing was sent for.
+func (q *Quota) release(n int64) {
+	q.mu.Lock()
+	q.used -= n
+	q.mu.Unlock()
+}
 
 // Kind says where a mount lands.
 type Kind string
@@ -86,24 +140,29 @@ find -P "$root" -path '*/scripts/*' -type f -exec chmod 555 {} +
 // extract skills as root either.
 const agentUser = "65534"
 
+// Materialize is Quota.Materialize with the default limits and a quota of
+// its own: one call's bytes are bounded, a session's only by a Quota kept
+// for it.
+func Materialize(ctx context.Context, s session.Session, mounts []Mount) error {
+	return new(Quota).Materialize(ctx, s, mounts)
+}
+
 // Materialize verifies every mount's size and sha256 while spooling it to a
 // host temp file — before anything reaches the guest — then places them with
 // ONE guest command per kind (a tar stream on stdin): uploads as root below
-// a root that is root's alone, skills as the agent's user.
-func Materialize(ctx context.Context, s session.Session, mounts []Mount) error {
+// a root that is root's alone, skills as the agent's user. Mounts whose
+// sizes add up past q's limits are refused with ErrTooLarge before any is
+// read.
+func (q *Quota) Materialize(ctx context.Context, s session.Session, mounts []Mount) error {
 	if len(mounts) == 0 {
 		return nil
 	}
 	paths := s.Paths()
-	spool, err := os.MkdirTemp("", "oma-uploads-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(spool)
 
-	// Every path is checked before any content is read.
+	// Every path and the total size are checked before any content is read.
 	guests := make([]string, len(mounts))
 	seen := map[string]bool{}
+	var total int64
 	for i, m := range mounts {
 		guest, err := mountPath(m, paths)
 		if err != nil {
@@ -114,7 +173,24 @@ func Materialize(ctx context.Context, s session.Session, mounts []Mount) error {
 		}
 		seen[guest] = true
 		guests[i] = guest
+		if total += m.Size; total < 0 {
+			total = math.MaxInt64
+		}
 	}
+	if err := q.reserve(total); err != nil {
+		return fmt.Errorf("materialize %d files: %w", len(mounts), err)
+	}
+	sent := false
+	defer func() {
+		if !sent {
+			q.release(total)
+		}
+	}()
+	spool, err := os.MkdirTemp("", "oma-uploads-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(spool)
 	byKind := map[Kind][]spooled{}
 	for i, m := range mounts {
 		host := filepath.Join(spool, fmt.Sprintf("%d", i))
@@ -124,6 +200,7 @@ func Materialize(ctx context.Context, s session.Session, mounts []Mount) error {
 		root := rootOf(m.Kind, paths)
 		byKind[m.Kind] = append(byKind[m.Kind], spooled{rel: strings.TrimPrefix(guests[i], root+"/"), host: host, size: m.Size})
 	}
+	sent = true // from here on the guest may hold some of it
 	for _, k := range []Kind{Upload, Skill} {
 		if files := byKind[k]; len(files) > 0 {
 			if err := place(ctx, s, k, rootOf(k, paths), files); err != nil {

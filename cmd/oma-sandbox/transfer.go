@@ -26,17 +26,19 @@ import (
 )
 
 func runUpload(ctx context.Context, c *cli, args []string) error {
-	fs := c.flagSet("upload", "NAME HOSTPATH [GUESTPATH] [--json]", `Places a host file, or every regular file of a directory tree, in session
+	fs := c.flagSet("upload", "NAME HOSTPATH [GUESTPATH] [--json] [--max-bytes N]", `Places a host file, or every regular file of a directory tree, in session
 NAME at GUESTPATH (default /mnt/session/uploads/<basename of HOSTPATH>).
 Under /workspace/skills the files are a skill mount (*/scripts/* executable);
 elsewhere they must be under the uploads directory, read-only to the agent.
 Each file's size and sha256 are computed on the host and verified before
 anything reaches the session; the whole tree goes in one guest command.
-Symbolic links and other non-regular files are refused. Prints one line per
+Symbolic links and other non-regular files are refused, and so is a tree
+larger than --max-bytes (default 1 GiB). Prints one line per
 file: GUESTPATH SIZE SHA256 (a path with spaces, quotes, backslashes or
 non-printing characters is double-quoted with Go escapes), or with --json an
 array of {path, size, sha256}.`)
 	asJSON := fs.Bool("json", false, "print the placed files as JSON")
+	maxBytes := fs.Int64("max-bytes", transfer.DefaultMaxCallBytes, "refuse an upload larger than this many bytes")
 	rest, err := c.parse(fs, args)
 	if err != nil {
 		return err
@@ -70,7 +72,11 @@ array of {path, size, sha256}.`)
 	for i, f := range files {
 		mounts[i] = transfer.Mount{Kind: kind, Path: path.Join(guest, f.rel), Size: f.size, SHA256: f.sha256, Content: f}
 	}
-	err = transfer.Materialize(ctx, s, mounts)
+	if *maxBytes <= 0 {
+		return &usageError{msg: fmt.Sprintf("--max-bytes %d: want a positive number of bytes", *maxBytes)}
+	}
+	q := &transfer.Quota{Limits: transfer.Limits{PerCall: *maxBytes, PerSession: *maxBytes}}
+	err = q.Materialize(ctx, s, mounts)
 	for _, f := range files {
 		f.close()
 	}
@@ -78,7 +84,7 @@ array of {path, size, sha256}.`)
 	case err == nil:
 	case interrupted(ctx) != nil:
 		return interrupted(ctx)
-	case errors.Is(err, transfer.ErrPath):
+	case errors.Is(err, transfer.ErrPath), errors.Is(err, transfer.ErrTooLarge):
 		return &usageError{msg: fmt.Sprintf("upload %s: %v", host, err)}
 	default:
 		return fmt.Errorf("upload %s: %w", host, err)
