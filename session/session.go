@@ -21,6 +21,12 @@ const (
 	HostGrace = 2 * time.Second
 )
 
+// MaxForkCopyBytes bounds the file data a fork copies from its source's
+// workspace. The copy keeps hard links and holes, so it writes what the
+// guest's files hold, not what their names and sizes claim; past this it
+// fails and the fork is removed.
+const MaxForkCopyBytes = 16 << 30
+
 // Errors shared by every backend. Callers test them with errors.Is.
 var (
 	ErrClosed         = errors.New("session is closed")

@@ -24,7 +24,13 @@ const maxCopyDepth = 256
 // Devices, FIFOs and sockets are skipped; their names are returned. When
 // the process runs as root, owners are kept, so the guest's user still
 // owns its files. dst must be fresh: an existing name in it is an error.
-func CopyTree(ctx context.Context, src, dst string) (skipped []string, err error) {
+//
+// A guest can make a small tree look huge, so the copy writes no more
+// than the source holds: the names of a hard-linked file stay links to
+// one copy, holes stay holes (only the data SEEK_DATA finds is copied, up
+// to the size the file had when opened), and past maxBytes of file data
+// the copy fails with ErrCopyBudget. On any error dst is emptied again.
+func CopyTree(ctx context.Context, src, dst string, maxBytes int64) (skipped []string, err error) {
 	sfd, err := unix.Open(src, dirFlags, 0)
 	if err != nil {
 		return nil, fmt.Errorf("copy %s: open source: %w", src, err)
@@ -35,9 +41,13 @@ func CopyTree(ctx context.Context, src, dst string) (skipped []string, err error
 		return nil, fmt.Errorf("copy %s: open destination %s: %w", src, dst, err)
 	}
 	defer unix.Close(dfd)
-	c := copier{ctx: ctx, keepOwner: os.Geteuid() == 0}
+	c := copier{ctx: ctx, keepOwner: os.Geteuid() == 0, dst: dfd, max: maxBytes, copies: map[inode]string{}}
 	if err := c.dir(sfd, dfd, ".", 0); err != nil {
-		return c.skipped, fmt.Errorf("copy %s to %s: %w", src, dst, err)
+		err = fmt.Errorf("copy %s to %s: %w", src, dst, err)
+		if cerr := emptyAt(dfd); cerr != nil {
+			err = fmt.Errorf("%w; emptying %s again: %w", err, dst, cerr)
+		}
+		return nil, err
 	}
 	return c.skipped, nil
 }
@@ -46,6 +56,25 @@ type copier struct {
 	ctx       context.Context
 	keepOwner bool
 	skipped   []string
+	dst       int              // the destination's root
+	max, used int64            // file data bytes: the budget, and written
+	copies    map[inode]string // a copied hard-linked file's path below dst
+}
+
+type inode struct{ dev, ino uint64 }
+
+// emptyAt removes every entry of the directory fd.
+func emptyAt(fd int) error {
+	names, err := readNames(fd)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		if err := removeAt(fd, name); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // dir copies the entries of the directory sfd into the directory dfd; rel
@@ -77,7 +106,7 @@ func (c *copier) dir(sfd, dfd int, rel string, depth int) error {
 		case unix.S_IFDIR:
 			err = c.subdir(sfd, dfd, name, path, &st, depth)
 		case unix.S_IFREG:
-			err = c.file(sfd, dfd, name)
+			err = c.file(sfd, dfd, name, path, &st)
 		case unix.S_IFLNK:
 			err = c.link(sfd, dfd, name, &st)
 		default:
@@ -110,7 +139,15 @@ func (c *copier) subdir(sfd, dfd int, name, path string, st *unix.Stat_t, depth 
 	return c.attrs(out, st)
 }
 
-func (c *copier) file(sfd, dfd int, name string) error {
+func (c *copier) file(sfd, dfd int, name, path string, st *unix.Stat_t) error {
+	id := inode{uint64(st.Dev), uint64(st.Ino)}
+	if first, ok := c.copies[id]; ok && st.Nlink > 1 {
+		// Resolved from dst's root through directories this copy made; a
+		// directory it already made unsearchable gets a copy instead.
+		if err := unix.Linkat(c.dst, first, dfd, name, 0); err == nil {
+			return nil
+		}
+	}
 	// O_NONBLOCK: a name swapped for a FIFO since the stat must not block
 	// the open; the fstat below then refuses it.
 	in, err := unix.Openat(sfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
@@ -132,13 +169,58 @@ func (c *copier) file(sfd, dfd int, name string) error {
 	}
 	outf := os.NewFile(uintptr(out), name)
 	defer outf.Close()
-	if _, err := io.Copy(outf, inf); err != nil {
+	if err := c.data(inf, outf, now.Size); err != nil {
 		return err
 	}
 	if err := c.attrs(out, &now); err != nil {
 		return err
 	}
-	return outf.Close()
+	if err := outf.Close(); err != nil {
+		return err
+	}
+	if now.Nlink > 1 {
+		c.copies[inode{uint64(now.Dev), uint64(now.Ino)}] = path
+	}
+	return nil
+}
+
+// data copies the first size bytes of in to out, holes as holes: only the
+// extents SEEK_DATA finds are read and charged to the budget.
+func (c *copier) data(in, out *os.File, size int64) error {
+	for off := int64(0); off < size; {
+		if err := c.ctx.Err(); err != nil {
+			return err
+		}
+		start, err := unix.Seek(int(in.Fd()), off, unix.SEEK_DATA)
+		switch {
+		case errors.Is(err, unix.ENXIO):
+			start = size // only a hole is left
+		case errors.Is(err, unix.EINVAL):
+			start = off // no SEEK_DATA here: all of it is data
+		case err != nil:
+			return err
+		}
+		if start >= size {
+			break
+		}
+		end, err := unix.Seek(int(in.Fd()), start, unix.SEEK_HOLE)
+		if err != nil || end > size {
+			end = size
+		}
+		if c.used+end-start > c.max {
+			return fmt.Errorf("%w: more than %d bytes of file data", ErrCopyBudget, c.max)
+		}
+		n, err := io.Copy(io.NewOffsetWriter(out, start), io.NewSectionReader(in, start, end-start))
+		c.used += n
+		if err != nil {
+			return err
+		}
+		if n < end-start {
+			break // the file shrank while being copied
+		}
+		off = end
+	}
+	return out.Truncate(size)
 }
 
 func (c *copier) link(sfd, dfd int, name string, st *unix.Stat_t) error {

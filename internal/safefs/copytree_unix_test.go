@@ -4,8 +4,10 @@ package safefs
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -25,7 +27,7 @@ func TestCopyTreeNeverFollowsLinks(t *testing.T) {
 	must(t, os.Symlink(host, filepath.Join(src, "a", "hostdir")))
 	must(t, syscall.Mkfifo(filepath.Join(src, "pipe"), 0o600))
 
-	skipped, err := CopyTree(context.Background(), src, dst)
+	skipped, err := CopyTree(context.Background(), src, dst, 1<<20)
 	must(t, err)
 	if len(skipped) != 1 || skipped[0] != "pipe" {
 		t.Fatalf("skipped = %q, want [pipe]", skipped)
@@ -65,7 +67,7 @@ func TestCopyTreeRefusesSymlinkedRoots(t *testing.T) {
 	src, dst := t.TempDir(), t.TempDir()
 	link := filepath.Join(t.TempDir(), "link")
 	must(t, os.Symlink(src, link))
-	if _, err := CopyTree(context.Background(), link, dst); err == nil {
+	if _, err := CopyTree(context.Background(), link, dst, 1<<20); err == nil {
 		t.Fatal("a symlinked source was followed")
 	}
 }
@@ -74,5 +76,89 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// allocated is the disk space the files below root take, each inode once.
+func allocated(t *testing.T, root string) int64 {
+	t.Helper()
+	seen := map[uint64]bool{}
+	var n int64
+	must(t, filepath.WalkDir(root, func(p string, _ os.DirEntry, err error) error {
+		must(t, err)
+		fi, err := os.Lstat(p)
+		must(t, err)
+		st := fi.Sys().(*syscall.Stat_t)
+		if fi.Mode().IsRegular() && !seen[uint64(st.Ino)] {
+			seen[uint64(st.Ino)] = true
+			n += int64(st.Blocks) * 512
+		}
+		return nil
+	}))
+	return n
+}
+
+// A guest that spends nothing (a sparse file and hard links to it) must
+// not make a fork write gigabytes: holes stay holes, links stay links, and
+// the data between the holes is kept.
+func TestCopyTreeKeepsHolesAndHardLinks(t *testing.T) {
+	src, dst := t.TempDir(), t.TempDir()
+	const size = 64 << 20
+	f, err := os.Create(filepath.Join(src, "f"))
+	must(t, err)
+	must(t, f.Truncate(size))
+	_, err = f.WriteAt([]byte("data in the middle"), size/2)
+	must(t, err)
+	must(t, f.Close())
+	must(t, os.Mkdir(filepath.Join(src, "d"), 0o755))
+	for _, l := range []string{"l1", "l2", "d/l3"} {
+		must(t, os.Link(filepath.Join(src, "f"), filepath.Join(src, l)))
+	}
+	if a := allocated(t, src); a > 1<<20 {
+		t.Skipf("this file system allocates %d bytes for a sparse file", a)
+	}
+
+	if _, err := CopyTree(context.Background(), src, dst, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if a := allocated(t, dst); a > 1<<20 {
+		t.Fatalf("the copy allocated %d bytes on the host for %d bytes of data", a, len("data in the middle"))
+	}
+	fi, err := os.Stat(filepath.Join(dst, "f"))
+	must(t, err)
+	if n := fi.Sys().(*syscall.Stat_t).Nlink; fi.Size() != size || n != 4 {
+		t.Fatalf("f: size %d, %d links; want %d, 4", fi.Size(), n, size)
+	}
+	for _, l := range []string{"l1", "l2", "d/l3"} {
+		li, err := os.Stat(filepath.Join(dst, l))
+		must(t, err)
+		if !os.SameFile(fi, li) {
+			t.Fatalf("%s is not a link to f", l)
+		}
+	}
+	got := make([]byte, len("data in the middle"))
+	g, err := os.Open(filepath.Join(dst, "d", "l3"))
+	must(t, err)
+	defer g.Close()
+	_, err = g.ReadAt(got, size/2)
+	must(t, err)
+	if string(got) != "data in the middle" {
+		t.Fatalf("data %q", got)
+	}
+}
+
+// Past its byte budget a copy fails naming the budget, and leaves the
+// destination empty.
+func TestCopyTreeBudget(t *testing.T) {
+	src, dst := t.TempDir(), t.TempDir()
+	must(t, os.MkdirAll(filepath.Join(src, "a", "b"), 0o755))
+	must(t, os.WriteFile(filepath.Join(src, "a", "small"), []byte("x"), 0o644))
+	must(t, os.WriteFile(filepath.Join(src, "a", "b", "big"), make([]byte, 2<<20), 0o644))
+	_, err := CopyTree(context.Background(), src, dst, 1<<20)
+	if !errors.Is(err, ErrCopyBudget) || !strings.Contains(err.Error(), "more than 1048576 bytes of file data") {
+		t.Fatalf("got %v, want ErrCopyBudget naming 1048576 bytes", err)
+	}
+	if left, _ := os.ReadDir(dst); len(left) != 0 {
+		t.Fatalf("the failed copy left %v", left)
 	}
 }

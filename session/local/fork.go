@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/oma-sandbox/oma-sandbox/internal/safefs"
+	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
 // ForkOptions name a fork; everything else (policy, limits, environment,
@@ -22,8 +23,9 @@ type ForkOptions struct {
 // Fork makes a new session whose workspace is a copy of this one's as it
 // is now; uploads and outputs start empty. The copy is read from directory
 // file descriptors and never follows a symlink the guest left: links are
-// copied as links, regular files by content, directories with their
-// modes; devices, FIFOs and sockets are skipped. Nothing of the session
+// copied as links, regular files by content (hard links kept as links,
+// holes as holes, at most session.MaxForkCopyBytes of data), directories
+// with their modes; devices, FIFOs and sockets are skipped. Nothing of the session
 // runs between calls, so the copy is of a workspace at rest unless a call
 // is in flight. The fork's record names this session as its parent; the
 // two share nothing afterwards.
@@ -48,7 +50,7 @@ func (s *Session) Fork(ctx context.Context, o ForkOptions) (*Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local sandbox %s: fork: %w", s.rec.Name, err)
 	}
-	skipped, err := safefs.CopyTree(ctx, s.dirs.Workspace, child.dirs.Workspace)
+	skipped, err := safefs.CopyTree(ctx, s.dirs.Workspace, child.dirs.Workspace, session.MaxForkCopyBytes)
 	if err != nil {
 		if cerr := child.Close(context.WithoutCancel(ctx)); cerr != nil {
 			log.Warn("local sandbox: removing a failed fork", "fork", child.rec.Name, "err", cerr)

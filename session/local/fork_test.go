@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 )
 
@@ -85,5 +86,44 @@ func TestForkNeedsASessionID(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(dir); len(left) != 1 {
 		t.Errorf("state directory holds %d entries, want the source's only", len(left))
+	}
+}
+
+// A guest that spends nothing (a sparse file with three more names) does
+// not make a fork write its apparent size: the fork's workspace holds one
+// inode with four names and its holes.
+func TestForkKeepsHolesAndHardLinks(t *testing.T) {
+	ctx := context.Background()
+	src := newTestSession(t, Options{StateDir: t.TempDir()})
+	sh(t, src, `truncate -s 256M f && printf end >>f && ln f l1 && ln f l2 && mkdir d && ln f d/l3`)
+	fork, err := src.Fork(ctx, ForkOptions{SessionID: "fork"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fork.Close(ctx)
+	var blocks int64
+	seen := map[uint64]bool{}
+	err = filepath.WalkDir(fork.dirs.Workspace, func(p string, _ os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var st syscall.Stat_t
+		if err := syscall.Lstat(p, &st); err != nil {
+			return err
+		}
+		if st.Mode&syscall.S_IFMT == syscall.S_IFREG && !seen[st.Ino] {
+			seen[st.Ino] = true
+			blocks += st.Blocks
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 1 || blocks*512 > 1<<20 {
+		t.Fatalf("the fork holds %d inodes taking %d bytes, want one sparse file", len(seen), blocks*512)
+	}
+	if got := string(sh(t, fork, `stat -c '%h %s' d/l3; tail -c 3 l1`).Stdout); got != "4 268435459\nend" {
+		t.Fatalf("the fork's file: %q", got)
 	}
 }

@@ -35,7 +35,9 @@ import (
 //
 // The workspace: copied host-side from the source's volume into the
 // fork's new one, never following a guest's symlink (see
-// safefs.CopyTree); devices, FIFOs and sockets are skipped. Only dir
+// safefs.CopyTree), keeping hard links and holes, at most
+// session.MaxForkCopyBytes of file data; devices, FIFOs and sockets are
+// skipped. Only dir
 // volumes, which are host directories, can be copied: any other kind is
 // refused.
 //
@@ -123,7 +125,7 @@ func (s *Session) forkStopped(ctx context.Context, o Options, info *msb.SandboxI
 	if err != nil {
 		return fork, fmt.Errorf("fork %s: %w", s.names.Sandbox, err)
 	}
-	skipped, err := safefs.CopyTree(ctx, srcDir, dstDir)
+	skipped, err := safefs.CopyTree(ctx, srcDir, dstDir, session.MaxForkCopyBytes)
 	if err != nil {
 		return fork, fmt.Errorf("fork %s: workspace: %w", s.names.Sandbox, err)
 	}
