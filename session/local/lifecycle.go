@@ -2,12 +2,10 @@ package local
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"time"
 
+	"github.com/oma-sandbox/oma-sandbox/internal/safefs"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
@@ -50,44 +48,15 @@ func (s *Session) Stats(ctx context.Context) (*session.Stats, error) {
 		state = session.StateRunning
 	}
 	s.mu.Unlock()
-	used, err := diskUse(ctx, s.dirs.Box)
+	// The guest shapes the tree: however deep or wide, the walk ends at
+	// the operation timeout.
+	ctx, cancel := context.WithTimeout(ctx, s.opTimeout())
+	defer cancel()
+	used, err := safefs.SizeOf(ctx, s.dirs.Box)
 	if err != nil {
 		return nil, fmt.Errorf("local sandbox %s: stats: %w", s.rec.Name, err)
 	}
 	return &session.Stats{Backend: "local", State: state, Sampled: time.Now().UTC(), DiskUsedBytes: &used}, nil
-}
-
-// diskUse sums the sizes of the regular files under dir. It reads through
-// an os.Root, so a guest's symlink is never followed out of dir, and
-// entries that vanish while it walks (a call still writing) are skipped.
-func diskUse(ctx context.Context, dir string) (int64, error) {
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return 0, err
-	}
-	defer root.Close()
-	var total int64
-	err = fs.WalkDir(root.FS(), ".", func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
-				return nil
-			}
-			return err
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			return nil
-		}
-		total += info.Size()
-		return nil
-	})
-	return total, err
 }
 
 var _ session.Resizer = (*Session)(nil)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
@@ -63,4 +64,27 @@ func TestPauseResumeAndStats(t *testing.T) {
 	if _, err := s.Stats(ctx); !errors.Is(err, session.ErrClosed) {
 		t.Errorf("Stats on a closed session: %v", err)
 	}
+}
+
+// A tree the guest nests 6000 deep in a moment costs stats a moment too
+// (resolving each directory from the box again took minutes), well within
+// the generous deadline given here; the file at the bottom is counted.
+func TestStatsOfADeepTree(t *testing.T) {
+	s := newTestSession(t, Options{StateDir: t.TempDir()})
+	before := *stats(t, s, context.Background()).DiskUsedBytes
+	sh(t, s, `p=$(printf 'd/%.0s' $(seq 1500)) && for i in 1 2 3 4; do mkdir -p "$p" && cd "$p"; done && printf 1234567 >deep`)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if after := *stats(t, s, ctx).DiskUsedBytes; after-before != 7 {
+		t.Fatalf("stats counted %d bytes, then %d with the deep file", before, after)
+	}
+}
+
+func stats(t *testing.T, s *Session, ctx context.Context) *session.Stats {
+	t.Helper()
+	st, err := s.Stats(ctx)
+	if err != nil {
+		t.Fatalf("stats: %v", err)
+	}
+	return st
 }
