@@ -104,7 +104,11 @@ func (c *copier) dir(sfd, dfd int, rel string, depth int) error {
 		}
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFDIR:
-			err = c.subdir(sfd, dfd, name, path, &st, depth)
+			// Its errors name their own paths: wrapping them again at
+			// every level would make a deep tree's message quadratic.
+			if err := c.subdir(sfd, dfd, name, path, &st, depth); err != nil {
+				return err
+			}
 		case unix.S_IFREG:
 			err = c.file(sfd, dfd, name, path, &st)
 		case unix.S_IFLNK:
@@ -122,21 +126,25 @@ func (c *copier) dir(sfd, dfd int, rel string, depth int) error {
 func (c *copier) subdir(sfd, dfd int, name, path string, st *unix.Stat_t, depth int) error {
 	child, err := unix.Openat(sfd, name, dirFlags, 0)
 	if err != nil {
-		return err // a name swapped for a symlink fails here (O_NOFOLLOW)
+		// A name swapped for a symlink fails here (O_NOFOLLOW).
+		return fmt.Errorf("%s: %w", path, err)
 	}
 	defer unix.Close(child)
 	if err := unix.Mkdirat(dfd, name, 0o700); err != nil {
-		return err
+		return fmt.Errorf("%s: %w", path, err)
 	}
 	out, err := unix.Openat(dfd, name, dirFlags, 0)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", path, err)
 	}
 	defer unix.Close(out)
 	if err := c.dir(child, out, path, depth+1); err != nil {
 		return err
 	}
-	return c.attrs(out, st)
+	if err := c.attrs(out, st); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
 }
 
 func (c *copier) file(sfd, dfd int, name, path string, st *unix.Stat_t) error {
