@@ -5,12 +5,14 @@ package chaos
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io/fs"
 	"maps"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -35,9 +37,11 @@ var (
 // TestChaosLocal runs the hostile guest's actions on the local backend,
 // whose removal works on the host itself: the tool calls of TestChaos (its
 // hostile commands, forged records and calls aimed at what they leave),
-// a 3000-deep tree, and links to a decoy host tree swapped with
-// directories, some of them while Close removes the session; cancels come
-// at random points. A session's workspace must stay until its Close (local
+// a 3000-deep tree, a sparse file with four names, and links to a decoy
+// host tree swapped with directories, some of them while Close removes the
+// session; then stats, and sometimes a fork, which must end within their
+// deadlines and take little of the host's disk; cancels come at random
+// points. A session's workspace must stay until its Close (local
 // poisoning never removes it); afterwards no session record or state
 // directory may be left, no process of the run may be running, and the
 // decoy must be exactly as it was. The decoy stands in for `/`: a removal
@@ -104,6 +108,18 @@ func runLocalSession(stateDir, decoy string, rec *recorder, k int, rng *rand.Ran
 		wrote = wrote || name == "write" && err == nil
 		rec.checkLocalKept(sess.Name(), workspace, wrote)
 	}
+	// Only a cancel may stop stats: a tree the guest shaped must not
+	// outlast the deadline.
+	err = rec.op(rng, k, "stats", statsDeadline, func(ctx context.Context) error {
+		_, err := sess.Stats(ctx)
+		return err
+	})
+	if errors.Is(err, context.DeadlineExceeded) {
+		rec.fail("%s: stats ran out of their %v: %v", sess.Name(), statsDeadline, err)
+	}
+	if rng.IntN(2) == 0 {
+		rec.fork(rng, k, stateDir, sess)
+	}
 
 	var during sync.WaitGroup
 	if rng.IntN(2) == 0 {
@@ -121,22 +137,60 @@ func runLocalSession(stateDir, decoy string, rec *recorder, k int, rng *rand.Ran
 }
 
 // hostileDeadline bounds a localHostile call: making 3000 directories
-// takes seconds on a loaded machine.
-const hostileDeadline = 12 * time.Second
+// takes seconds on a loaded machine. Stats of a 3000-deep tree and a fork
+// of a sparse file with four names take a moment each; quadratic stats
+// and a copy of every name's apparent size did not fit.
+const (
+	hostileDeadline = 12 * time.Second
+	statsDeadline   = 5 * time.Second
+	forkDeadline    = 10 * time.Second
+	// maxForkBytes is what a fork's copy may take on disk: the chaos
+	// files are small; the sparse ones claim a gigabyte.
+	maxForkBytes = 64 << 20
+)
 
 func init() {
 	allowance["bash deep tree"] = allowance["bash"]
 	allowance["bash decoy links"] = allowance["bash"]
+	allowance["bash sparse links"] = allowance["bash"]
 }
 
-// localHostile are guest actions aimed at the host's own removal of the
+// fork forks sess, checks what the copy takes on the host's disk, and
+// closes the fork.
+func (r *recorder) fork(rng *rand.Rand, k int, stateDir string, sess *localsession.Session) {
+	var fork *localsession.Session
+	err := r.op(rng, k, "fork", forkDeadline, func(ctx context.Context) (err error) {
+		fork, err = sess.Fork(ctx, localsession.ForkOptions{SessionID: "f" + strconv.Itoa(k)})
+		return err
+	})
+	if errors.Is(err, context.DeadlineExceeded) {
+		r.fail("%s: fork ran out of its %v: %v", sess.Name(), forkDeadline, err)
+	}
+	if err != nil {
+		return
+	}
+	// du counts each inode once and only its allocated blocks.
+	out, err := exec.Command("du", "-s", "-B1", filepath.Join(stateDir, fork.Name(), "box", "workspace")).Output()
+	fields := strings.Fields(string(out))
+	if err != nil || len(fields) == 0 {
+		r.fail("du of fork %s: %v", fork.Name(), err)
+	} else if n, _ := strconv.ParseInt(fields[0], 10, 64); n > maxForkBytes {
+		r.fail("fork %s takes %d bytes on the host, more than %d", fork.Name(), n, maxForkBytes)
+	}
+	r.closeUntilDone(rng, k, fork.Close)
+}
+
+// localHostile are guest actions aimed at the host's own walks of the
 // tree, by the name of their operation: a chain deeper than the host could
-// walk by open directories, and links to the decoy in place of directories
-// the host would descend into.
+// walk by open directories (and that stats once walked in quadratic time),
+// links to the decoy in place of directories the host would descend into,
+// and a sparse file with four names that a fork once copied in full four
+// times.
 func localHostile(decoy string) map[string]string {
 	return map[string]string{
-		"bash deep tree":   `mkdir -p chaos/deep3k && cd chaos/deep3k && p=$(printf 'd/%.0s' $(seq 100)) && for i in $(seq 30); do mkdir -p "$p" && cd "$p" || exit 1; done && echo x > leaf.txt && echo deep`,
-		"bash decoy links": fmt.Sprintf(`mkdir -p chaos/links && ln -sfn %q chaos/links/decoy && ln -sfn %q/sub chaos/links/sub && ln -sfn / chaos/links/root && chmod 500 chaos/links && echo linked`, decoy, decoy),
+		"bash deep tree":    `mkdir -p chaos/deep3k && cd chaos/deep3k && p=$(printf 'd/%.0s' $(seq 100)) && for i in $(seq 30); do mkdir -p "$p" && cd "$p" || exit 1; done && echo x > leaf.txt && echo deep`,
+		"bash sparse links": `mkdir -p chaos/sparse && cd chaos/sparse && rm -f f l1 l2 l3 && truncate -s 256M f && ln f l1 && ln f l2 && ln f l3 && echo sparse`,
+		"bash decoy links":  fmt.Sprintf(`mkdir -p chaos/links && ln -sfn %q chaos/links/decoy && ln -sfn %q/sub chaos/links/sub && ln -sfn / chaos/links/root && chmod 500 chaos/links && echo linked`, decoy, decoy),
 	}
 }
 
@@ -233,4 +287,30 @@ func names(ents []os.DirEntry) []string {
 		out = append(out, e.Name())
 	}
 	return out
+}
+
+// TestKnownForkDeepTree reproduces fork-deep-tree under -chaos.strict: a
+// fork of a workspace nested deeper than CopyTree's 256 levels fails with
+// an error no caller can test for.
+func TestKnownForkDeepTree(t *testing.T) {
+	if !*strict {
+		t.Skip("fork-deep-tree is open; run with -chaos.strict")
+	}
+	ctx := context.Background()
+	s, err := localsession.Create(ctx, localsession.Options{StateDir: t.TempDir(), WorkspaceID: "known", SessionID: "s"})
+	if err != nil {
+		t.Skipf("no local sandbox on this host: %v", err)
+	}
+	defer s.Close(ctx)
+	tb := tools.New(s, tools.Options{})
+	raw, _ := json.Marshal(map[string]any{"command": `for i in $(seq 300); do mkdir d && cd d || exit 1; done`})
+	if _, err := tb.Call(ctx, "bash", raw, nil); err != nil {
+		t.Fatal(err)
+	}
+	fork, err := s.Fork(ctx, localsession.ForkOptions{SessionID: "f"})
+	if err == nil {
+		fork.Close(ctx)
+	} else if classify(err) == untyped {
+		t.Errorf("fork of a 300-deep tree: want success or a typed error, got %v", err)
+	}
 }
