@@ -108,6 +108,8 @@ func TestRealMSBAcceptsEveryArgv(t *testing.T) {
 				{Action: "allow", Target: "10.0.0.0/8", Protocol: "tcp", Ports: "1-1024"},
 				{Action: "allow", Target: "[fd00::/8]", Protocol: "udp", Ports: "53"},
 				{Action: "deny", Target: "[::1]", Protocol: "any", Ports: "any"},
+				{Action: "allow", Target: "host", Protocol: "tcp", Ports: "8080"},
+				{Action: "allow", Target: "host.microsandbox.internal"},
 			},
 			Secrets:           []SecretRef{{Env: "CONTRACT_TOKEN", Hosts: []string{"example.com", "*.pkg.dev", "127.0.0.1"}}},
 			OnSecretViolation: "block-and-log", Pull: "never",

@@ -24,7 +24,7 @@ func applyNetwork(p egress.Policy, o *msb.CreateOptions) error {
 	case egress.Allowlist:
 		o.NoNet = true
 		for _, t := range p.Allow {
-			o.NetRules = append(o.NetRules, netRule(t))
+			o.NetRules = append(o.NetRules, netRules(t)...)
 		}
 	}
 	for _, s := range p.Secrets {
@@ -34,6 +34,24 @@ func applyNetwork(p egress.Policy, o *msb.CreateOptions) error {
 		o.OnSecretViolation = "block-and-log"
 	}
 	return nil
+}
+
+// HostAlias is the name msb gives a guest for its host: a connection to it
+// (msb's gateway address) reaches the host's loopback. Allowing it, with a
+// port, lets a session reach a service the host serves on 127.0.0.1.
+const HostAlias = "host.microsandbox.internal"
+
+// netRules are the msb rules of one allowed target. HostAlias is msb's
+// "host" group (the gateway address msb rewrites to the host's loopback)
+// and the name itself, so that the guest's lookup of it is answered; msb
+// answers that lookup itself and sends it nowhere.
+func netRules(t egress.Target) []msb.NetRule {
+	if !t.Suffix && t.Host == HostAlias {
+		group := netRule(t)
+		group.Target = "host"
+		return []msb.NetRule{group, {Action: "allow", Target: HostAlias}}
+	}
+	return []msb.NetRule{netRule(t)}
 }
 
 // netRule is the msb rule of one allowed target: a port means TCP to it.

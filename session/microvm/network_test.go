@@ -53,6 +53,8 @@ func TestCreateMapsTheNetworkPolicy(t *testing.T) {
 			"--no-net --net-rule allow@api.example.com:tcp:443 --net-rule allow@*.pkg.dev --net-rule allow@127.0.0.1:tcp:8080 " +
 				"--net-rule allow@10.0.0.0/8 --net-rule allow@[fd00::1]:tcp:53 --net-rule allow@[fd00::/8] " +
 				"--secret OMA_TEST_API_TOKEN@api.example.com --on-secret-violation block-and-log"},
+		{"the host's loopback", policy(t, "", []string{"host.microsandbox.internal:8080"}),
+			"--no-net --net-rule allow@host:tcp:8080 --net-rule allow@host.microsandbox.internal"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
