@@ -81,7 +81,7 @@ func TestChaosChannel(t *testing.T) {
 	seed := pickSeed()
 	t.Logf("seed %d (rerun with -chaos.seed=%d -chaos.channels=%d)", seed, seed, *channelSessionsFlag)
 
-	rec := newRecorder()
+	rec := newRecorder(hostTiming)
 	envs := newEnvs(t, 4)
 	took := runPool(len(envs), *channelSessionsFlag, seed, func(worker, k int, rng *rand.Rand) {
 		runChannelSession(envs[worker], rec, agent, k, rng)
@@ -97,15 +97,16 @@ func TestChaosChannel(t *testing.T) {
 // with the workspace kept), then close.
 func runChannelSession(env *fakemsbtest.Env, rec *recorder, agent string, k int, rng *rand.Rand) {
 	client := msb.NewClient(&watch{rec: rec, inner: &msb.CLI{Path: env.Bin}})
+	tm := rec.timing
 	// The session's and the tools' debug log goes into the failures that
 	// name the session, to say what the channel went through.
 	log := &testutil.LockedBuffer{}
 	logger := slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	var sess *microvm.Session
-	err := rec.op(nil, k, "create", createDeadline, func(ctx context.Context) (err error) {
+	err := rec.op(nil, k, "create", tm.createDeadline, func(ctx context.Context) (err error) {
 		sess, err = microvm.Create(ctx, microvm.Options{
 			Client: client, WorkspaceID: "chaos", SessionID: "s" + strconv.Itoa(k), Image: "debian",
-			OperationTimeout: opTimeout, StartupTimeout: startupTimeout, AgentFile: agent, Logger: logger,
+			OperationTimeout: tm.opTimeout, StartupTimeout: tm.startupTimeout, AgentFile: agent, Logger: logger,
 		})
 		return err
 	})
@@ -118,9 +119,9 @@ func runChannelSession(env *fakemsbtest.Env, rec *recorder, agent string, k int,
 		rec.awaitNoChannel(env, sess.Name(), "after close")
 	}()
 	rec.logs(sess.Name(), log)
-	tb := tools.New(sess, tools.Options{OperationTimeout: toolTimeout, Logger: logger})
+	tb := tools.New(sess, tools.Options{OperationTimeout: tm.toolTimeout, Logger: logger})
 	write, _ := json.Marshal(map[string]string{"path": "chaos/notes.txt", "content": channelNotes})
-	if err := rec.call(nil, k, tb, "write", "write", write, toolDeadline, nil); err != nil {
+	if err := rec.call(nil, k, tb, "write", "write", write, tm.toolDeadline, nil); err != nil {
 		rec.fail("%s: the first write: %v", sess.Name(), err)
 		return
 	}
@@ -174,7 +175,7 @@ func (r *recorder) killUnderCalls(env *fakemsbtest.Env, k int, tb *tools.Toolbox
 		c := inFlight[rng.IntN(len(inFlight))]
 		callRng := rand.New(rand.NewPCG(rng.Uint64(), uint64(i)))
 		wg.Go(func() {
-			errs[i] = r.call(callRng, k, tb, c.name, c.name, json.RawMessage(c.input), toolDeadline, nil)
+			errs[i] = r.call(callRng, k, tb, c.name, c.name, json.RawMessage(c.input), r.timing.toolDeadline, nil)
 		})
 	}
 	time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
@@ -185,7 +186,7 @@ func (r *recorder) killUnderCalls(env *fakemsbtest.Env, k int, tb *tools.Toolbox
 	case killMsb:
 		err = syscall.Kill(open.Msb[0], syscall.SIGKILL)
 	case stopSandbox:
-		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), r.timing.opTimeout)
 		err = msb.NewClient(&msb.CLI{Path: env.Bin}).Stop(ctx, msb.StopOptions{Names: []string{name}})
 		cancel()
 	}
@@ -237,9 +238,9 @@ func (r *recorder) readAfter(k int, tb *tools.Toolbox, op string) (string, error
 		out, err = tb.Call(ctx, "read", json.RawMessage(`{"path":"chaos/notes.txt"}`), nil)
 		return err
 	}
-	err := r.op(nil, k, op, toolDeadline, read)
+	err := r.op(nil, k, op, r.timing.toolDeadline, read)
 	if errors.Is(err, session.ErrChannelBroken) {
-		err = r.op(nil, k, op+", again", toolDeadline, read)
+		err = r.op(nil, k, op+", again", r.timing.toolDeadline, read)
 	}
 	return out, err
 }

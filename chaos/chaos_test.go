@@ -44,41 +44,67 @@ var (
 	seedFlag     = flag.Uint64("chaos.seed", 0, "random seed; 0 picks one (logged, to rerun with)")
 )
 
-// Timeouts the sessions and tools run with, and each operation's deadline.
-// They are short so that hangs cost little, yet leave the grep preflight
-// (several rg runs in the create's one exec) room on a loaded machine; the
-// deadlines leave room for the host timeouts they derive from.
-const (
-	opTimeout      = 5 * time.Second // session: the preparation exec and each removal
-	toolTimeout    = 2 * time.Second // tools: each guest command
-	startupTimeout = 3 * time.Second
-	createDeadline = 10 * time.Second
-	toolDeadline   = 6 * time.Second
-	closeDeadline  = 12 * time.Second
-	reapDeadline   = 5 * time.Second
+// timing is what a run's sessions and tools wait for, each operation's
+// deadline, and how far past it an operation may end.
+type timing struct {
+	opTimeout      time.Duration // session: the preparation exec and each removal
+	toolTimeout    time.Duration // tools: each guest command
+	startupTimeout time.Duration
+	createDeadline time.Duration
+	toolDeadline   time.Duration
+	closeDeadline  time.Duration
+	reapDeadline   time.Duration
+	// cancelWithin is how soon after it began a random cancellation may
+	// hit an operation.
+	cancelWithin time.Duration
 	// slack covers msb.DefaultWaitDelay (a killed msb's pipes may stay
 	// open that long) and scheduling on a loaded two-core machine.
-	slack = msb.DefaultWaitDelay + time.Second
+	slack time.Duration
 	// hangGrace is how long past its limit an operation may run before the
 	// suite calls it hung and stops with every goroutine's stack.
-	hangGrace = 30 * time.Second
-)
-
-// allowance is how long an operation may outlive its deadline because the
-// library finishes cleanup with the caller's cancellation detached
-// (context.WithoutCancel), each step bounded by its own documented timeout.
-var allowance = map[string]time.Duration{
-	// A failed create removes the sandbox, then the volume, and tries once
-	// more what failed; the faults make at most one step hang.
-	"create": 2 * opTimeout,
-	// bash kills the command's processes: a 5 s guest timer plus the grace.
-	"bash": 5*time.Second + session.HostGrace,
-	// glob and grep end their guest work (a 3 s cleanup plus the grace) and
-	// may then poison the session (a stop, and a removal if the stop fails,
-	// each bounded by the session's operation timeout).
-	"glob": 3*time.Second + session.HostGrace + 2*opTimeout,
-	"grep": 3*time.Second + session.HostGrace + 2*opTimeout,
+	hangGrace time.Duration
+	// allowance is how long an operation may outlive its deadline because
+	// the library finishes cleanup with the caller's cancellation detached
+	// (context.WithoutCancel), each step bounded by its own documented
+	// timeout.
+	allowance map[string]time.Duration
 }
+
+// hostTiming is the timing of sessions that run at the host's speed: on
+// fakemsb and the local backend. Its timeouts are short so that hangs cost
+// little, yet leave the grep preflight (several rg runs in the create's one
+// exec) room on a loaded machine; the deadlines leave room for the host
+// timeouts they derive from.
+var hostTiming = func() timing {
+	const opTimeout = 5 * time.Second
+	return timing{
+		opTimeout:      opTimeout,
+		toolTimeout:    2 * time.Second,
+		startupTimeout: 3 * time.Second,
+		createDeadline: 10 * time.Second,
+		toolDeadline:   6 * time.Second,
+		closeDeadline:  12 * time.Second,
+		reapDeadline:   5 * time.Second,
+		cancelWithin:   400 * time.Millisecond,
+		slack:          msb.DefaultWaitDelay + time.Second,
+		hangGrace:      30 * time.Second,
+		allowance: map[string]time.Duration{
+			// A failed create removes the sandbox, then the volume, and
+			// tries once more what failed; the faults make at most one
+			// step hang.
+			"create": 2 * opTimeout,
+			// bash kills the command's processes: a 5 s guest timer plus
+			// the grace.
+			"bash": 5*time.Second + session.HostGrace,
+			// glob and grep end their guest work (a 3 s cleanup plus the
+			// grace) and may then poison the session (a stop, and a
+			// removal if the stop fails, each bounded by the session's
+			// operation timeout).
+			"glob": 3*time.Second + session.HostGrace + 2*opTimeout,
+			"grep": 3*time.Second + session.HostGrace + 2*opTimeout,
+		},
+	}
+}()
 
 // pickSeed is -chaos.seed, or a fresh seed where it is 0; the caller logs
 // it with the flags to rerun with.
@@ -141,7 +167,7 @@ func TestChaos(t *testing.T) {
 	t.Logf("seed %d (rerun with -chaos.seed=%d -chaos.sessions=%d -chaos.workers=%d)", seed, seed, *sessionsFlag, *workersFlag)
 
 	agent := agentFile(t)
-	rec := newRecorder()
+	rec := newRecorder(hostTiming)
 	envs := newEnvs(t, *workersFlag)
 	took := runPool(len(envs), *sessionsFlag, seed, func(worker, k int, rng *rand.Rand) {
 		runSession(envs[worker], rec, agent, k, rng)
@@ -182,8 +208,10 @@ func requireFakemsb(t *testing.T) {
 	}
 }
 
-// recorder collects every operation's outcome.
+// recorder collects every operation's outcome, each checked against the
+// run's timing.
 type recorder struct {
+	timing    timing
 	mu        sync.Mutex
 	outcomes  map[string]int // "op: kind" -> count
 	failures  []string
@@ -199,8 +227,8 @@ type recorder struct {
 	sessionLogs map[string]*testutil.LockedBuffer
 }
 
-func newRecorder() *recorder {
-	return &recorder{outcomes: map[string]int{}, known: map[string]int{}, example: map[string]string{}, killed: map[string]bool{}, trails: map[int][]string{}}
+func newRecorder(tm timing) *recorder {
+	return &recorder{timing: tm, outcomes: map[string]int{}, known: map[string]int{}, example: map[string]string{}, killed: map[string]bool{}, trails: map[int][]string{}}
 }
 
 // watch is the sessions' msb.Runner: it notes each create the client had
@@ -253,12 +281,13 @@ func (r *recorder) op(rng *rand.Rand, k int, name string, deadline time.Duration
 	defer cancel()
 	cancelAt := time.Duration(-1)
 	if rng != nil && rng.IntN(100) < 15 {
-		cancelAt = time.Duration(rng.IntN(400)) * time.Millisecond
+		cancelAt = time.Duration(rng.IntN(int(r.timing.cancelWithin/time.Millisecond))) * time.Millisecond
 		timer := time.AfterFunc(cancelAt, cancel)
 		defer timer.Stop()
 	}
 	// A hang would otherwise stop the suite until go test's timeout.
-	limit := deadline + allowance[name] + slack
+	allowance, slack, hangGrace := r.timing.allowance[name], r.timing.slack, r.timing.hangGrace
+	limit := deadline + allowance + slack
 	hung := time.AfterFunc(limit+hangGrace, func() {
 		debug.SetTraceback("all")
 		panic(fmt.Sprintf("session %d: %s hung: still running %v after it began", k, name, limit+hangGrace))
@@ -285,10 +314,10 @@ func (r *recorder) op(rng *rand.Rand, k int, name string, deadline time.Duration
 	} else if kind == untyped {
 		r.failures = append(r.failures, fmt.Sprintf("%s returned an untyped error: %v", name, err))
 	}
-	r.overshoot = max(r.overshoot, took-deadline-allowance[name])
+	r.overshoot = max(r.overshoot, took-deadline-allowance)
 	if took > limit {
 		r.failures = append(r.failures, fmt.Sprintf("%s took %v, past its deadline %v + allowance %v + slack %v (err: %v)",
-			name, took.Round(time.Millisecond), deadline, allowance[name], slack, err))
+			name, took.Round(time.Millisecond), deadline, allowance, slack, err))
 	}
 	return err
 }
@@ -325,7 +354,7 @@ func (r *recorder) summary(t *testing.T) {
 		fmt.Fprintf(&b, "\n  %-44s %d", k, r.outcomes[k])
 	}
 	t.Logf("outcomes:%s", b.String())
-	t.Logf("largest time past deadline + allowance: %v (slack %v)", r.overshoot.Round(time.Millisecond), slack)
+	t.Logf("largest time past deadline + allowance: %v (slack %v)", r.overshoot.Round(time.Millisecond), r.timing.slack)
 	for _, k := range knownIssues {
 		if n := r.known[k.id]; n > 0 {
 			report := t.Logf
@@ -347,6 +376,7 @@ func (r *recorder) summary(t *testing.T) {
 // calls travel over its channel, which the exec faults then hit too: exec
 // #2 is the channel's msb exec --stream, opened by the first call.
 func runSession(env *fakemsbtest.Env, rec *recorder, agent string, k int, rng *rand.Rand) {
+	tm := rec.timing
 	calls := 2 + rng.IntN(5)
 	faults := plan(rng, k, calls)
 	client := msb.NewClient(&watch{rec: rec, inner: &msb.CLI{Path: env.Bin, Env: []string{"FAKEMSB_FAULTS=" + faults}}})
@@ -358,22 +388,22 @@ func runSession(env *fakemsbtest.Env, rec *recorder, agent string, k int, rng *r
 	}
 
 	var sess *microvm.Session
-	err := rec.op(rng, k, "create", createDeadline, func(ctx context.Context) (err error) {
+	err := rec.op(rng, k, "create", tm.createDeadline, func(ctx context.Context) (err error) {
 		sess, err = microvm.Create(ctx, microvm.Options{
 			Client: client, WorkspaceID: "chaos", SessionID: "s" + strconv.Itoa(k), Image: "debian",
-			OperationTimeout: opTimeout, StartupTimeout: startupTimeout,
+			OperationTimeout: tm.opTimeout, StartupTimeout: tm.startupTimeout,
 			AgentFile: agent, NoAgent: !withChannel,
 		})
 		return err
 	})
 	if err == nil {
-		tb := tools.New(sess, tools.Options{OperationTimeout: toolTimeout})
+		tb := tools.New(sess, tools.Options{OperationTimeout: tm.toolTimeout})
 		var (
 			mu                 sync.Mutex
 			wrote, keptChecked bool
 		)
 		call := func(rng *rand.Rand, name string, input json.RawMessage, forgedCall *forgedCall) {
-			err := rec.call(rng, k, tb, name, name, input, toolDeadline, forgedCall)
+			err := rec.call(rng, k, tb, name, name, input, tm.toolDeadline, forgedCall)
 			mu.Lock()
 			defer mu.Unlock()
 			wrote = wrote || name == "write" && err == nil
@@ -407,7 +437,7 @@ func runSession(env *fakemsbtest.Env, rec *recorder, agent string, k int, rng *r
 		rec.closeUntilDone(rng, k, sess.Close)
 	}
 	if strings.Contains(faults, "list#") {
-		rec.op(rng, k, "reap", reapDeadline, func(ctx context.Context) error {
+		rec.op(rng, k, "reap", tm.reapDeadline, func(ctx context.Context) error {
 			_, err := reaper.Reap(ctx, client, reaper.Options{OlderThan: 24 * time.Hour})
 			return err
 		})
@@ -459,7 +489,7 @@ func (r *recorder) closeUntilDone(rng *rand.Rand, k int, closeFn func(context.Co
 		if attempt >= 2 {
 			mayCancel = nil
 		}
-		closed = r.op(mayCancel, k, "close", closeDeadline, closeFn) == nil
+		closed = r.op(mayCancel, k, "close", r.timing.closeDeadline, closeFn) == nil
 	}
 }
 

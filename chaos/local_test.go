@@ -62,7 +62,7 @@ func TestChaosLocal(t *testing.T) {
 	seed := pickSeed()
 	t.Logf("seed %d (rerun with -run TestChaosLocal -chaos.seed=%d -chaos.local.sessions=%d)", seed, seed, *localSessionsFlag)
 
-	rec := newRecorder()
+	rec := newRecorder(hostTiming)
 	took := runPool(*localWorkersFlag, *localSessionsFlag, seed, func(_, k int, rng *rand.Rand) {
 		runLocalSession(stateDir, decoy, rec, k, rng)
 	})
@@ -85,10 +85,11 @@ func TestChaosLocal(t *testing.T) {
 // and a close (again if it failed), sometimes while a call swaps links to
 // the decoy in the tree being removed.
 func runLocalSession(stateDir, decoy string, rec *recorder, k int, rng *rand.Rand) {
+	tm := rec.timing
 	var sess *localsession.Session
-	err := rec.op(rng, k, "create", createDeadline, func(ctx context.Context) (err error) {
+	err := rec.op(rng, k, "create", tm.createDeadline, func(ctx context.Context) (err error) {
 		sess, err = localsession.Create(ctx, localsession.Options{
-			StateDir: stateDir, WorkspaceID: "chaos", SessionID: "l" + strconv.Itoa(k), OperationTimeout: opTimeout,
+			StateDir: stateDir, WorkspaceID: "chaos", SessionID: "l" + strconv.Itoa(k), OperationTimeout: tm.opTimeout,
 		})
 		return err
 	})
@@ -96,11 +97,11 @@ func runLocalSession(stateDir, decoy string, rec *recorder, k int, rng *rand.Ran
 		return
 	}
 	workspace := filepath.Join(stateDir, sess.Name(), "box", "workspace")
-	tb := tools.New(sess, tools.Options{OperationTimeout: toolTimeout})
+	tb := tools.New(sess, tools.Options{OperationTimeout: tm.toolTimeout})
 	wrote := false
 	for i := range 3 + rng.IntN(4) {
 		op, name, input, forgedCall := localToolCall(rng, i, decoy)
-		deadline := toolDeadline
+		deadline := tm.toolDeadline
 		if _, ok := localHostile(decoy)[op]; ok {
 			deadline = hostileDeadline
 		}
@@ -125,7 +126,7 @@ func runLocalSession(stateDir, decoy string, rec *recorder, k int, rng *rand.Ran
 	if rng.IntN(2) == 0 {
 		input, _ := json.Marshal(map[string]any{"command": swapDuringClose(decoy), "timeout": 10})
 		during.Go(func() {
-			rec.op(nil, k, "bash during close", toolDeadline, func(ctx context.Context) error {
+			rec.op(nil, k, "bash during close", tm.toolDeadline, func(ctx context.Context) error {
 				_, err := tb.Call(ctx, "bash", input, nil)
 				return err
 			})
@@ -150,9 +151,9 @@ const (
 )
 
 func init() {
-	allowance["bash deep tree"] = allowance["bash"]
-	allowance["bash decoy links"] = allowance["bash"]
-	allowance["bash sparse links"] = allowance["bash"]
+	hostTiming.allowance["bash deep tree"] = hostTiming.allowance["bash"]
+	hostTiming.allowance["bash decoy links"] = hostTiming.allowance["bash"]
+	hostTiming.allowance["bash sparse links"] = hostTiming.allowance["bash"]
 }
 
 // fork forks sess, checks what the copy takes on the host's disk, and
