@@ -219,7 +219,7 @@ func (r *recorder) afterStop(env *fakemsbtest.Env, k int, tb *tools.Toolbox, ses
 	out, err := r.readAfter(k, tb, "read after stop")
 	switch {
 	case errors.Is(err, session.ErrPoisoned):
-		r.checkKept(env, sess, true)
+		r.checkKept(fakemsbVolumeDir(env), sess, true)
 	case err == nil && strings.Contains(out, "needle"):
 		r.count("sandbox stopped, session kept working")
 	default:
@@ -254,7 +254,7 @@ func (r *recorder) readNotes(env *fakemsbtest.Env, k int, tb *tools.Toolbox, ses
 		r.mu.Lock()
 		r.sawKnown(id, fmt.Sprintf("%s: read after the kill: %v", name, err))
 		r.mu.Unlock()
-		r.checkKept(env, sess, true)
+		r.checkKept(fakemsbVolumeDir(env), sess, true)
 		return false
 	}
 	switch {

@@ -170,7 +170,7 @@ func TestChaos(t *testing.T) {
 	rec := newRecorder(hostTiming)
 	envs := newEnvs(t, *workersFlag)
 	took := runPool(len(envs), *sessionsFlag, seed, func(worker, k int, rng *rand.Rand) {
-		runSession(envs[worker], rec, agent, k, rng)
+		runSession(fakemsbTarget(envs[worker], agent), rec, k, rng)
 	})
 	t.Logf("%d sessions on %d fakemsbs in %v", *sessionsFlag, len(envs), took)
 
@@ -370,16 +370,45 @@ func (r *recorder) summary(t *testing.T) {
 	}
 }
 
-// runSession is one session's life: create, a few tool calls, close (again
-// if the first close failed), and sometimes a reaper pass through the same
-// faults. Half the sessions place the guest agent at agent, so that their
+// target is the msb a run's sessions use.
+type target struct {
+	cli *msb.CLI
+	// faults gives each session a random FAKEMSB_FAULTS plan (see plan):
+	// the real msb has no faults to inject.
+	faults bool
+	image  string
+	// agent is the guest agent the channel sessions place; "" places the
+	// one bundled into the test binary.
+	agent string
+	// volumeDir finds the host directory that holds a volume's files.
+	volumeDir func(volume string) (string, error)
+}
+
+// fakemsbTarget is env with faults and the guest agent at agent.
+func fakemsbTarget(env *fakemsbtest.Env, agent string) target {
+	return target{cli: &msb.CLI{Path: env.Bin}, faults: true, image: "debian", agent: agent, volumeDir: fakemsbVolumeDir(env)}
+}
+
+// fakemsbVolumeDir finds a volume's directory in env's state.
+func fakemsbVolumeDir(env *fakemsbtest.Env) func(string) (string, error) {
+	return func(volume string) (string, error) { return filepath.Join(env.Home, "volumes", volume), nil }
+}
+
+// runSession is one session's life on tg: create, a few tool calls, close
+// (again if the first close failed), and sometimes a reaper pass through
+// the same faults. Half the sessions place the guest agent, so that their
 // calls travel over its channel, which the exec faults then hit too: exec
 // #2 is the channel's msb exec --stream, opened by the first call.
-func runSession(env *fakemsbtest.Env, rec *recorder, agent string, k int, rng *rand.Rand) {
+func runSession(tg target, rec *recorder, k int, rng *rand.Rand) {
 	tm := rec.timing
 	calls := 2 + rng.IntN(5)
-	faults := plan(rng, k, calls)
-	client := msb.NewClient(&watch{rec: rec, inner: &msb.CLI{Path: env.Bin, Env: []string{"FAKEMSB_FAULTS=" + faults}}})
+	cli := *tg.cli
+	var faults string
+	if tg.faults {
+		faults = plan(rng, k, calls)
+		cli.Env = append(slices.Clone(cli.Env), "FAKEMSB_FAULTS="+faults)
+	}
+	client := msb.NewClient(&watch{rec: rec, inner: &cli})
 	withChannel := rng.IntN(2) == 0
 	if withChannel {
 		rec.mu.Lock()
@@ -390,9 +419,9 @@ func runSession(env *fakemsbtest.Env, rec *recorder, agent string, k int, rng *r
 	var sess *microvm.Session
 	err := rec.op(rng, k, "create", tm.createDeadline, func(ctx context.Context) (err error) {
 		sess, err = microvm.Create(ctx, microvm.Options{
-			Client: client, WorkspaceID: "chaos", SessionID: "s" + strconv.Itoa(k), Image: "debian",
+			Client: client, WorkspaceID: "chaos", SessionID: "s" + strconv.Itoa(k), Image: tg.image,
 			OperationTimeout: tm.opTimeout, StartupTimeout: tm.startupTimeout,
-			AgentFile: agent, NoAgent: !withChannel,
+			AgentFile: tg.agent, NoAgent: !withChannel,
 		})
 		return err
 	})
@@ -409,7 +438,7 @@ func runSession(env *fakemsbtest.Env, rec *recorder, agent string, k int, rng *r
 			wrote = wrote || name == "write" && err == nil
 			if sess.Poisoned() && !keptChecked {
 				keptChecked = true
-				rec.checkKept(env, sess, wrote)
+				rec.checkKept(tg.volumeDir, sess, wrote)
 			}
 		}
 		// Agent runtimes issue tool calls in parallel: some sessions get
@@ -445,10 +474,13 @@ func runSession(env *fakemsbtest.Env, rec *recorder, agent string, k int, rng *r
 }
 
 // checkKept checks that a poisoned session still has its workspace: the
-// volume's directory in fakemsb's state, with the file the session wrote.
-func (r *recorder) checkKept(env *fakemsbtest.Env, sess *microvm.Session, wrote bool) {
-	dir := filepath.Join(env.Home, "volumes", sess.Names().Volume)
-	_, dirErr := os.Stat(dir)
+// volume's directory on the host (volumeDir finds it), with the file the
+// session wrote.
+func (r *recorder) checkKept(volumeDir func(string) (string, error), sess *microvm.Session, wrote bool) {
+	dir, dirErr := volumeDir(sess.Names().Volume)
+	if dirErr == nil {
+		_, dirErr = os.Stat(dir)
+	}
 	_, fileErr := os.Stat(filepath.Join(dir, "chaos", "notes.txt"))
 	r.mu.Lock()
 	defer r.mu.Unlock()

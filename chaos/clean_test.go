@@ -3,6 +3,7 @@
 package chaos
 
 import (
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -19,9 +20,9 @@ import (
 // a pid namespace with its init, so no holder means no guest process.
 func checkClean(t *testing.T, envs []*fakemsbtest.Env, rec *recorder) {
 	t.Helper()
-	homes := map[string]int{}
+	homes := map[string]string{}
 	for i, env := range envs {
-		homes["FAKEMSB_HOME="+env.Home] = i
+		homes["FAKEMSB_HOME="+env.Home] = fmt.Sprintf("fakemsb %d", i)
 		if sb := env.Sandboxes(t); len(sb) > 0 {
 			t.Errorf("fakemsb %d: sandboxes left: %v", i, sb)
 		}
@@ -49,6 +50,14 @@ func checkClean(t *testing.T, envs []*fakemsbtest.Env, rec *recorder) {
 		}
 		rec.mu.Unlock()
 	}
+	checkNoProcessesWith(t, homes)
+}
+
+// checkNoProcessesWith fails for any child of this process still running
+// and any process whose environment holds a KEY=VALUE of marks, the error
+// naming what marks maps it to.
+func checkNoProcessesWith(t *testing.T, marks map[string]string) {
+	t.Helper()
 	self := strconv.Itoa(os.Getpid())
 	eachLiveProcess(func(pid, dir, ppid, what string) {
 		if ppid == self {
@@ -56,8 +65,8 @@ func checkClean(t *testing.T, envs []*fakemsbtest.Env, rec *recorder) {
 		}
 		environ, _ := os.ReadFile(dir + "/environ")
 		for kv := range strings.SplitSeq(string(environ), "\x00") {
-			if i, ok := homes[kv]; ok {
-				t.Errorf("fakemsb %d: process %s left: %.200s", i, pid, what)
+			if owner, ok := marks[kv]; ok {
+				t.Errorf("%s: process %s left: %.200s", owner, pid, what)
 			}
 		}
 	})
