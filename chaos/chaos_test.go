@@ -106,6 +106,22 @@ var hostTiming = func() timing {
 	}
 }()
 
+// scaled is tm with every duration n times as long.
+func (tm timing) scaled(n int) timing {
+	d := time.Duration(n)
+	out := timing{
+		opTimeout: tm.opTimeout * d, toolTimeout: tm.toolTimeout * d, startupTimeout: tm.startupTimeout * d,
+		createDeadline: tm.createDeadline * d, toolDeadline: tm.toolDeadline * d,
+		closeDeadline: tm.closeDeadline * d, reapDeadline: tm.reapDeadline * d,
+		cancelWithin: tm.cancelWithin * d, slack: tm.slack * d, hangGrace: tm.hangGrace * d,
+		allowance: make(map[string]time.Duration, len(tm.allowance)),
+	}
+	for op, a := range tm.allowance {
+		out.allowance[op] = a * d
+	}
+	return out
+}
+
 // pickSeed is -chaos.seed, or a fresh seed where it is 0; the caller logs
 // it with the flags to rerun with.
 func pickSeed() uint64 {

@@ -3,13 +3,21 @@
 package chaos
 
 import (
+	"os"
 	"testing"
 
 	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
+	"github.com/oma-sandbox/oma-sandbox/internal/realvm"
 )
 
-// TestMain removes the guest agent the channel sessions were given.
-func TestMain(m *testing.M) { agenttest.Main(m) }
+// TestMain removes the guest agent the channel sessions were given, and
+// the real VM's MSB_HOME.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	realvm.Cleanup()
+	agenttest.Cleanup()
+	os.Exit(code)
+}
 
 // agentFile builds the guest agent (once per process) and gives t a
 // private agent cache for Create to copy it into.
