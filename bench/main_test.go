@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"fmt"
 	"os"
 	"testing"
 
@@ -12,7 +13,10 @@ import (
 // VM's MSB_HOME.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	realvm.Cleanup()
+	if err := realvm.Cleanup(); err != nil {
+		fmt.Fprintln(os.Stderr, "real VM:", err)
+		code = 1
+	}
 	agenttest.Cleanup()
 	os.Exit(code)
 }

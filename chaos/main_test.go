@@ -3,6 +3,7 @@
 package chaos
 
 import (
+	"fmt"
 	"os"
 	"testing"
 
@@ -14,7 +15,10 @@ import (
 // the real VM's MSB_HOME.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	realvm.Cleanup()
+	if err := realvm.Cleanup(); err != nil {
+		fmt.Fprintln(os.Stderr, "real VM:", err)
+		code = 1
+	}
 	agenttest.Cleanup()
 	os.Exit(code)
 }

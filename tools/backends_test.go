@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -68,6 +69,14 @@ type countingSession struct {
 func (c *countingSession) ProcessesEndWithCall() bool {
 	scoped, ok := c.Session.(interface{ ProcessesEndWithCall() bool })
 	return ok && scoped.ProcessesEndWithCall()
+}
+
+func (c *countingSession) OperationTimeout() time.Duration {
+	timed, ok := c.Session.(interface{ OperationTimeout() time.Duration })
+	if !ok {
+		return 0
+	}
+	return timed.OperationTimeout()
 }
 
 func (c *countingSession) Shell(ctx context.Context, cmd session.Command, o session.ShellOptions) (*session.Result, error) {
@@ -151,14 +160,14 @@ func openMsbChannel(t *testing.T) (session.Session, func() int) {
 	return c, func() int { return int(c.n.Load()) }
 }
 
-// openRealMsb creates a session on the real msb that makes one msb exec per
-// call; openRealMsbChannel one whose calls travel on the guest agent's
-// channel and run its builtins. Either fails its test when a call went
-// another way.
+// openRealMsb gives the test a session on the real msb that makes one msb
+// exec per call; openRealMsbChannel one whose calls travel on the guest
+// agent's channel and run its builtins. Either fails its test when a call
+// went another way (see realvm.Open).
 func openRealMsb(t *testing.T) (session.Session, func() int) {
-	return realvm.Open(t, "ws-"+strings.ToLower(t.Name()), false)
+	return realvm.Open(t, false)
 }
 
 func openRealMsbChannel(t *testing.T) (session.Session, func() int) {
-	return realvm.Open(t, "ws-"+strings.ToLower(t.Name()), true)
+	return realvm.Open(t, true)
 }

@@ -46,13 +46,19 @@ func inputErrorf(tool, format string, args ...any) error {
 
 // Options configure a Toolbox.
 type Options struct {
-	// OperationTimeout bounds each guest command but bash's. 0 means 10 s.
+	// OperationTimeout bounds each guest command but bash's. 0 means the
+	// session's own operation timeout when it has one (the msb and local
+	// backends' Options.OperationTimeout), else 10 s.
 	OperationTimeout time.Duration
 	// BashTimeout is a bash call's timeout when it names none. 0 means
 	// DefaultBashTimeout.
 	BashTimeout time.Duration
 	Logger      *slog.Logger
 }
+
+// operationTimed is a session that bounds its calls by a timeout of its own
+// when they name none.
+type operationTimed interface{ OperationTimeout() time.Duration }
 
 // Toolbox runs the agent tools against one session. It is safe for
 // concurrent use.
@@ -102,6 +108,9 @@ func (t *Toolbox) lockPath(abs string) (unlock func()) {
 func New(s session.Session, o Options) *Toolbox {
 	if o.OperationTimeout <= 0 {
 		o.OperationTimeout = session.DefaultOperationTimeout
+		if timed, ok := s.(operationTimed); ok && timed.OperationTimeout() > 0 {
+			o.OperationTimeout = timed.OperationTimeout()
+		}
 	}
 	if o.BashTimeout <= 0 {
 		o.BashTimeout = DefaultBashTimeout

@@ -1,6 +1,7 @@
 package transfer_test
 
 import (
+	"fmt"
 	"os"
 	"testing"
 
@@ -10,7 +11,10 @@ import (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	realvm.Cleanup()
+	if err := realvm.Cleanup(); err != nil {
+		fmt.Fprintln(os.Stderr, "real VM:", err)
+		code = 1
+	}
 	agenttest.Cleanup()
 	os.Exit(code)
 }

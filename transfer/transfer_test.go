@@ -76,8 +76,8 @@ func backends(t *testing.T, fn func(t *testing.T, s *counted)) {
 		{"msb", func(t *testing.T) session.Session { return openMsb(t, false) }},
 		{"msb-channel", func(t *testing.T) session.Session { return openMsb(t, true) }},
 		{"local", openLocal},
-		{"real-msb", func(t *testing.T) session.Session { s, _ := realvm.Open(t, "w", false); return s }},
-		{"real-msb-channel", func(t *testing.T) session.Session { s, _ := realvm.Open(t, "w", true); return s }},
+		{"real-msb", func(t *testing.T) session.Session { s, _ := realvm.Open(t, false); return s }},
+		{"real-msb-channel", func(t *testing.T) session.Session { s, _ := realvm.Open(t, true); return s }},
 	}
 	chosen := realvm.Backends()
 	if chosen == nil {

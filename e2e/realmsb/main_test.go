@@ -3,6 +3,7 @@
 package realmsb_test
 
 import (
+	"fmt"
 	"os"
 	"testing"
 
@@ -12,7 +13,10 @@ import (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	realvm.Cleanup()
+	if err := realvm.Cleanup(); err != nil {
+		fmt.Fprintln(os.Stderr, "real VM:", err)
+		code = 1
+	}
 	agenttest.Cleanup()
 	os.Exit(code)
 }

@@ -10,19 +10,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
-	"github.com/oma-sandbox/oma-sandbox/guestagent/bundle"
 	"github.com/oma-sandbox/oma-sandbox/internal/realmsb"
 	"github.com/oma-sandbox/oma-sandbox/msb"
-	"github.com/oma-sandbox/oma-sandbox/session"
-	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 )
 
 // ImageArchive is where `make image` (scripts/build-image.sh) writes the
@@ -187,12 +181,15 @@ func boot(image string) (*VM, string) {
 	return shared.vm, ""
 }
 
-// Cleanup removes the shared VM's MSB_HOME (its images, and whatever a
-// failed test left); a TestMain calls it after the tests.
-func Cleanup() {
+// Cleanup closes the sessions Open kept for the next test, checks that msb
+// lists nothing of theirs, and removes the shared VM's MSB_HOME; a TestMain
+// calls it after the tests and fails when it returns an error.
+func Cleanup() error {
+	err := closeIdle()
 	if shared.vm != nil {
 		_ = os.RemoveAll(filepath.Dir(shared.vm.Home))
 	}
+	return err
 }
 
 // Backends is OMA_TEST_BACKENDS, the backends a package's shared suite was
@@ -203,92 +200,4 @@ func Backends() []string {
 		return strings.Split(list, ",")
 	}
 	return nil
-}
-
-// Open creates a session on the Shared VM with the default image: over the
-// guest agent bundled into the test binary (make agent) when channel is
-// set, else one msb exec per call. The test's cleanup closes it and checks
-// that every call went the way asked (a silent fallback to one exec per
-// call, or to a script where the agent has a builtin, fails the test) and
-// that msb lists nothing of it afterwards. calls counts the round trips:
-// msb invocations since the create, or calls on the channel.
-func Open(t *testing.T, workspace string, channel bool) (s *microvm.Session, calls func() int) {
-	t.Helper()
-	if _, ok := bundle.Binary(bundle.GuestArch()); channel && !ok {
-		t.Fatal("no guest agent is bundled into this test binary: run make agent before building it")
-	}
-	vm := Shared(t, microvm.DefaultImage)
-	runner := &recordingRunner{inner: vm.CLI()}
-	client := msb.NewClient(runner)
-	s, err := microvm.Create(context.Background(), microvm.Options{
-		Client: client, WorkspaceID: workspace, SessionID: "s1",
-		NoAgent: !channel, OperationTimeout: OperationTimeout,
-	})
-	require.NoError(t, err)
-	created := len(runner.ran())
-	t.Cleanup(func() {
-		served := s.Served()
-		require.NoError(t, s.Close(context.Background()))
-		ctx := context.Background()
-		left, err := client.List(ctx, msb.ListOptions{Labels: []msb.Label{{Key: session.LabelWorkspaceID, Value: workspace}}})
-		require.NoError(t, err)
-		require.Empty(t, left, "no sandbox left")
-		vols, err := client.VolumeList(ctx)
-		require.NoError(t, err)
-		for _, v := range vols {
-			require.NotEqual(t, s.Names().Volume, v.Name, "no volume left")
-		}
-		if !channel {
-			require.Zero(t, served.Channel, "a call on the channel of a session without the agent: %+v", served)
-			require.Empty(t, runner.started(), "a channel opened in a session without the agent")
-			return
-		}
-		require.Zero(t, served.Exec, "a call fell back to one msb exec: %+v", served)
-		require.Zero(t, served.ScriptFallbacks, "a call ran its script where the agent has a builtin: %+v", served)
-		for _, argv := range runner.ran()[created:] {
-			require.NotEqual(t, "exec", argv[0], "a call left the channel: %q", argv)
-		}
-	})
-	return s, func() int {
-		if !channel {
-			return len(runner.ran()) - created
-		}
-		n := s.Served()
-		return n.Channel + n.Exec
-	}
-}
-
-// recordingRunner keeps the argv of every msb invocation: those run to
-// their end, and those started to keep running (a channel's exec --stream).
-type recordingRunner struct {
-	inner  *msb.CLI
-	mu     sync.Mutex
-	runs   [][]string
-	starts [][]string
-}
-
-func (r *recordingRunner) Run(ctx context.Context, c msb.Call) (*msb.Result, error) {
-	r.mu.Lock()
-	r.runs = append(r.runs, slices.Clone(c.Args))
-	r.mu.Unlock()
-	return r.inner.Run(ctx, c)
-}
-
-func (r *recordingRunner) Start(ctx context.Context, c msb.Call) (*msb.Process, error) {
-	r.mu.Lock()
-	r.starts = append(r.starts, slices.Clone(c.Args))
-	r.mu.Unlock()
-	return r.inner.Start(ctx, c)
-}
-
-func (r *recordingRunner) ran() [][]string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.runs)
-}
-
-func (r *recordingRunner) started() [][]string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.starts)
 }

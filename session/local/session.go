@@ -312,6 +312,10 @@ func readRecord(root string) (record, error) {
 }
 
 // opTimeout bounds a call that names no timeout of its own.
+// OperationTimeout bounds every call that names no timeout of its own
+// (Options.OperationTimeout); tools.New takes it as the tools' default.
+func (s *Session) OperationTimeout() time.Duration { return s.opTimeout() }
+
 func (s *Session) opTimeout() time.Duration {
 	if s.rec.OpTimeout > 0 {
 		return s.rec.OpTimeout

@@ -369,6 +369,10 @@ func Attach(client *msb.Client, prefix, sandbox string) (*Session, error) {
 // Name is the sandbox name.
 func (s *Session) Name() string { return s.names.Sandbox }
 
+// OperationTimeout bounds every guest command that names no timeout of its
+// own (Options.OperationTimeout); tools.New takes it as the tools' default.
+func (s *Session) OperationTimeout() time.Duration { return s.opTimeout }
+
 // Names are the session's msb resources.
 func (s *Session) Names() session.Names { return s.names }
 

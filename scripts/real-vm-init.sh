@@ -1,0 +1,38 @@
+#!/bin/bash
+# PID 1 of the outer guest scripts/real-vm.sh boots: loads kvm_amd (QEMU's
+# -cpu max offers SVM with nested paging), runs the real-VM suite in
+# /opt/oma with its output on the console, and powers off.
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root NO_COLOR=1 LANG=C.UTF-8
+mountpoint -q /proc || mount -t proc proc /proc
+mountpoint -q /sys || mount -t sysfs sys /sys
+mountpoint -q /dev || mount -t devtmpfs dev /dev
+mkdir -p /dev/pts /dev/shm
+mount -t devpts devpts /dev/pts
+mount -t tmpfs tmpfs /dev/shm
+mount -t tmpfs tmpfs /run
+mount -o remount,rw /
+mountpoint -q /sys/fs/cgroup || mount -t cgroup2 none /sys/fs/cgroup
+# TMPDIR stays on the ext4 root: msb keeps its trampoline root file system
+# under it and needs user.* xattrs there, which tmpfs lacks before Linux 6.6.
+chmod 1777 /tmp
+export TMPDIR=/tmp
+ip link set lo up
+hostname oma-l1
+
+main() {
+  echo "real-vm: L1 up after $(cut -d' ' -f1 /proc/uptime) s, kernel $(uname -r)"
+  if ! modprobe kvm_amd nested=1 || [ ! -c /dev/kvm ]; then
+    echo "real-vm: L1 has no /dev/kvm (modprobe kvm_amd failed)"
+    return
+  fi
+  # What the suite wrote reaches the disk every few seconds: should L1's
+  # kernel die, the host reads the logs so far and boots L1 again to run
+  # what is left.
+  (while sleep 5; do sync; done) &
+  /opt/oma/run-suite.sh
+}
+# Through a pipe, not the serial tty: msb draws no spinners then.
+main 2>&1 | cat >/dev/console
+sync
+echo o >/proc/sysrq-trigger
+sleep 30

@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# The real-VM suite (scripts/real-vm.sh): which tests run on a booting msb,
+# built into a directory that runs them the same way on this host or in an
+# outer guest that has no Go.
+#
+#   real-vm-suite.sh build DIR   DIR gets a module-shaped tree: go.mod,
+#                                .tools/msb, bin/sandbox-image.tar, each
+#                                package's test binary with its testdata,
+#                                suite.tsv and run-suite.sh (this script)
+#   DIR/run-suite.sh             runs suite.tsv's lines, two lanes side by
+#                                side; their logs go to DIR/results; the
+#                                last lines are
+#                                "real-vm: N passed, N failed, N skipped" and,
+#                                when every binary passed, ran a test and
+#                                skipped none, "real-vm: suite ok"
+# OMA_SUITE_RUN, at build time, keeps only the top-level tests whose names
+# match it (an extended regular expression).
+set -euo pipefail
+
+# tests_calling FILE... -- HELPER...: the top-level tests whose bodies call
+# one of the helpers, one a line.
+tests_calling() {
+  local files=() helpers=()
+  while [ "$1" != -- ]; do files+=("$1"); shift; done
+  shift
+  helpers=("$@")
+  awk -v helpers="$(IFS='|'; echo "${helpers[*]}")" '
+    /^func Test[A-Za-z0-9_]*\(t \*testing\.T\)/ { name = $2; sub(/\(.*/, "", name) }
+    /^}/ { name = "" }
+    name != "" && $0 ~ "(" helpers ")\\(t," { print name; name = "" }
+  ' "${files[@]}" | sort -u
+}
+
+# tests_named PREFIX FILE...: the top-level tests whose names start with PREFIX.
+tests_named() {
+  local prefix=$1
+  shift
+  sed -n "s/^func \(${prefix}[A-Za-z0-9_]*\)(t \*testing\.T).*/\1/p" "$@" | sort -u
+}
+
+build() {
+  local dir=$1 root
+  root=$(cd "$(dirname "$0")/.." && pwd)
+  cd "$root"
+  rm -rf "$dir"
+  mkdir -p "$dir/bin" "$dir/results"
+  cp go.mod "$dir/"
+  mkdir -p "$dir/.tools/msb"
+  cp -a .tools/msb/bin .tools/msb/lib "$dir/.tools/msb/"
+  cp bin/sandbox-image.tar "$dir/bin/"
+  cp "$0" "$dir/run-suite.sh"
+  : >"$dir/suite.tsv"
+  # add LANE NAME PKG ARGS ENV...: a line of suite.tsv. Lanes 1 and 2 run
+  # side by side (one microVM at a time in each: L1 has two CPUs); lane 0
+  # runs after them, alone (the benchmarks).
+  add() { printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "${*:5}" >>"$dir/suite.tsv"; }
+  # binary PKG: PKG's test binary, with its testdata.
+  binary() {
+    [ -x "$dir/$1/$(basename "$1").test" ] && return
+    mkdir -p "$dir/$1"
+    CGO_ENABLED=0 go test -c -o "$dir/$1/$(basename "$1").test" "./$1"
+    [ ! -d "$1/testdata" ] || cp -a "$1/testdata" "$dir/$1/"
+  }
+  # tests LANE NAME PKG TESTS ENV...: PKG's TESTS (names, one a line) less
+  # those OMA_SUITE_RUN leaves out.
+  tests() {
+    local lane=$1 name=$2 pkg=$3 tests=$4
+    shift 4
+    if [ -n "${OMA_SUITE_RUN:-}" ]; then tests=$(grep -E -- "$OMA_SUITE_RUN" <<<"$tests" || true); fi
+    [ -n "$tests" ] || return 0
+    binary "$pkg"
+    add "$lane" "$name" "$pkg" "-test.run ^($(paste -sd'|' <<<"$tests"))\$" "$@"
+  }
+  local shared
+  shared=$(tests_calling tools/*_test.go -- forEachBackend forEachBashBackend)
+  # The tools' and transfer's shared suites on the real msb: over the guest
+  # agent's channel with its builtins (lane 1), and one exec per call
+  # (lane 2).
+  # (On the channel the agent is the supervisor: the forgery of a later
+  # call's status through an earlier call's supervisor is one exec's.)
+  tests 1 tools-channel tools "$(grep -vx TestBashEarlierProcessCannotForgeLaterStatus <<<"$shared")" OMA_TEST_BACKENDS=real-msb-channel
+  tests 2 tools-exec tools "$shared" OMA_TEST_BACKENDS=real-msb
+  shared=$(tests_calling transfer/*_test.go -- backends)
+  tests 1 transfer-channel transfer "$shared" OMA_TEST_BACKENDS=real-msb-channel
+  tests 2 transfer-exec transfer "$shared" OMA_TEST_BACKENDS=real-msb
+  # Whole sessions: the lifecycle and the reaper, poisoning, pause and
+  # resume, fork.
+  tests 2 e2e e2e/realmsb "$(tests_named TestRealMSB e2e/realmsb/*_test.go)"
+  # The chaos suite's msb half, at a size that fits: cancellations,
+  # parallel calls and a hostile guest on real microVMs.
+  tests 1 chaos chaos TestChaosRealVM
+  # What the real msb answers once a VM boots, for fakemsb's golden test.
+  if [ -z "${OMA_SUITE_RUN:-}" ] || grep -Eq -- "$OMA_SUITE_RUN" <<<capture-msb-vm; then
+    cp scripts/capture-msb-vm.sh "$dir/"
+    add 1 capture . "./capture-msb-vm.sh .tools/msb/bin/msb bin/sandbox-image.tar results/capture"
+  fi
+  # Each tool's time over the channel and one exec per call beside a raw
+  # msb exec, and a session's create and close: alone, after the rest.
+  if [ -z "${OMA_SUITE_RUN:-}" ] || grep -Eq -- "$OMA_SUITE_RUN" <<<BenchmarkRealVM; then
+    binary bench
+    add 0 bench bench "-test.run ^\$ -test.bench ^BenchmarkRealVM -test.benchmem -test.benchtime ${OMA_VM_BENCHTIME:-3x} -test.count ${OMA_VM_BENCHCOUNT:-1}"
+  fi
+  [ -s "$dir/suite.tsv" ] || { echo "real-vm-suite: nothing matches OMA_SUITE_RUN=$OMA_SUITE_RUN" >&2; exit 1; }
+}
+
+# one DIR NAME PKG ARGS ENVS: runs one line of suite.tsv; its log goes to
+# results/NAME.log and its counts, "passed failed skipped ok", to
+# results/NAME.counts. A script is one test, passed when it exits 0.
+one() {
+  local dir=$1 name=$2 pkg=$3 args=$4 envs=$5 log start rc p f s ok=1
+  log=$dir/results/$name.log
+  start=$(date +%s)
+  echo "real-vm: $name: starting"
+  set +e
+  if [[ $args == ./* ]]; then
+    # shellcheck disable=SC2086 # args is a command line of plain words
+    (cd "$dir" && $args) >"$log" 2>&1
+    rc=$?
+    p=$((rc == 0)) f=$((rc != 0)) s=0
+  else
+    # Each top-level test's verdict, each benchmark's line and what a
+    # failing test says, as they come.
+    # shellcheck disable=SC2086 # envs and args are lists of plain words
+    (cd "$dir/$pkg" && env $envs "./$(basename "$pkg").test" -test.v -test.count=1 -test.timeout 60m $args) 2>&1 |
+      tee "$log" | grep --line-buffered -a '^--- \|^Benchmark.*ns/op\|^ *[A-Za-z0-9_]*\.go:[0-9]*: \|Error: \|Messages: \|^panic' |
+      sed -u "s|^|real-vm: $name: |"
+    rc=${PIPESTATUS[0]}
+    p=$(grep -ac -- '--- PASS\|^Benchmark.*ns/op' "$log")
+    f=$(grep -ac -- '--- FAIL' "$log")
+    s=$(grep -ac -- '--- SKIP' "$log")
+  fi
+  set -e
+  grep -a '^panic:' "$log" | sed "s|^|real-vm: $name: |" | head -5 || true
+  if [ "$rc" -ne 0 ] || [ "$p" -eq 0 ] || [ "$s" -ne 0 ]; then ok=0; fi
+  echo "real-vm: $name: $p passed, $f failed, $s skipped, exit $rc, $(($(date +%s) - start)) s"
+  echo "$p $f $s $ok" >"$dir/results/$name.counts"
+}
+
+# lane DIR N: the lines of lane N, one after another, but those a run
+# before this one finished (L1 booted again after its kernel died).
+lane() {
+  local dir=$1 want=$2 lane name pkg args envs
+  while IFS=$'\t' read -r lane name pkg args envs; do
+    if [ "$lane" = "$want" ] && [ ! -f "$dir/results/$name.counts" ]; then
+      one "$dir" "$name" "$pkg" "$args" "$envs"
+      sync
+    fi
+  done <"$dir/suite.tsv"
+}
+
+# run: lanes 1 and 2 side by side, then lane 0, and the sums.
+run() {
+  local dir passed=0 failed=0 skipped=0 ok=1 p f s k c
+  dir=$(cd "$(dirname "$0")" && pwd)
+  mkdir -p "$dir/results"
+  set -f # the arguments in suite.tsv are words, never patterns
+  lane "$dir" 1 &
+  lane "$dir" 2 &
+  wait
+  lane "$dir" 0
+  for c in "$dir"/results/*.counts; do
+    read -r p f s k <"$c"
+    passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+    [ "$k" = 1 ] || ok=0
+  done
+  [ "$(cut -f2 "$dir/suite.tsv" | sort)" = "$(cd "$dir/results" && ls -- *.counts | sed 's/\.counts$//' | sort)" ] || ok=0
+  echo "real-vm: $passed passed, $failed failed, $skipped skipped"
+  if [ "$ok" = 1 ]; then echo "real-vm: suite ok"; fi
+}
+
+case ${1:-run} in
+  build) build "${2:?build needs a directory}" ;;
+  run) run ;;
+  *) echo "usage: $0 build DIR | run" >&2; exit 2 ;;
+esac

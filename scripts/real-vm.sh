@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# Runs the real-VM suite: the project's tests that need a booting msb
+# microVM (e2e/realmsb, and the tools' shared suite on the real-msb and
+# real-msb-channel backends), against the pinned real msb (.tools/msb) and
+# the guest image `make image` builds (bin/sandbox-image.tar).
+#
+# Where `msb doctor` passes on this host, the tests run here. Elsewhere (a
+# /dev/kvm that cannot boot libkrun's VMs, or none) they run inside an
+# outer guest, L1: Debian's stock kernel under QEMU's software emulation
+# with `-cpu max`, whose AMD SVM with nested paging gives L1 a /dev/kvm on
+# which msb boots its microVMs. Nothing there uses the host's /dev/kvm.
+#
+# Usage: real-vm.sh [-run REGEXP]   (as root on Debian amd64 for the L1 path)
+# Environment:
+#   OMA_VM_DIR     where L1's root file system is kept between runs, and
+#                  built again when its package list changes (default
+#                  oma-sandbox/real-vm under the user's cache directory)
+#   OMA_VM_MEM     L1's memory (default 8G); OMA_VM_SMP its CPUs (default 2)
+#   OMA_VM_TIMEOUT seconds L1 may run before it is killed (default 3600)
+#   OMA_VM_DIRECT  1: run here even where msb doctor fails (to see it fail)
+# The last line is "real-vm: N passed, N failed, N skipped"; the exit status
+# is 0 only when every test binary passed and at least one test ran.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+export PATH="/usr/local/go/bin:$PATH"
+
+run_filter=
+case ${1:-} in
+  -run) run_filter=${2:?-run needs a regular expression} ;;
+  "") ;;
+  *) echo "usage: $0 [-run REGEXP]" >&2; exit 2 ;;
+esac
+
+vm_dir=${OMA_VM_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/oma-sandbox/real-vm}
+vm_mem=${OMA_VM_MEM:-8G}
+vm_smp=${OMA_VM_SMP:-2}
+vm_timeout=${OMA_VM_TIMEOUT:-3600}
+msb=$root/.tools/msb/bin/msb
+suite=bookworm
+
+say() { echo "real-vm: $*"; }
+die() { echo "real-vm: $*" >&2; exit 1; }
+elapsed() { echo "$(($(date +%s) - $1)) s"; }
+
+./scripts/deps.sh
+[ -x "$msb" ] || die "the real msb is not installed in .tools/msb (it ships for Linux x86_64 only)"
+
+# The guest image, written (not loaded: every test loads it into its own
+# MSB_HOME) when missing.
+if [ ! -f bin/sandbox-image.tar ]; then
+  t=$(date +%s)
+  OMA_IMAGE_NOLOAD=1 ./scripts/build-image.sh
+  say "guest image built in $(elapsed "$t")"
+fi
+
+# The suite: a directory holding a module-shaped tree (go.mod, .tools/msb,
+# bin/sandbox-image.tar, each package's test binary and testdata) and
+# run-suite.sh, which runs it the same way here and in L1.
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+suite_dir=$work/oma
+t=$(date +%s)
+make --no-print-directory agent >/dev/null
+OMA_SUITE_RUN=$run_filter ./scripts/real-vm-suite.sh build "$suite_dir"
+say "test binaries built in $(elapsed "$t")"
+
+if "$msb" doctor >/dev/null 2>&1 || [ "${OMA_VM_DIRECT:-}" = 1 ]; then
+  say "msb doctor passes on this host: running the suite here"
+  "$suite_dir/run-suite.sh" 2>&1 | tee "$work/suite.log"
+  summary=$(grep -a '^real-vm: [0-9]* passed' "$work/suite.log" | tail -1)
+  echo "$summary"
+  grep -aq '^real-vm: suite ok' "$work/suite.log"
+  exit
+fi
+
+# ---- L1: an outer guest under QEMU's software emulation --------------------
+[ "$(id -u)" -eq 0 ] || die "msb doctor fails here and an outer guest needs root (mmdebstrap, qemu): run as root"
+[ "$(uname -m)" = x86_64 ] || die "msb doctor fails here and the outer guest is built for x86_64 only"
+say "msb doctor fails on this host ($("$msb" doctor 2>&1 | sed -n 's/^.*error: //p' | head -1)): running the suite in an outer guest under QEMU's software emulation"
+
+missing=()
+command -v qemu-system-x86_64 >/dev/null 2>&1 || missing+=(qemu-system-x86)
+command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
+command -v mkfs.ext4 >/dev/null 2>&1 || missing+=(e2fsprogs)
+if [ "${#missing[@]}" -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# L1's root file system: Debian minbase with its stock kernel, kept in
+# vm_dir and built again when the package list below changes.
+l1_packages=linux-image-amd64,kmod,procps,iproute2,libcap-ng0,ca-certificates
+stamp="$suite $l1_packages"
+rootfs=$vm_dir/rootfs
+if [ "$(cat "$vm_dir/stamp" 2>/dev/null)" != "$stamp" ]; then
+  t=$(date +%s)
+  rm -rf "$vm_dir"
+  mkdir -p "$vm_dir"
+  mmdebstrap --quiet --mode=root --variant=minbase --include="$l1_packages" \
+    --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
+    --dpkgopt='path-exclude=/usr/share/locale/*' \
+    "$suite" "$rootfs"
+  echo "$stamp" >"$vm_dir/stamp"
+  say "L1 root file system built in $(elapsed "$t")"
+fi
+kernel=$(ls "$rootfs"/boot/vmlinuz-* | sort -V | tail -1)
+initrd=$(ls "$rootfs"/boot/initrd.img-* | sort -V | tail -1)
+
+rm -rf "$rootfs/opt/oma"
+cp -a "$suite_dir" "$rootfs/opt/oma"
+install -m 0755 scripts/real-vm-init.sh "$rootfs/sbin/oma-vm-init"
+
+# The disk: L1's files plus room for msb's images, sandboxes and volumes.
+# The suite's logs come back on it: L1 writes them under /opt/oma/results.
+disk=$work/l1.img
+mb=$(du -sm "$rootfs" | cut -f1)
+truncate -s $(((mb + 6144) * 1024 * 1024)) "$disk"
+mkfs.ext4 -q -F -L l1root -d "$rootfs" "$disk"
+rm -rf "$rootfs/opt/oma"
+
+# L1 boots until the suite has run to its end: a kernel of L1 that dies
+# under the load of nested virtualization (seen: a stack guard page hit in
+# a vCPU thread of msb) is booted again, up to twice, and the suite goes on
+# from the first test binary that had not finished.
+t=$(date +%s)
+: >"$work/console.log"
+for boot in 1 2 3; do
+  say "booting L1 (qemu -accel tcg -cpu max, $vm_smp CPUs, $vm_mem), boot $boot"
+  set +e
+  timeout "$vm_timeout" qemu-system-x86_64 -accel tcg,thread=multi,tb-size=1024 -cpu max \
+    -smp "$vm_smp" -m "$vm_mem" -nographic -no-reboot -nodefaults -serial stdio \
+    -kernel "$kernel" -initrd "$initrd" \
+    -drive file="$disk",if=virtio,format=raw,cache=unsafe \
+    -append "root=/dev/vda rw init=/sbin/oma-vm-init console=ttyS0 loglevel=3 panic=-1 mitigations=off" \
+    </dev/null 2>&1 | tee "$work/boot.log" | grep --line-buffered -a '^real-vm\|Kernel panic\|BUG: '
+  qemu_rc=${PIPESTATUS[0]}
+  set -e
+  cat "$work/boot.log" >>"$work/console.log"
+  say "L1 ran for $(elapsed "$t") in all (qemu exit $qemu_rc)"
+  if grep -aq '^real-vm: [0-9]* passed' "$work/boot.log" || ! grep -aq 'Kernel panic' "$work/boot.log"; then
+    break
+  fi
+  say "L1's kernel died before the suite ended"
+done
+# The logs, out of L1's disk without mounting it.
+logs=${OMA_VM_LOGS:-$root/bin/real-vm-logs}
+rm -rf "$logs"
+mkdir -p "$logs"
+e2fsck -fy "$disk" >/dev/null 2>&1 || true # replays the journal of a kernel that died
+debugfs -R "rdump /opt/oma/results $logs" "$disk" >/dev/null 2>&1 || true
+say "logs of each test binary: $logs/results"
+if ! grep -aq '^real-vm: suite ok' "$work/console.log"; then
+  for f in "$logs"/results/*.log; do
+    [ -f "$f" ] || continue
+    echo "----- $f (failures)"
+    grep -a -B2 -A20 -- '--- FAIL' "$f" | head -200 || true
+  done
+  tail -n 40 "$work/console.log"
+  summary=$(grep -a '^real-vm: [0-9]* passed' "$work/console.log" | tail -1)
+  echo "${summary:-real-vm: 0 passed, 1 failed}"
+  exit 1
+fi
+grep -a '^real-vm: [0-9]* passed' "$work/console.log" | tail -1
