@@ -12,18 +12,21 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// maxCopyDepth bounds the nesting CopyTree follows: each level holds two
-// directory descriptors open, and a guest can nest directories without end.
-const maxCopyDepth = 256
-
 // CopyTree copies the contents of the host directory src into the existing
 // host directory dst. Every name below src is the guest's: it is read from
 // directory file descriptors one level at a time, never through a symlink
-// (a symlink is copied as a link, its target never read or followed),
-// regular files by content, directories with their permission bits.
-// Devices, FIFOs and sockets are skipped; their names are returned. When
-// the process runs as root, owners are kept, so the guest's user still
-// owns its files. dst must be fresh: an existing name in it is an error.
+// (a symlink is copied as a link, its target never read or followed) nor,
+// on Linux, into another mount (a mount point is skipped), regular files
+// by content, directories with their permission bits. Devices, FIFOs and
+// sockets are skipped too; the names skipped are returned. When the
+// process runs as root, owners are kept, so the guest's user still owns
+// its files. dst must be fresh: an existing name in it is an error.
+//
+// Any depth is copied with a handful of descriptors: the copy holds the
+// source directory it is in and that directory's copy, and goes back up
+// through "..", checked against the identities recorded on the way down;
+// a directory the guest moves meanwhile makes the copy fail with
+// ErrMoved rather than go on wherever ".." now leads.
 //
 // A guest can make a small tree look huge, so the copy writes no more
 // than the source holds: the names of a hard-linked file stay links to
@@ -35,16 +38,18 @@ func CopyTree(ctx context.Context, src, dst string, maxBytes int64) (skipped []s
 	if err != nil {
 		return nil, fmt.Errorf("copy %s: open source: %w", src, err)
 	}
-	defer unix.Close(sfd)
-	dfd, err := unix.Open(dst, dirFlags, 0)
+	c := copier{ctx: ctx, keepOwner: os.Geteuid() == 0, src: sfd, dst: -1, root: -1, max: maxBytes, copies: map[ident]string{}}
+	defer c.close()
+	c.root, err = unix.Open(dst, dirFlags, 0)
 	if err != nil {
 		return nil, fmt.Errorf("copy %s: open destination %s: %w", src, dst, err)
 	}
-	defer unix.Close(dfd)
-	c := copier{ctx: ctx, keepOwner: os.Geteuid() == 0, dst: dfd, max: maxBytes, copies: map[inode]string{}}
-	if err := c.dir(sfd, dfd, ".", 0); err != nil {
+	if c.dst, err = unix.Dup(c.root); err == nil {
+		err = c.walk()
+	}
+	if err != nil {
 		err = fmt.Errorf("copy %s to %s: %w", src, dst, err)
-		if cerr := emptyAt(dfd); cerr != nil {
+		if cerr := emptyAt(c.root); cerr != nil {
 			err = fmt.Errorf("%w; emptying %s again: %w", err, dst, cerr)
 		}
 		return nil, err
@@ -56,12 +61,31 @@ type copier struct {
 	ctx       context.Context
 	keepOwner bool
 	skipped   []string
-	dst       int              // the destination's root
+	root      int              // the destination's root
+	src, dst  int              // the source directory being copied, and its copy
+	stack     []level          // the source directories from src down to the current one
 	max, used int64            // file data bytes: the budget, and written
-	copies    map[inode]string // a copied hard-linked file's path below dst
+	copies    map[ident]string // a copied hard-linked file's path below dst
 }
 
-type inode struct{ dev, ino uint64 }
+// level is one source directory on the way down: its listing, how far the
+// copy is through it, its path below src, its attributes, and the
+// identities of it and its copy, to recognise them again from "..".
+type level struct {
+	names    []string
+	next     int
+	rel      string
+	st       unix.Stat_t
+	src, dst ident
+}
+
+func (c *copier) close() {
+	for _, fd := range []int{c.src, c.dst, c.root} {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+}
 
 // emptyAt removes every entry of the directory fd.
 func emptyAt(fd int) error {
@@ -77,26 +101,45 @@ func emptyAt(fd int) error {
 	return nil
 }
 
-// dir copies the entries of the directory sfd into the directory dfd; rel
-// names sfd in messages.
-func (c *copier) dir(sfd, dfd int, rel string, depth int) error {
-	if depth > maxCopyDepth {
-		return fmt.Errorf("%s: directories nested deeper than %d levels", rel, maxCopyDepth)
+// walk copies the tree below c.src into c.dst, depth first. Its errors
+// name the path below src they concern.
+func (c *copier) walk() error {
+	var root level
+	if err := unix.Fstat(c.src, &root.st); err != nil {
+		return err
 	}
-	names, err := readNames(sfd)
-	if err != nil {
-		return fmt.Errorf("%s: %w", rel, err)
+	root.src, root.rel = identOfStat(&root.st), "."
+	var err error
+	if root.dst, err = identOf(c.dst); err != nil {
+		return err
 	}
-	for _, name := range names {
+	if root.names, err = readNames(c.src); err != nil {
+		return err
+	}
+	c.stack = []level{root}
+	for {
 		if err := c.ctx.Err(); err != nil {
 			return err
 		}
+		top := &c.stack[len(c.stack)-1]
+		if top.next == len(top.names) {
+			if len(c.stack) == 1 {
+				return nil // dst's own attributes are the caller's
+			}
+			rel := top.rel
+			if err := c.up(); err != nil {
+				return fmt.Errorf("%s: %w", rel, err)
+			}
+			continue
+		}
+		name := top.names[top.next]
+		top.next++
 		path := name
-		if rel != "." {
-			path = rel + "/" + name
+		if top.rel != "." {
+			path = top.rel + "/" + name
 		}
 		var st unix.Stat_t
-		if err := unix.Fstatat(sfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if err := unix.Fstatat(c.src, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			if errors.Is(err, unix.ENOENT) {
 				continue // gone since the listing
 			}
@@ -104,15 +147,11 @@ func (c *copier) dir(sfd, dfd int, rel string, depth int) error {
 		}
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFDIR:
-			// Its errors name their own paths: wrapping them again at
-			// every level would make a deep tree's message quadratic.
-			if err := c.subdir(sfd, dfd, name, path, &st, depth); err != nil {
-				return err
-			}
+			err = c.down(name, path)
 		case unix.S_IFREG:
-			err = c.file(sfd, dfd, name, path, &st)
+			err = c.file(name, path, &st)
 		case unix.S_IFLNK:
-			err = c.link(sfd, dfd, name, &st)
+			err = c.link(name, &st)
 		default:
 			c.skipped = append(c.skipped, path)
 		}
@@ -120,45 +159,108 @@ func (c *copier) dir(sfd, dfd int, rel string, depth int) error {
 			return fmt.Errorf("%s: %w", path, err)
 		}
 	}
-	return nil
 }
 
-func (c *copier) subdir(sfd, dfd int, name, path string, st *unix.Stat_t, depth int) error {
-	child, err := unix.Openat(sfd, name, dirFlags, 0)
+// down copies the directory name of c.src: it makes its copy and, unless
+// it is empty, makes it the current directory. An empty one is finished
+// at once, so one its owner may not search needs no "..".
+func (c *copier) down(name, path string) error {
+	child, err := openNoFollow(c.src, name)
+	if errors.Is(err, unix.EXDEV) {
+		c.skipped = append(c.skipped, path) // another mount: not the guest's tree
+		return nil
+	}
 	if err != nil {
-		// A name swapped for a symlink fails here (O_NOFOLLOW).
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	defer unix.Close(child)
-	if err := unix.Mkdirat(dfd, name, 0o700); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	out, err := unix.Openat(dfd, name, dirFlags, 0)
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	defer unix.Close(out)
-	if err := c.dir(child, out, path, depth+1); err != nil {
+		// A name swapped for a symlink fails here.
 		return err
 	}
-	if err := c.attrs(out, st); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+	l := level{rel: path}
+	out := -1
+	defer func() {
+		// Both are kept only once they are the current directory.
+		if child != c.src {
+			unix.Close(child)
+		}
+		if out >= 0 && out != c.dst {
+			unix.Close(out)
+		}
+	}()
+	if err := unix.Fstat(child, &l.st); err != nil {
+		return err
 	}
+	if l.names, err = readNames(child); err != nil {
+		return err
+	}
+	if err := unix.Mkdirat(c.dst, name, 0o700); err != nil {
+		return err
+	}
+	if out, err = unix.Openat(c.dst, name, dirFlags, 0); err != nil {
+		return err
+	}
+	if len(l.names) == 0 {
+		return c.attrs(out, &l.st)
+	}
+	if l.dst, err = identOf(out); err != nil {
+		return err
+	}
+	l.src = identOfStat(&l.st)
+	c.stack = append(c.stack, l)
+	unix.Close(c.src)
+	unix.Close(c.dst)
+	c.src, c.dst = child, out
 	return nil
 }
 
-func (c *copier) file(sfd, dfd int, name, path string, st *unix.Stat_t) error {
-	id := inode{uint64(st.Dev), uint64(st.Ino)}
-	if first, ok := c.copies[id]; ok && st.Nlink > 1 {
+// up leaves the current directory, whose entries are all copied, for its
+// parent: through "..", on both sides, checked against the identities
+// recorded on the way down. The copy gets its attributes last, once its
+// ".." is open, as they may take away its search permission.
+func (c *copier) up() error {
+	top, parent := &c.stack[len(c.stack)-1], &c.stack[len(c.stack)-2]
+	src, err := openParentOf(c.src, parent.src)
+	if err != nil {
+		return err
+	}
+	dst, err := openParentOf(c.dst, parent.dst)
+	if err != nil {
+		unix.Close(src)
+		return err
+	}
+	err = c.attrs(c.dst, &top.st)
+	unix.Close(c.src)
+	unix.Close(c.dst)
+	c.src, c.dst = src, dst
+	c.stack = c.stack[:len(c.stack)-1]
+	return err
+}
+
+// openParentOf opens ".." of dirfd and checks that it is the directory
+// want: the one dirfd was opened from.
+func openParentOf(dirfd int, want ident) (int, error) {
+	fd, id, err := openParent(dirfd)
+	if err != nil {
+		return -1, err
+	}
+	if id != want {
+		unix.Close(fd)
+		return -1, ErrMoved
+	}
+	return fd, nil
+}
+
+// file copies the regular file name of c.src into c.dst; path is its path
+// below src.
+func (c *copier) file(name, path string, st *unix.Stat_t) error {
+	if first, ok := c.copies[identOfStat(st)]; ok && st.Nlink > 1 {
 		// Resolved from dst's root through directories this copy made; a
 		// directory it already made unsearchable gets a copy instead.
-		if err := unix.Linkat(c.dst, first, dfd, name, 0); err == nil {
+		if err := unix.Linkat(c.root, first, c.dst, name, 0); err == nil {
 			return nil
 		}
 	}
 	// O_NONBLOCK: a name swapped for a FIFO since the stat must not block
 	// the open; the fstat below then refuses it.
-	in, err := unix.Openat(sfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	in, err := unix.Openat(c.src, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
@@ -171,7 +273,7 @@ func (c *copier) file(sfd, dfd int, name, path string, st *unix.Stat_t) error {
 	if now.Mode&unix.S_IFMT != unix.S_IFREG {
 		return errors.New("changed from a regular file while being copied")
 	}
-	out, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	out, err := unix.Openat(c.dst, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return err
 	}
@@ -187,7 +289,7 @@ func (c *copier) file(sfd, dfd int, name, path string, st *unix.Stat_t) error {
 		return err
 	}
 	if now.Nlink > 1 {
-		c.copies[inode{uint64(now.Dev), uint64(now.Ino)}] = path
+		c.copies[identOfStat(&now)] = path
 	}
 	return nil
 }
@@ -231,20 +333,20 @@ func (c *copier) data(in, out *os.File, size int64) error {
 	return out.Truncate(size)
 }
 
-func (c *copier) link(sfd, dfd int, name string, st *unix.Stat_t) error {
+func (c *copier) link(name string, st *unix.Stat_t) error {
 	buf := make([]byte, unix.PathMax)
-	n, err := unix.Readlinkat(sfd, name, buf)
+	n, err := unix.Readlinkat(c.src, name, buf)
 	if err != nil {
 		return err
 	}
 	if n == len(buf) {
 		return errors.New("symlink target too long")
 	}
-	if err := unix.Symlinkat(string(buf[:n]), dfd, name); err != nil {
+	if err := unix.Symlinkat(string(buf[:n]), c.dst, name); err != nil {
 		return err
 	}
 	if c.keepOwner {
-		return unix.Fchownat(dfd, name, int(st.Uid), int(st.Gid), unix.AT_SYMLINK_NOFOLLOW)
+		return unix.Fchownat(c.dst, name, int(st.Uid), int(st.Gid), unix.AT_SYMLINK_NOFOLLOW)
 	}
 	return nil
 }

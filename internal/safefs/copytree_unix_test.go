@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -157,6 +158,64 @@ func TestCopyTreeBudget(t *testing.T) {
 	_, err := CopyTree(context.Background(), src, dst, 1<<20)
 	if !errors.Is(err, ErrCopyBudget) || !strings.Contains(err.Error(), "more than 1048576 bytes of file data") {
 		t.Fatalf("got %v, want ErrCopyBudget naming 1048576 bytes", err)
+	}
+	if left, _ := os.ReadDir(dst); len(left) != 0 {
+		t.Fatalf("the failed copy left %v", left)
+	}
+}
+
+// hookCtx runs hook whenever CopyTree asks Err, which it does before each
+// entry it copies: it stands for a guest acting while the copy runs.
+type hookCtx struct {
+	context.Context
+	hook func()
+}
+
+func (h hookCtx) Err() error {
+	h.hook()
+	return h.Context.Err()
+}
+
+// A guest that moves a directory the copy is in, out of the tree, makes
+// the copy fail with ErrMoved and leave the destination empty; the copy
+// never goes on in the directory ".." then leads to, whose entries have
+// the names the rest of the tree has.
+func TestCopyTreeFailsWhenADirectoryMoves(t *testing.T) {
+	base, dst := t.TempDir(), t.TempDir()
+	src, outside := filepath.Join(base, "src"), filepath.Join(base, "outside")
+	must(t, os.MkdirAll(filepath.Join(src, "a", "b", "c"), 0o755))
+	must(t, os.WriteFile(filepath.Join(src, "a", "b", "c", "f"), []byte("guest"), 0o644))
+	must(t, os.Mkdir(outside, 0o755))
+	for i := range 10 {
+		name := "z" + strconv.Itoa(i)
+		must(t, os.WriteFile(filepath.Join(src, "a", name), []byte("guest"), 0o644))
+		must(t, os.WriteFile(filepath.Join(outside, name), []byte("host secret"), 0o644))
+	}
+
+	moved, leaked := false, ""
+	ctx := hookCtx{Context: context.Background(), hook: func() {
+		if _, err := os.Lstat(filepath.Join(dst, "a", "b")); err == nil && !moved {
+			must(t, os.Rename(filepath.Join(src, "a", "b"), filepath.Join(outside, "b")))
+			moved = true
+		}
+		_ = filepath.WalkDir(dst, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				if data, _ := os.ReadFile(p); string(data) == "host secret" {
+					leaked = p
+				}
+			}
+			return nil
+		})
+	}}
+	_, err := CopyTree(ctx, src, dst, 1<<20)
+	if !moved {
+		t.Fatal("the copy never reached a/b")
+	}
+	if !errors.Is(err, ErrMoved) || !strings.Contains(err.Error(), "a/b: ") {
+		t.Fatalf("got %v, want ErrMoved naming a/b", err)
+	}
+	if leaked != "" {
+		t.Fatalf("a host file outside the tree was copied to %s", leaked)
 	}
 	if left, _ := os.ReadDir(dst); len(left) != 0 {
 		t.Fatalf("the failed copy left %v", left)

@@ -10,3 +10,6 @@ import "errors"
 
 // ErrCopyBudget means a copy would write more file data than its budget.
 var ErrCopyBudget = errors.New("copy over its byte budget")
+
+// ErrMoved means a directory was moved while a copy was below it.
+var ErrMoved = errors.New("a directory moved while being copied")

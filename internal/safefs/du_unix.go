@@ -98,5 +98,9 @@ func identOf(fd int) (ident, error) {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return ident{}, err
 	}
-	return ident{uint64(st.Dev), uint64(st.Ino)}, nil
+	return identOfStat(&st), nil
+}
+
+func identOfStat(st *unix.Stat_t) ident {
+	return ident{uint64(st.Dev), uint64(st.Ino)}
 }
