@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"runtime"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -41,14 +40,8 @@ type knownIssue struct {
 }
 
 // knownIssues are the issues still open; TestKnownIssues keeps each fixed
-// one as a regression test.
-var knownIssues = []knownIssue{{
-	id:    "fork-deep-tree",
-	where: "internal/safefs CopyTree: walk any depth from a bounded set of descriptors (as SizeOf does), or fail with an error callers can test",
-	errs: func(op string, err error) bool {
-		return op == "fork" && strings.Contains(err.Error(), "directories nested deeper than")
-	},
-}}
+// one as a regression test. None is open.
+var knownIssues []knownIssue
 
 // knownIssueOf returns the id of the known issue an error of op shows, or "".
 func knownIssueOf(op string, err error) string {
