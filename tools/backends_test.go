@@ -52,6 +52,22 @@ func selectBackends(names []string) []backend {
 	return chosen
 }
 
+// guestSeconds is n seconds of a guest's time: more on a real VM, which
+// the suite may run under software emulation, where starting a process
+// takes a good part of a second.
+func guestSeconds(t *testing.T, n int) int {
+	if onRealVM(t) {
+		return 10 * n
+	}
+	return n
+}
+
+// onRealVM tells whether t, a test forEachBackend started, runs on one of
+// the real msb's backends.
+func onRealVM(t *testing.T) bool {
+	return strings.HasPrefix(t.Name()[strings.LastIndexByte(t.Name(), '/')+1:], "real-")
+}
+
 // onBackend tells whether t, a test forEachBackend started, runs on the
 // backend of that kind: real-msb is an msb backend as fakemsb's is.
 func onBackend(t *testing.T, kind string) bool {

@@ -138,6 +138,15 @@ func (t *Toolbox) Bash(ctx context.Context, command string, timeout time.Duratio
 	}
 	term, terminated := filter.Terminal()
 	if verr := filter.Verdict(res.ExitCode); verr != nil {
+		// Without the supervisor's own records of the end nothing proves
+		// the command is gone (a guest process can end the exec that ran
+		// it early, as the real msb shows): what of it may still run is
+		// killed, as after a failed call.
+		if scoped == nil || !scoped.ProcessesEndWithCall() {
+			if cerr := t.killBash(ctx, call); cerr != nil {
+				return "", fmt.Errorf("%w; %w", verr, cerr)
+			}
+		}
 		if msg := strings.TrimSpace(string(clip(res.Stderr))); msg != "" && !terminated {
 			return "", fmt.Errorf("%w: %s", verr, msg)
 		}

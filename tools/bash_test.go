@@ -3,6 +3,7 @@ package tools_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
 	"github.com/oma-sandbox/oma-sandbox/bashproto"
 	"github.com/oma-sandbox/oma-sandbox/egress"
 	"github.com/oma-sandbox/oma-sandbox/internal/sessiontest"
@@ -127,11 +129,12 @@ func TestBashGuestTimeoutKeepsSession(t *testing.T) {
 		command := `setsid bash -c 'while :; do echo x >> ticks; sleep 0.05; done' &
 (env -u OMA_BASH_OWNER setsid sleep 30.27 &)
 echo started; sleep 30.17`
-		_, err := call(t, tb, "bash", obj{"command": command, "timeout": 1})
+		timeout := guestSeconds(t, 1)
+		_, err := call(t, tb, "bash", obj{"command": command, "timeout": timeout})
 		var cmdErr *tools.CommandError
 		require.ErrorAs(t, err, &cmdErr)
 		assert.True(t, cmdErr.TimedOut)
-		assert.Equal(t, "started\n\n\nCommand timed out after 1 seconds", cmdErr.Text)
+		assert.Equal(t, fmt.Sprintf("started\n\n\nCommand timed out after %d seconds", timeout), cmdErr.Text)
 		assert.False(t, s.Poisoned())
 		assert.Equal(t, "ok", mustCall(t, tb, "bash", obj{"command": "printf ok"}), "the session is still usable")
 		assert.Equal(t, "0\n", sh(t, s, `ps -eo args | grep -c '[s]leep 30.[12]7' || true`), "the command's processes are gone")
@@ -352,11 +355,18 @@ echo armed`
 		out := mustCall(t, tb, "bash", obj{"command": attacker})
 		assert.True(t, strings.HasPrefix(out, "armed\n"), out)
 		_, err := call(t, tb, "bash", obj{"command": "sleep 1.5; exit 4", "timeout": 30})
+		require.Error(t, err, "the forged records decide nothing")
 		var cmdErr *tools.CommandError
+		if onRealVM(t) && !errors.As(err, &cmdErr) {
+			// The real msb lets the writes through to the pipe of the
+			// exec that runs the later call, and that exec can then end
+			// without its exit event: the call fails, its status unknown.
+			assert.ErrorContains(t, err, "exec session ended without exit event")
+			return
+		}
 		require.ErrorAs(t, err, &cmdErr, "the forged records decide nothing")
 		assert.Equal(t, 4, cmdErr.ExitCode)
-		// Where the kernel lets the write through, the lines are output;
-		// fakemsb's guests refuse it (Permission denied).
+		// fakemsb's guests refuse the writes (Permission denied).
 	})
 }
 
@@ -398,4 +408,41 @@ func TestBashNamesRefusedDestinations(t *testing.T) {
 	out := mustCall(t, tb, "bash", obj{"command": "curl -sS --max-time 5 http://example.invalid/; echo"})
 	assert.Contains(t, out, "oma-sandbox egress: refused example.invalid:80: not in the allowlist")
 	assert.Contains(t, out, "Network: egress refused example.invalid:80: not in the allowlist")
+}
+
+// earlyEnd is a session whose bash supervisor calls end after a second
+// with nothing of the supervisor's records, while the guest goes on, as
+// the real msb's exec can end when a guest process writes into its pipe.
+type earlyEnd struct {
+	session.Session
+	wg sync.WaitGroup
+}
+
+func (e *earlyEnd) Shell(ctx context.Context, cmd session.Command, o session.ShellOptions) (*session.Result, error) {
+	if cmd.Builtin != agentwire.BuiltinBashSupervisor {
+		return e.Session.Shell(ctx, cmd, o)
+	}
+	o.Stdout, o.Stderr = nil, nil
+	e.wg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+		defer cancel()
+		_, _ = e.Session.Shell(ctx, cmd, o)
+	})
+	time.Sleep(time.Second)
+	return &session.Result{}, nil
+}
+
+// A call that ended without its supervisor's records has whatever of its
+// command may still run killed, as a failed call has.
+func TestBashWithoutRecordsKillsTheCommand(t *testing.T) {
+	for _, b := range []backend{{name: "msb", open: openMsb}, {name: "msb-channel", open: openMsbChannel}} {
+		t.Run(b.name, func(t *testing.T) {
+			s, _ := b.open(t)
+			early := &earlyEnd{Session: s}
+			t.Cleanup(early.wg.Wait)
+			_, err := call(t, tools.New(early, tools.Options{}), "bash", obj{"command": "sleep 300.61 & sleep 300.62"})
+			require.ErrorIs(t, err, bashproto.ErrNoDispatch)
+			assert.Equal(t, "0\n", sh(t, s, `ps -eo args | grep -c '[s]leep 300.6' || true`), "the command's processes are gone")
+		})
+	}
 }

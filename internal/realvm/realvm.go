@@ -104,11 +104,45 @@ func (v *VM) CLI() *msb.CLI { return &msb.CLI{Path: v.Bin, Env: v.Environ()} }
 // KVM, see scripts/real-vm.sh) a session's first exec takes seconds.
 const OperationTimeout = 2 * time.Minute
 
+// HomeEnv names a directory whose msb-home the test processes of one run
+// share one after another, so that each need not load the image again
+// (scripts/real-vm-suite.sh sets it). Without it each process has its own
+// in a temporary directory.
+const HomeEnv = "OMA_REALVM_HOME"
+
 var shared struct {
 	once sync.Once
 	vm   *VM
+	temp string // the temporary directory of the process's own home
 	skip string // why no VM can boot here
 	err  error  // what went wrong where one should have
+}
+
+// sweep removes every sandbox and volume a shared home holds: what an
+// earlier process of the run could not remove (its outer guest died).
+// Nothing but the run's tests uses that home.
+func sweep(cli *msb.CLI) error {
+	client := msb.NewClient(cli)
+	ctx := context.Background()
+	left, err := client.List(ctx, msb.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, sb := range left {
+		if _, err := cli.Run(ctx, msb.Call{Args: []string{"remove", "--force", sb.Name}}); err != nil {
+			return fmt.Errorf("removing %s left by an earlier process: %w", sb.Name, err)
+		}
+	}
+	vols, err := client.VolumeList(ctx)
+	if err != nil {
+		return err
+	}
+	for _, v := range vols {
+		if err := client.VolumeRemove(ctx, v.Name); err != nil {
+			return fmt.Errorf("removing volume %s left by an earlier process: %w", v.Name, err)
+		}
+	}
+	return nil
 }
 
 // Shared is one VM per test process, its MSB_HOME in a temporary directory
@@ -152,15 +186,27 @@ func boot(image string) (*VM, string) {
 			shared.skip = err.Error()
 			return
 		}
-		home, err := os.MkdirTemp("", "oma-realvm-")
-		if err != nil {
-			shared.err = err
-			return
+		home, kept := os.LookupEnv(HomeEnv)
+		if kept {
+			if shared.err = os.MkdirAll(home, 0o700); shared.err != nil {
+				return
+			}
+		} else {
+			if home, err = os.MkdirTemp("", "oma-realvm-"); err != nil {
+				shared.err = err
+				return
+			}
+			shared.temp = home
 		}
 		vm := &VM{realmsb.Env{Bin: bin, Home: filepath.Join(home, "msb-home")}}
 		shared.vm = vm // for Cleanup, until it proves usable
 		if shared.skip, shared.err = Doctor(bin, vm.Environ()); shared.err != nil || shared.skip != "" {
 			return
+		}
+		if kept {
+			if shared.err = sweep(vm.CLI()); shared.err != nil {
+				return
+			}
 		}
 		archive, err := ModuleFile(ImageArchive)
 		if err == nil {
@@ -182,12 +228,12 @@ func boot(image string) (*VM, string) {
 }
 
 // Cleanup closes the sessions Open kept for the next test, checks that msb
-// lists nothing of theirs, and removes the shared VM's MSB_HOME; a TestMain
+// lists nothing of theirs, and removes the process's own MSB_HOME; a TestMain
 // calls it after the tests and fails when it returns an error.
 func Cleanup() error {
 	err := closeIdle()
-	if shared.vm != nil {
-		_ = os.RemoveAll(filepath.Dir(shared.vm.Home))
+	if shared.temp != "" {
+		_ = os.RemoveAll(shared.temp)
 	}
 	return err
 }
