@@ -96,10 +96,11 @@ done`
 // Over the agent's channel, the agent itself starts the search's rg.
 func TestSearchUsesOperationTimeout(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
-		tb := tools.New(s, tools.Options{OperationTimeout: time.Second})
+		timeout := time.Duration(guestSeconds(t, 1)) * time.Second
+		tb := tools.New(s, tools.Options{OperationTimeout: timeout})
 		ws := s.Paths().Workspace
 		sh(t, s, `mkfifo blocked`)
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*timeout)
 		defer cancel()
 		start := time.Now()
 		done := make(chan error, 1)
@@ -108,11 +109,11 @@ func TestSearchUsesOperationTimeout(t *testing.T) {
 			done <- err
 		}()
 		parent := ""
-		for parent == "" && time.Since(start) < 800*time.Millisecond {
+		for parent == "" && time.Since(start) < timeout*8/10 {
 			parent = sh(t, s, rgParent, ws+"/blocked")
 		}
 		err := <-done
-		assert.EqualError(t, err, "Grep timed out after 1 seconds")
+		assert.EqualError(t, err, fmt.Sprintf("Grep timed out after %d seconds", timeout/time.Second))
 		switch {
 		case onBackend(t, "msb-channel"):
 			assert.Equal(t, "agent\n", parent, "the grep-search builtin starts rg")
@@ -121,7 +122,7 @@ func TestSearchUsesOperationTimeout(t *testing.T) {
 		default:
 			assert.Equal(t, "bash\n", parent, "the search script starts rg")
 		}
-		assert.Less(t, time.Since(start), 7*time.Second)
+		assert.Less(t, time.Since(start), 7*timeout)
 		assert.False(t, s.Poisoned())
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -14,10 +15,16 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/tools"
 )
 
-// sh runs a setup or inspection script in the session.
+// sh runs a setup or inspection script in the session: within the
+// session's operation timeout, or ten minutes on a real VM, where a
+// script making thousands of files under emulation takes minutes.
 func sh(t *testing.T, s session.Session, script string, args ...string) string {
 	t.Helper()
-	res, err := s.Shell(context.Background(), session.Command{Script: script, Args: args}, session.ShellOptions{})
+	var o session.ShellOptions
+	if onRealVM(t) {
+		o.GuestTimeout = 10 * time.Minute
+	}
+	res, err := s.Shell(context.Background(), session.Command{Script: script, Args: args}, o)
 	require.NoError(t, err)
 	require.Equal(t, 0, res.ExitCode, "%s: %s", script, res.Stderr)
 	return string(res.Stdout)
