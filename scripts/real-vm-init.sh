@@ -1,7 +1,8 @@
 #!/bin/bash
-# PID 1 of the outer guest scripts/real-vm.sh boots: loads kvm_amd (QEMU's
-# -cpu max offers SVM with nested paging), runs the real-VM suite in
-# /opt/oma with its output on the console, and powers off.
+# PID 1 of an outer guest scripts/real-vm.sh boots: loads kvm_amd (QEMU's
+# -cpu max offers SVM with nested paging), runs its lane of the real-VM
+# suite in /opt/oma (oma.lane= on the kernel command line) with its output
+# on the console, and powers off.
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root NO_COLOR=1 LANG=C.UTF-8
 mountpoint -q /proc || mount -t proc proc /proc
 mountpoint -q /sys || mount -t sysfs sys /sys
@@ -29,7 +30,8 @@ main() {
   # kernel die, the host reads the logs so far and boots L1 again to run
   # what is left.
   (while sleep 5; do sync; done) &
-  /opt/oma/run-suite.sh
+  lane=$(sed -n 's/.*oma\.lane=\([0-9]*\).*/\1/p' /proc/cmdline)
+  /opt/oma/run-suite.sh run "$lane"
 }
 # Through a pipe, not the serial tty: msb draws no spinners then.
 main 2>&1 | cat >/dev/console
