@@ -30,7 +30,10 @@ type collector interface {
 	Finish() error
 }
 
-// searchCleanupTimeout bounds the command that ends a search's guest work.
+// searchCleanupTimeout bounds the command that ends a search's guest work,
+// unless the toolbox's operation timeout is longer: a guest slow enough to
+// be given more time for its commands (a VM under emulation) gets it for
+// the cleanup too, rather than a session poisoned for a cleanup cut short.
 const searchCleanupTimeout = 3 * time.Second
 
 // run streams the search through one guest command and decides what its end
@@ -187,7 +190,7 @@ var errMatchCap = errors.New("match cap reached")
 
 func (t *Toolbox) cleanupSearch(ctx context.Context, s search) error {
 	ctx = context.WithoutCancel(ctx)
-	res, err := t.sess.Shell(ctx, s.cleanup, session.ShellOptions{GuestTimeout: searchCleanupTimeout})
+	res, err := t.sess.Shell(ctx, s.cleanup, session.ShellOptions{GuestTimeout: max(searchCleanupTimeout, t.opTimeout)})
 	if err != nil {
 		return fmt.Errorf("%s cleanup: %w", s.tool, err)
 	}
