@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -247,11 +248,11 @@ func TestLsWhileEntriesVanish(t *testing.T) {
 		sh(t, s, `mkdir -p churn && touch churn/keep`)
 		churned := make(chan error, 1)
 		go func() {
-			_, err := s.Shell(context.Background(), session.Command{Script: `end=$((SECONDS + 3))
+			_, err := s.Shell(context.Background(), session.Command{Script: `end=$((SECONDS + $1))
 for k in 1 2 3; do
   while [ "$SECONDS" -lt "$end" ]; do for i in 1 2 3 4 5 6 7 8; do : > "churn/x$k$i"; rm -f "churn/x$k$i"; done; done &
 done
-wait`}, session.ShellOptions{})
+wait`, Args: []string{strconv.Itoa(guestSeconds(t, 3))}}, session.ShellOptions{})
 			churned <- err
 		}()
 		for n := 0; ; n++ {
