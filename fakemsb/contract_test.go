@@ -118,13 +118,13 @@ func TestContract(t *testing.T) {
 		{a("inspect", "nope", "--format", "json"), "", "error: sandbox not found: nope\n", 1},
 		{a("inspect"), "", "error: the following required arguments were not provided:\n  <NAME>\n" + tail("msb inspect [OPTIONS] <NAME>"), 2},
 		// stop / start.
-		{a("stop", "box2"), "", "   ✓ Stopped      box2\n", 0},
+		{a("stop", "box2"), "", "   ✓ Stopped      box2 (<TOOK>)\n", 0},
 		{a("stop", "box2", "-q"), "", "", 0},
 		{a("inspect", "box2", "--format", "json"), `{"name":"box2","status":"Stopped","created_at":"` + ts + `","updated_at":"` + ts + `","active_config":null,"pending_changes":[],"config":` + cfg2 + "}\n", "", 0},
 		{a("list", "--running", "-q"), "box1\n", "", 0},
 		{a("list", "--stopped", "--format", "json"), `[{"created_at":"` + ts + `","image":"debian:12","name":"box2","status":"Stopped"}]` + "\n", "", 0},
 		{a("list", "--running", "--stopped", "-q"), "", "", 0}, // both filters hold: nothing
-		{a("start", "box2"), "", "   ✓ Started      box2\n", 0},
+		{a("start", "box2"), "", "   ✓ Started      box2 (<TOOK>)\n", 0},
 		{a("stop", "-t", "x", "box2"), "", invalid("x", "--timeout <TIMEOUT>", "invalid digit found in string"), 2},
 		{a("stop", "-f", "-t", "5", "-q", "box2"), "", "", 0},
 		{a("start", "--label", "team=b", "-q"), "", "", 0},
@@ -173,7 +173,7 @@ func TestContract(t *testing.T) {
 		{a("volume", "remove"), "", "error: the following required arguments were not provided:\n  <NAMES>...\n" + tail("msb volume remove [OPTIONS] <NAMES>..."), 2},
 		{a("volume", "frob"), "", "error: unrecognized subcommand 'frob'\n" + tail("msb volume <COMMAND>"), 2},
 		// remove.
-		{a("remove", "box1"), "", "error: sandbox still running: box1\n", 1},
+		{a("remove", "box1"), "", "error: sandbox still running: cannot remove sandbox 'box1': still running\n", 1},
 		{a("remove", "nope", "-q"), "", "", 1}, // -q silences remove's errors
 		{a("rm", "nope", "box2", "-q"), "", "", 1},
 		{a("remove"), "", "error: the following required arguments were not provided:\n  <NAMES>...\n" + tail("msb remove [OPTIONS] [NAMES]..."), 2},
@@ -194,6 +194,8 @@ func TestContract(t *testing.T) {
 			assert.JSONEq(t, s.out, r.stdout, "step %d %v", i, s.args)
 			r.stdout = s.out
 		}
+		// How long a start or stop took varies.
+		r.stderr = took.ReplaceAllString(r.stderr, " (<TOOK>)\n")
 		assert.Equal(t, step{s.args, s.out, s.err, s.code}, step{s.args, r.stdout, r.stderr, r.code}, "step %d", i)
 	}
 }

@@ -175,6 +175,9 @@ func guestErr(p string, err error) error {
 // below it nothing is followed: guest symlinks are copied as symlinks.
 func copyOut(root *guestRoot, src, dst string) error {
 	fd, err := root.open(src, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return errors.New("stat " + src) // msb 0.6.18's words (copy-out-missing)
+	}
 	if err != nil {
 		return guestErr(src, err)
 	}

@@ -59,7 +59,7 @@ func TestCopyBothWays(t *testing.T) {
 
 	// Missing paths on either side.
 	r := f.run("copy", "box:/nope", filepath.Join(dst, "n"))
-	assert.Equal(t, result{"", "error: sandbox fs error: /nope: no such file or directory\n", 1}, r)
+	assert.Equal(t, result{"", "error: stat /nope\n", 1}, r)
 	r = f.run("copy", filepath.Join(dst, "missing"), "box:/workspace/")
 	assert.Equal(t, result{"", "error: io error: No such file or directory (os error 2)\n", 1}, r)
 	r = f.run("copy", filepath.Join(host, "a.txt"), "box:/usr/a.txt")

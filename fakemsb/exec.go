@@ -167,15 +167,18 @@ func (a *app) exec(p *parsed) error {
 	if wd == "" {
 		wd = "/"
 	}
+	notFound := &exitError{code: 127, msg: errorf("failed to exec %q", argv[0]) +
+		fmt.Sprintf("  → not found: spawn %q: No such file or directory (os error 2) (ENOENT)\n  → is `%s` on PATH inside the sandbox? Try `msb exec ... -- which %s`\n", argv[0], argv[0], argv[0])}
 	if !path.IsAbs(wd) || !root.isDir(wd) {
-		// msb's agent dies on a missing workdir: exit 255, no output.
+		// msb's agent dies on a missing workdir: exit 255, no output, as
+		// 0.6.14 did and the guest agent's channel does too. 0.6.18 says
+		// it cannot spawn the program (TestMatchesRealVM's known case).
 		return &exitError{code: 255}
 	}
 	switch root.lookPath(argv[0], envValue(env, "PATH"), wd, uid, gid) {
 	case 0:
 	case unix.ENOENT:
-		return &exitError{code: 127, msg: errorf("failed to exec %q", argv[0]) +
-			fmt.Sprintf("  → %s: command not found\n  → check that it is installed in the sandbox image and on PATH\n", argv[0])}
+		return notFound
 	default:
 		return &exitError{code: 126, msg: errorf("failed to exec %q", argv[0]) +
 			fmt.Sprintf("  → %s: permission denied\n  → check that it is executable and not on a noexec mount\n", argv[0])}

@@ -19,14 +19,17 @@ const realDir = "../msb/testdata/real-0.6.18"
 var (
 	rfc3339Time = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{3}|\.\d{6}|\.\d{9})?\+00:00`)
 	localTime   = regexp.MustCompile(`\d{4}-\d\d-\d\d \d\d:\d\d:\d\d`)
+	took        = regexp.MustCompile(` \(\d+\.\ds\)\n`)
 )
 
 // normalise hides what differs between two runs of the same case: times,
-// the state directory and the scratch directory.
+// how long a start or stop took (msb says it only after a VM booted or
+// stopped), the state directory and the scratch directory.
 func normalise(s, home, work string) string {
 	s = strings.ReplaceAll(s, home, "$MSB_HOME")
 	s = strings.ReplaceAll(s, work, "$WORK")
 	s = rfc3339Time.ReplaceAllString(s, "<TIME>")
+	s = took.ReplaceAllString(s, "\n")
 	return localTime.ReplaceAllString(s, "<LOCAL TIME>")
 }
 

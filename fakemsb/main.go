@@ -128,6 +128,8 @@ type app struct {
 	hosts map[string][]netip.Addr // FAKEMSB_HOSTS; nil when unset
 	args  []string
 	start time.Time
+	// tookText is the duration the next progress line ends with.
+	tookText string
 	// log is FAKEMSB_LOG; this invocation's record starts at logOffset
 	// with logPrefix.
 	log       string
@@ -312,8 +314,15 @@ func (a *app) dispatch(s *spec, args []string) error {
 // progress prints msb's non-quiet completion line on stderr.
 func (a *app) progress(p *parsed, verb, target string) {
 	if !p.has("quiet") {
-		fmt.Fprintf(a.stderr, "   ✓ %-12s %s\n", verb, target)
+		fmt.Fprintf(a.stderr, "   ✓ %-12s %s%s\n", verb, target, a.tookText)
 	}
+	a.tookText = ""
+}
+
+// took notes how long a start or stop that changed a sandbox took, which
+// msb adds to its progress line ("   ✓ Stopped      NAME (3.1s)").
+func (a *app) took(since time.Time) {
+	a.tookText = fmt.Sprintf(" (%.1fs)", time.Since(since).Seconds())
 }
 
 // logStart appends this invocation's record to FAKEMSB_LOG with exit -1

@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 const (
@@ -319,16 +320,21 @@ func (a *app) stopSandbox(sb *sandbox) {
 	if sb.Status == statusStopped {
 		return
 	}
+	defer a.took(time.Now())
 	sb.Holder.kill()
 	sb.Holder, sb.Status, sb.Booted, sb.TransientExecs, sb.UpdatedAt = nil, statusStopped, nil, 0, a.now
 }
 
 func (a *app) startCmd(p *parsed) error {
 	return a.eachTarget(p, "Started", true, func(st *state, sb *sandbox) error {
+		if sb.Status == statusRunning && sb.TransientExecs == 0 {
+			return failf("sandbox still running: cannot start sandbox '%s': already running", sb.Name)
+		}
 		sb.TransientExecs = 0
 		if sb.Status == statusRunning {
-			return nil
+			return nil // running for an exec only: now for good
 		}
+		defer a.took(time.Now())
 		sb.UpdatedAt = a.now
 		return a.startHolder(sb, st)
 	})
@@ -338,7 +344,7 @@ func (a *app) remove(p *parsed) error {
 	return a.eachTarget(p, "Removed", true, func(st *state, sb *sandbox) error {
 		if sb.Status == statusRunning {
 			if !p.has("force") {
-				return failf("sandbox still running: %s", sb.Name)
+				return failf("sandbox still running: cannot remove sandbox '%s': still running", sb.Name)
 			}
 			sb.Holder.kill()
 		}

@@ -31,6 +31,7 @@ var (
 	ErrImageNotCached   = errors.New("image not cached")        // image not cached (create --pull never) or not found (image inspect)
 	ErrNoMetrics        = errors.New("no metrics recorded")     // metrics of a sandbox that has not run since it was made or started
 	ErrRestartRequired  = errors.New("change needs a restart")  // modify of a running sandbox beyond what it booted with
+	ErrStillRunning     = errors.New("sandbox still running")   // start of a running sandbox, remove of one without --force
 	ErrOutputOverflow   = errors.New("msb output exceeds cap")  // the runner's cap was hit; process group killed
 	ErrHostTimeout      = errors.New("msb host deadline exceeded")
 	ErrAborted          = errors.New("msb call aborted")

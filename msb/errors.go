@@ -251,6 +251,8 @@ func classify(args []string, exitCode int, stderr []byte) (message string, kind 
 		kind = ErrNoMetrics
 	case restartRequired(head, args):
 		kind = ErrRestartRequired
+	case stillRunning(head, args):
+		kind = ErrStillRunning
 	}
 	return message, kind
 }
@@ -324,6 +326,22 @@ func quotedName(message, prefix string, args []string) bool {
 	}
 	name, tail, ok := strings.Cut(rest, `"`)
 	return ok && (tail == "" || strings.HasPrefix(tail, ":")) && mentions(args, name)
+}
+
+// stillRunning recognises start's and remove's refusal of a running
+// sandbox, `sandbox still running: cannot start sandbox 'NAME': already
+// running` (remove: `cannot remove sandbox 'NAME': still running`), for a
+// NAME in args.
+func stillRunning(message string, args []string) bool {
+	if len(args) == 0 || args[0] != "start" && args[0] != "remove" {
+		return false
+	}
+	rest, ok := strings.CutPrefix(message, "sandbox still running: cannot "+args[0]+" sandbox '")
+	if !ok {
+		return false
+	}
+	name, _, ok := strings.Cut(rest, "'")
+	return ok && mentions(args, name)
 }
 
 // restartRequired recognises modify's

@@ -96,6 +96,7 @@ func TestForkDiverges(t *testing.T) {
 	assert.Contains(t, snap, session.LabelParent+"="+src.Names().Sandbox)
 	create := argvs(t, env)[4]
 	assert.Equal(t, "--conf", create[1], "the fork boots from the snapshot, named in a conf file: %q", create)
+	assert.NotContains(t, create, "--root-disk", "the snapshot is the root disk: the real msb refuses --root-disk beside it")
 	removed := slices.IndexFunc(argvs(t, env), func(a []string) bool {
 		return slices.Equal(a, []string{"snapshot", "remove", session.SnapshotName(stem)})
 	})

@@ -117,6 +117,9 @@ func (s *Session) start(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(ctx, resumeTimeout)
 	err := s.client.Start(sctx, s.names.Sandbox)
 	cancel()
+	if errors.Is(err, msb.ErrStillRunning) {
+		err = nil // started meanwhile (another process, or msb's own exec)
+	}
 	if err != nil {
 		s.life.state = stateUnsure
 		_, mapped := shellResult(nil, err)

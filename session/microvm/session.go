@@ -193,7 +193,9 @@ func createOptions(o Options, names session.Names) (msb.CreateOptions, error) {
 		c.Labels = append(c.Labels, msb.Label{Key: session.LabelParent, Value: o.parent})
 	}
 	if o.conf != "" {
-		c.Image, c.Conf = "", o.conf
+		// The snapshot's root disk is the fork's: the real msb refuses
+		// --root-disk beside it ("root_disk() requires an OCI ...").
+		c.Image, c.Conf, c.RootDisk = "", o.conf, ""
 	}
 	if o.agentInherited {
 		c.Labels = append(c.Labels, msb.Label{Key: session.LabelAgent, Value: session.AgentInherited})
