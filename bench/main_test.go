@@ -1,22 +1,11 @@
 package bench
 
 import (
-	"fmt"
-	"os"
 	"testing"
 
-	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
 	"github.com/oma-sandbox/oma-sandbox/internal/realvm"
 )
 
 // TestMain removes the guest agent the channel rows built, and the real
 // VM's MSB_HOME.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if err := realvm.Cleanup(); err != nil {
-		fmt.Fprintln(os.Stderr, "real VM:", err)
-		code = 1
-	}
-	agenttest.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { realvm.Main(m) }

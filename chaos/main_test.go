@@ -3,8 +3,6 @@
 package chaos
 
 import (
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
@@ -13,15 +11,7 @@ import (
 
 // TestMain removes the guest agent the channel sessions were given, and
 // the real VM's MSB_HOME.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if err := realvm.Cleanup(); err != nil {
-		fmt.Fprintln(os.Stderr, "real VM:", err)
-		code = 1
-	}
-	agenttest.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { realvm.Main(m) }
 
 // agentFile builds the guest agent (once per process) and gives t a
 // private agent cache for Create to copy it into.

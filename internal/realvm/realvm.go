@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
 	"github.com/oma-sandbox/oma-sandbox/internal/realmsb"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 )
@@ -246,4 +247,17 @@ func Backends() []string {
 		return strings.Split(list, ",")
 	}
 	return nil
+}
+
+// Main runs a package's tests, then Cleanup and agenttest's, and exits with
+// the tests' code, or 1 when Cleanup finds what a real VM's session left:
+// the TestMain of a package whose suites may run on a real VM.
+func Main(m *testing.M) {
+	code := m.Run()
+	if err := Cleanup(); err != nil {
+		fmt.Fprintln(os.Stderr, "real VM:", err)
+		code = 1
+	}
+	agenttest.Cleanup()
+	os.Exit(code)
 }
