@@ -65,7 +65,7 @@ trap 'rm -rf "$work"' EXIT
 suite_dir=$work/oma
 t=$(date +%s)
 make --no-print-directory agent >/dev/null
-OMA_SUITE_RUN=$run_filter ./scripts/real-vm-suite.sh build "$suite_dir"
+OMA_SUITE_RUN=${run_filter:-${OMA_SUITE_RUN:-}} ./scripts/real-vm-suite.sh build "$suite_dir"
 say "test binaries built in $(elapsed "$t")"
 
 if "$msb" doctor >/dev/null 2>&1 || [ "${OMA_VM_DIRECT:-}" = 1 ]; then
