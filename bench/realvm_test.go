@@ -34,32 +34,7 @@ func BenchmarkRealVMToolCall(b *testing.B) {
 	execSess := realVMSession(b, client, false)
 	chanTB, _ := toolFixture(b, client, chanSess)
 	execTB, _ := toolFixture(b, client, execSess)
-	b.Run("tool=none", func(b *testing.B) {
-		s := newSideBySide(b)
-		for b.Loop() {
-			s.round(
-				variant{"ours", func() { mustShell(b, chanSess, "true") }},
-				variant{"exec", func() { mustShell(b, execSess, "true") }},
-				variant{"floor", func() { floor(b, client, chanSess.Name()) }},
-			)
-		}
-		s.report()
-	})
-	ws := chanSess.Paths().Workspace
-	chanRows, execRows := toolRows(ws), toolRows(ws)
-	for i, row := range chanRows {
-		b.Run("tool="+row.name, func(b *testing.B) {
-			s := newSideBySide(b)
-			for b.Loop() {
-				s.round(
-					variant{"ours", func() { row.ours(b, chanTB) }},
-					variant{"exec", func() { execRows[i].ours(b, execTB) }},
-					variant{"floor", func() { floor(b, client, chanSess.Name()) }},
-				)
-			}
-			s.report()
-		})
-	}
+	channelAndExecRows(b, client, chanSess, execSess, chanTB, execTB, nil)
 	served := chanSess.Served()
 	if served.Exec > 0 || served.ScriptFallbacks > 0 {
 		b.Fatalf("a channel call fell back: %+v", served)

@@ -127,7 +127,14 @@ func BenchmarkToolCall(b *testing.B) {
 	execSess := mustSession(b, client)
 	chanTB, _ := toolFixture(b, client, chanSess)
 	execTB, sd := toolFixture(b, client, execSess)
-	ws := chanSess.Paths().Workspace
+	channelAndExecRows(b, client, chanSess, execSess, chanTB, execTB, sd)
+}
+
+// channelAndExecRows runs row tool=none (a bare Shell of `true`) and one row
+// per tool: ours over chanSess's channel, exec on execSess, the seed's
+// sequence against execSess when sd is not nil, and the floor in chanSess.
+func channelAndExecRows(b *testing.B, client *msb.Client, chanSess, execSess *microvm.Session, chanTB, execTB *tools.Toolbox, sd *seed) {
+	floorRun := variant{"floor", func() { floor(b, client, chanSess.Name()) }}
 	// The transports alone: a Shell call of `true`, no tool around it.
 	b.Run("tool=none", func(b *testing.B) {
 		s := newSideBySide(b)
@@ -135,23 +142,27 @@ func BenchmarkToolCall(b *testing.B) {
 			s.round(
 				variant{"ours", func() { mustShell(b, chanSess, "true") }},
 				variant{"exec", func() { mustShell(b, execSess, "true") }},
-				variant{"floor", func() { floor(b, client, chanSess.Name()) }},
+				floorRun,
 			)
 		}
 		s.report()
 	})
 	// Each side flips its own edit file: two sets of rows.
+	ws := chanSess.Paths().Workspace
 	chanRows, execRows := toolRows(ws), toolRows(ws)
 	for i, row := range chanRows {
 		b.Run("tool="+row.name, func(b *testing.B) {
 			s := newSideBySide(b)
+			vs := []variant{
+				{"ours", func() { row.ours(b, chanTB) }},
+				{"exec", func() { execRows[i].ours(b, execTB) }},
+			}
+			if sd != nil {
+				vs = append(vs, variant{"seed", func() { execRows[i].seed(b, sd) }})
+			}
+			vs = append(vs, floorRun)
 			for b.Loop() {
-				s.round(
-					variant{"ours", func() { row.ours(b, chanTB) }},
-					variant{"exec", func() { execRows[i].ours(b, execTB) }},
-					variant{"seed", func() { execRows[i].seed(b, sd) }},
-					variant{"floor", func() { floor(b, client, chanSess.Name()) }},
-				)
+				s.round(vs...)
 			}
 			s.report()
 		})
