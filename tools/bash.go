@@ -187,42 +187,15 @@ func sessionNotes(stderr []byte) []string {
 	return notes
 }
 
-// killExit is a kill that ended with a non-zero status.
-type killExit struct {
-	code   int
-	stderr string
-}
-
-func (e *killExit) Error() string { return fmt.Sprintf("exit %d: %s", e.code, e.stderr) }
-
 // killBash asks the guest to kill everything the call started: the second
 // round trip, only when the call did not see the command end. On the guest
 // agent's channel, where the agent itself supervised the command, its
-// bash-kill builtin returns once that supervisor has killed everything. A kill cut by
-// the death of the msb backend's guest-agent channel is sent once more (the
-// next Shell reopens the channel or falls back to one exec per call; the
-// kill script is idempotent). When the kill fails nothing proves the
-// command is gone, so the session is poisoned.
+// bash-kill builtin returns once that supervisor has killed everything.
+// When the kill fails (runCleanup has sent it twice where once may be cut
+// short) nothing proves the command is gone, so the session is poisoned.
 func (t *Toolbox) killBash(ctx context.Context, call bashproto.Call) error {
 	kill, killArgs := bashproto.KillScript(call.ID)
-	send := func() error {
-		res, err := t.sess.Shell(context.WithoutCancel(ctx), session.Command{Script: kill, Args: killArgs, Builtin: agentwire.BuiltinBashKill},
-			session.ShellOptions{GuestTimeout: 10 * time.Second})
-		if err == nil && res.ExitCode != 0 {
-			err = &killExit{code: res.ExitCode, stderr: strings.TrimSpace(string(clip(res.Stderr)))}
-		}
-		return err
-	}
-	err := send()
-	var exit *killExit
-	if errors.Is(err, session.ErrChannelBroken) || errors.As(err, &exit) && exit.stderr == "" {
-		// The kill is sent once more when the channel died under it, or
-		// when its exec ended with a status and not a word, as the real
-		// msb's exec of a kill after a call cut by the host has been seen
-		// to end (255). The kill is idempotent: the second finds nothing
-		// left where the first did its work.
-		err = send()
-	}
+	err := t.runCleanup(ctx, session.Command{Script: kill, Args: killArgs, Builtin: agentwire.BuiltinBashKill}, 10*time.Second)
 	if err == nil || sessionOver(err) {
 		return nil
 	}

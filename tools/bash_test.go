@@ -449,13 +449,17 @@ func TestBashWithoutRecordsKillsTheCommand(t *testing.T) {
 
 // wordlessKill is a session whose first bash-kill ends with status 255
 // and no word, as the real msb's exec of one has been seen to end.
-type wordlessKill struct {
+// wordlessCleanup ends the first cleanup command it is given with 255 and
+// no word, as the real msb's exec has been seen to end just after a command
+// the host cut short.
+type wordlessCleanup struct {
 	session.Session
-	kills atomic.Int32
+	isCleanup func(session.Command) bool
+	cleanups  atomic.Int32
 }
 
-func (w *wordlessKill) Shell(ctx context.Context, cmd session.Command, o session.ShellOptions) (*session.Result, error) {
-	if cmd.Builtin == agentwire.BuiltinBashKill && w.kills.Add(1) == 1 {
+func (w *wordlessCleanup) Shell(ctx context.Context, cmd session.Command, o session.ShellOptions) (*session.Result, error) {
+	if w.isCleanup(cmd) && w.cleanups.Add(1) == 1 {
 		return &session.Result{ExitCode: 255}, nil
 	}
 	return w.Session.Shell(ctx, cmd, o)
@@ -465,13 +469,13 @@ func (w *wordlessKill) Shell(ctx context.Context, cmd session.Command, o session
 // given up: the command's processes die and the session stays usable.
 func TestBashKillEndingWithoutAWordIsSentAgain(t *testing.T) {
 	s, _ := openMsb(t)
-	w := &wordlessKill{Session: s}
+	w := &wordlessCleanup{Session: s, isCleanup: func(c session.Command) bool { return c.Builtin == agentwire.BuiltinBashKill }}
 	tb := tools.New(w, tools.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
 	_, err := tb.Call(ctx, "bash", []byte(`{"command": "setsid sleep 300.71 & sleep 300.72"}`), nil)
 	require.ErrorIs(t, err, session.ErrAborted)
-	assert.EqualValues(t, 2, w.kills.Load(), "the kill was sent twice")
+	assert.EqualValues(t, 2, w.cleanups.Load(), "the kill was sent twice")
 	assert.False(t, s.Poisoned())
 	assert.Equal(t, "0\n", sh(t, s, `ps -eo args | grep -c '[s]leep 300.7' || true`), "the command's processes are gone")
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oma-sandbox/oma-sandbox/grep"
 	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/tools"
 )
@@ -126,6 +127,21 @@ func TestSearchUsesOperationTimeout(t *testing.T) {
 		assert.Less(t, time.Since(start), 7*timeout)
 		assert.False(t, s.Poisoned())
 	})
+}
+
+// A search's cleanup that ends without a word is sent once more: the
+// search's processes die and the session stays usable.
+func TestSearchCleanupEndingWithoutAWordIsSentAgain(t *testing.T) {
+	s, _ := openMsb(t)
+	cleanup, _ := grep.CleanupScript("")
+	w := &wordlessCleanup{Session: s, isCleanup: func(c session.Command) bool { return c.Script == cleanup }}
+	tb := tools.New(w, tools.Options{OperationTimeout: time.Second})
+	sh(t, s, `mkfifo blocked`)
+	_, err := tb.Call(context.Background(), "grep", json.RawMessage(fmt.Sprintf(`{"pattern": "x", "path": %q}`, s.Paths().Workspace+"/blocked")), nil)
+	assert.EqualError(t, err, "Grep timed out after 1 seconds")
+	assert.EqualValues(t, 2, w.cleanups.Load(), "the cleanup was sent twice")
+	assert.False(t, s.Poisoned())
+	assert.Equal(t, "", sh(t, s, rgParent, s.Paths().Workspace+"/blocked"), "the search's rg is gone")
 }
 
 // Parallel calls of every kind on one session each get their own result;

@@ -189,13 +189,12 @@ func seconds(d time.Duration) string {
 var errMatchCap = errors.New("match cap reached")
 
 func (t *Toolbox) cleanupSearch(ctx context.Context, s search) error {
-	ctx = context.WithoutCancel(ctx)
-	res, err := t.sess.Shell(ctx, s.cleanup, session.ShellOptions{GuestTimeout: max(searchCleanupTimeout, t.opTimeout)})
-	if err != nil {
+	var exit *cleanupExit
+	switch err := t.runCleanup(ctx, s.cleanup, max(searchCleanupTimeout, t.opTimeout)); {
+	case errors.As(err, &exit):
+		return fmt.Errorf("%s cleanup: guest processes survived (exit %d): %s", s.tool, exit.code, exit.stderr)
+	case err != nil:
 		return fmt.Errorf("%s cleanup: %w", s.tool, err)
-	}
-	if res.ExitCode != 0 {
-		return fmt.Errorf("%s cleanup: guest processes survived (exit %d): %s", s.tool, res.ExitCode, strings.TrimSpace(string(clip(res.Stderr))))
 	}
 	return nil
 }

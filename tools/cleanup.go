@@ -1,0 +1,44 @@
+package tools
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/oma-sandbox/oma-sandbox/session"
+)
+
+// cleanupExit is a cleanup command that ended with a non-zero status.
+type cleanupExit struct {
+	code   int
+	stderr string
+}
+
+func (e *cleanupExit) Error() string { return fmt.Sprintf("exit %d: %s", e.code, e.stderr) }
+
+// runCleanup runs an idempotent guest command that kills what a call left
+// running (bash's kill, a search's cleanup), whatever ctx says: the call is
+// already over for its caller. It is sent once more when the msb backend's
+// guest-agent channel died under it (the next Shell reopens the channel or
+// falls back to one exec per call), or when it ended with a status and not
+// a word, as the real msb's exec ends (255) when it runs just after a
+// command the host cut short. The second finds nothing left where the first
+// did its work; a failure after that is returned, and nothing proves the
+// processes are gone.
+func (t *Toolbox) runCleanup(ctx context.Context, cmd session.Command, timeout time.Duration) error {
+	send := func() error {
+		res, err := t.sess.Shell(context.WithoutCancel(ctx), cmd, session.ShellOptions{GuestTimeout: timeout})
+		if err == nil && res.ExitCode != 0 {
+			err = &cleanupExit{code: res.ExitCode, stderr: strings.TrimSpace(string(clip(res.Stderr)))}
+		}
+		return err
+	}
+	err := send()
+	var exit *cleanupExit
+	if errors.Is(err, session.ErrChannelBroken) || errors.As(err, &exit) && exit.stderr == "" {
+		err = send()
+	}
+	return err
+}
