@@ -29,12 +29,16 @@ main() {
   # What the suite wrote reaches the disk every few seconds: should L1's
   # kernel die, the host reads the logs so far and boots L1 again to run
   # what is left.
-  (while sleep 5; do sync; done) &
+  (while sleep 5; do sync; done) >/dev/null 2>&1 &
+  local syncer=$!
   lane=$(sed -n 's/.*oma\.lane=\([0-9]*\).*/\1/p' /proc/cmdline)
   /opt/oma/run-suite.sh run "$lane"
+  kill "$syncer"
 }
-# Through a pipe, not the serial tty: msb draws no spinners then.
-main 2>&1 | cat >/dev/console
+# Through a pipe, not the serial tty: msb draws no spinners then. The
+# reader stops at main's last line, not at the pipe's end: a process the
+# suite left behind (a daemon of msb's) may hold the pipe open for ever.
+{ main; echo "real-vm: L1 done"; } 2>&1 | sed -u '/^real-vm: L1 done$/q' >/dev/console
 sync
 echo o >/proc/sysrq-trigger
 sleep 30

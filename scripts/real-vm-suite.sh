@@ -75,7 +75,7 @@ build() {
     while read -r part; do
       chunk=$((chunk + 1))
       add "$lane" "$name-$chunk" "$pkg" "-test.run ^($part)\$" OMA_REALVM_HOME=/var/tmp/oma-realvm/$name "$@"
-    done < <(paste -d'|' $(printf -- '- %.0s' $(seq "${OMA_VM_CHUNK:-6}")) <<<"$tests" | sed 's/|*$//')
+    done < <(paste -d'|' $(printf -- '- %.0s' $(seq "${OMA_VM_CHUNK:-12}")) <<<"$tests" | sed 's/|*$//')
   }
   # unseen NAME...: stdin's test names less NAMEs, tests whose fix is not
   # yet seen passing on a real VM, unless OMA_SUITE_RUN asks for them.
