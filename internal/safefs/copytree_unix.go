@@ -1,4 +1,4 @@
-//go:build unix
+//go:build linux || darwin
 
 package safefs
 
@@ -17,7 +17,8 @@ import (
 // directory file descriptors one level at a time, never through a symlink
 // (a symlink is copied as a link, its target never read or followed) nor,
 // on Linux, into another mount (a mount point is skipped), regular files
-// by content, directories with their permission bits. Devices, FIFOs and
+// by content, directories with their permission bits, both with their
+// user.* extended attributes (see userXattrPrefix). Devices, FIFOs and
 // sockets are skipped too; the names skipped are returned. When the
 // process runs as root, owners are kept, so the guest's user still owns
 // its files. dst must be fresh: an existing name in it is an error.
@@ -198,7 +199,7 @@ func (c *copier) down(name, path string) error {
 		return err
 	}
 	if len(l.names) == 0 {
-		return c.attrs(out, &l.st)
+		return c.attrs(child, out, &l.st)
 	}
 	if l.dst, err = identOf(out); err != nil {
 		return err
@@ -226,7 +227,7 @@ func (c *copier) up() error {
 		unix.Close(src)
 		return err
 	}
-	err = c.attrs(c.dst, &top.st)
+	err = c.attrs(c.src, c.dst, &top.st)
 	unix.Close(c.src)
 	unix.Close(c.dst)
 	c.src, c.dst = src, dst
@@ -282,7 +283,7 @@ func (c *copier) file(name, path string, st *unix.Stat_t) error {
 	if err := c.data(inf, outf, now.Size); err != nil {
 		return err
 	}
-	if err := c.attrs(out, &now); err != nil {
+	if err := c.attrs(in, out, &now); err != nil {
 		return err
 	}
 	if err := outf.Close(); err != nil {
@@ -351,25 +352,22 @@ func (c *copier) link(name string, st *unix.Stat_t) error {
 	return nil
 }
 
-// attrs gives the copy fd the permission bits (and, as root, the owner) of
-// st; set-id bits are dropped.
-func (c *copier) attrs(fd int, st *unix.Stat_t) error {
+// attrs gives the copy out the user.* extended attributes of in, whose
+// bytes count against the budget, and the permission bits (and, as root,
+// the owner) of st; set-id bits are dropped.
+func (c *copier) attrs(in, out int, st *unix.Stat_t) error {
+	n, err := copyXattrs(in, out)
+	c.used += n
+	if err != nil {
+		return err
+	}
+	if c.used > c.max {
+		return fmt.Errorf("%w: more than %d bytes of file data and extended attributes", ErrCopyBudget, c.max)
+	}
 	if c.keepOwner {
-		if err := unix.Fchown(fd, int(st.Uid), int(st.Gid)); err != nil {
+		if err := unix.Fchown(out, int(st.Uid), int(st.Gid)); err != nil {
 			return err
 		}
 	}
-	return unix.Fchmod(fd, uint32(st.Mode)&0o1777)
-}
-
-// readNames lists the directory fd without moving fd's own offset: it
-// reads through a duplicate opened afresh.
-func readNames(fd int) ([]string, error) {
-	dup, err := unix.Openat(fd, ".", dirFlags, 0)
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(dup), ".")
-	defer f.Close()
-	return f.Readdirnames(-1)
+	return unix.Fchmod(out, uint32(st.Mode)&0o1777)
 }

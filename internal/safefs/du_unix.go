@@ -104,3 +104,15 @@ func identOf(fd int) (ident, error) {
 func identOfStat(st *unix.Stat_t) ident {
 	return ident{uint64(st.Dev), uint64(st.Ino)}
 }
+
+// readNames lists the directory fd without moving fd's own offset: it
+// reads through a duplicate opened afresh.
+func readNames(fd int) ([]string, error) {
+	dup, err := unix.Openat(fd, ".", dirFlags, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(dup), ".")
+	defer f.Close()
+	return f.Readdirnames(-1)
+}
