@@ -9,19 +9,25 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
 	"github.com/oma-sandbox/oma-sandbox/internal/testutil"
 	"github.com/oma-sandbox/oma-sandbox/msb"
@@ -71,31 +77,37 @@ var inFlight = []struct{ name, input string }{
 // the next call reopens the channel (new processes), after the second it
 // runs with one msb exec per call (no channel process), and every read
 // finds the file written first. A stopped sandbox poisons the session,
-// which must keep its workspace. Close must then work at once, and the
-// run leaves nothing: no sandbox, volume, holder, msb or agent process, or
-// goroutine.
+// which must keep its workspace. Every fourth session meets a guest that
+// replaces the agent with one that acks stdin without reading it (see
+// replaceAgent). Close must then work at once, and the run leaves
+// nothing: no sandbox, volume, holder, msb or agent process, or goroutine.
 func TestChaosChannel(t *testing.T) {
 	requireFakemsb(t)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	agent := agentFile(t)
+	agent, forgery := agentFile(t), forgedAgent(t)
 	seed := pickSeed()
 	t.Logf("seed %d (rerun with -chaos.seed=%d -chaos.channels=%d)", seed, seed, *channelSessionsFlag)
 
 	rec := newRecorder(hostTiming)
 	envs := newEnvs(t, 4)
 	took := runPool(len(envs), *channelSessionsFlag, seed, func(worker, k int, rng *rand.Rand) {
-		runChannelSession(envs[worker], rec, agent, k, rng)
+		runChannelSession(envs[worker], rec, agent, forgery, k, rng)
 	})
 	t.Logf("%d channel sessions on %d fakemsbs in %v", *channelSessionsFlag, len(envs), took)
 	checkClean(t, envs, rec)
 	rec.summary(t)
+	if rec.outcomes[forgeryMet] == 0 && *channelSessionsFlag >= 4 {
+		t.Errorf("no session's write reached a forged agent: %v", rec.outcomes)
+	}
 }
 
 // runChannelSession is one session's life under channel kills: create,
 // write the notes, then up to three rounds of calls in flight and a kill,
 // each followed by a read that must work (or, after a stop, fail typed
-// with the workspace kept), then close.
-func runChannelSession(env *fakemsbtest.Env, rec *recorder, agent string, k int, rng *rand.Rand) {
+// with the workspace kept), then close. Every fourth session, the first
+// among them, has its agent replaced by the forgery instead (see
+// replaceAgent).
+func runChannelSession(env *fakemsbtest.Env, rec *recorder, agent, forgery string, k int, rng *rand.Rand) {
 	client := msb.NewClient(&watch{rec: rec, inner: &msb.CLI{Path: env.Bin}})
 	tm := rec.timing
 	// The session's and the tools' debug log goes into the failures that
@@ -123,6 +135,10 @@ func runChannelSession(env *fakemsbtest.Env, rec *recorder, agent string, k int,
 	write, _ := json.Marshal(map[string]string{"path": "chaos/notes.txt", "content": channelNotes})
 	if err := rec.call(nil, k, tb, "write", "write", write, tm.toolDeadline, nil); err != nil {
 		rec.fail("%s: the first write: %v", sess.Name(), err)
+		return
+	}
+	if k%4 == 0 {
+		rec.replaceAgent(env, k, sess, forgery, logger)
 		return
 	}
 
@@ -196,6 +212,132 @@ func (r *recorder) killUnderCalls(env *fakemsbtest.Env, k int, tb *tools.Toolbox
 	wg.Wait()
 	r.count(kill)
 	return errs
+}
+
+// forgeryMet is the outcome of a session whose write met the forged agent.
+const forgeryMet = "agent replaced by a forgery, session kept working"
+
+// replaceAgent is the hostile guest's "replace the agent with one that
+// acks stdin without reading it": the forgery is written over the agent's
+// file in the guest, the running agent killed, and a write of 8 MiB, whose
+// content travels on stdin, reopens the channel to the forgery. The host
+// may take no more of that stdin than a call's window and the channel's
+// queue bound, plus what the pipes to the guest hold; the write must end
+// with ErrChannelBroken within its deadline, and the session go on with one
+// msb exec per call.
+func (r *recorder) replaceAgent(env *fakemsbtest.Env, k int, sess *microvm.Session, forgery string, logger *slog.Logger) {
+	name := sess.Name()
+	open := env.Channel(name)
+	if len(open.Msb) != 1 || len(open.Agents) != 1 {
+		r.fail("%s: want one open channel, have %+v", name, open)
+		return
+	}
+	if err := syscall.Kill(open.Agents[0], syscall.SIGKILL); err != nil {
+		r.fail("%s: %s: %v", name, killAgent, err)
+		return
+	}
+	// The file cannot be rewritten while the agent runs it.
+	r.awaitGone(name, killAgent, open)
+	file, err := env.GuestFile(name, fakemsbtest.AgentGuestPath)
+	if err == nil {
+		err = copyOver(forgery, file)
+	}
+	if err != nil {
+		r.fail("%s: placing the forged agent: %v", name, err)
+		return
+	}
+
+	counted := &stdinCounter{Session: sess}
+	tb := tools.New(counted, tools.Options{OperationTimeout: r.timing.toolTimeout, Logger: logger})
+	const size = 8 << 20
+	input, _ := json.Marshal(map[string]string{"path": "chaos/big.txt", "content": strings.Repeat("x", size)})
+	write := func(ctx context.Context) error {
+		_, err := tb.Call(ctx, "write", input, nil)
+		return err
+	}
+	// The write reopens the channel to the forgery; on a loaded machine
+	// that open can fail (msb inspect past its deadline) and the write go
+	// by one msb exec instead, so it is tried again, up to three times.
+	op := "write to a forged agent"
+	for attempt := 1; ; attempt++ {
+		before := sess.Served().Exec
+		err = r.op(nil, k, op, r.timing.toolDeadline, write)
+		switch {
+		case errors.Is(err, session.ErrChannelBroken) && !strings.Contains(err.Error(), "ack of"):
+			// It went to the killed agent's channel before the host saw it die.
+			counted.n.Store(0)
+			continue
+		case err == nil && sess.Served().Exec > before && attempt < 3:
+			counted.n.Store(0)
+			continue
+		case err == nil && sess.Served().Exec > before:
+			r.count("agent replaced by a forgery, the channel never reopened (one exec per call)")
+			r.readNotes(env, k, tb, sess)
+			return
+		}
+		break
+	}
+	if !errors.Is(err, session.ErrChannelBroken) {
+		r.fail("%s: a write to a forged agent that acks stdin it never reads: %v, want ErrChannelBroken", name, err)
+	}
+	// Bytes the pipes to the guest (msb's stdin, then the agent's) hold
+	// are acknowledgeable; they take less than 256 KiB.
+	if n, bound := counted.n.Load(), int64(agentwire.MaxStdinQueue+agentwire.MaxChunk+256<<10); n > bound {
+		r.fail("%s: the host took %d bytes of stdin for a forged agent that reads none, more than %d", name, n, bound)
+	}
+	r.awaitNoChannel(env, name, "after the forged agent's channel broke")
+	if r.readNotes(env, k, tb, sess) {
+		if now := env.Channel(name); !now.Empty() {
+			r.fail("%s: a channel reopened after the forged agent's: %+v", name, now)
+		}
+		r.count(forgeryMet)
+	}
+}
+
+// stdinCounter counts the stdin bytes the host takes from its calls.
+type stdinCounter struct {
+	session.Session
+	n atomic.Int64
+}
+
+func (c *stdinCounter) Shell(ctx context.Context, cmd session.Command, o session.ShellOptions) (*session.Result, error) {
+	if o.Stdin != nil {
+		o.Stdin = &countingReader{r: o.Stdin, n: &c.n}
+	}
+	return c.Session.Shell(ctx, cmd, o)
+}
+
+type countingReader struct {
+	r io.Reader
+	n *atomic.Int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// copyOver rewrites dst in place with src's content: dst keeps its inode,
+// which is what the guest sees.
+func copyOver(src, dst string) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, data, 0)
+}
+
+// forgedAgent builds chaos/forgedagent for the guest and returns its path.
+func forgedAgent(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "forgedagent")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "github.com/oma-sandbox/oma-sandbox/chaos/forgedagent")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building the forged agent: %v\n%s", err, out)
+	}
+	return bin
 }
 
 // cutByDeadChannel reports whether err is how a call may end when its

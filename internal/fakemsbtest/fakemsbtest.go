@@ -233,6 +233,9 @@ type stateFile struct {
 		Holder *struct {
 			InitPID int `json:"init_pid"`
 		} `json:"holder"`
+		CopyFiles []struct {
+			Dst string `json:"dst"`
+		} `json:"copy_files"`
 	} `json:"sandboxes"`
 	Volumes   map[string]json.RawMessage `json:"volumes"`
 	Snapshots map[string]json.RawMessage `json:"snapshots"`
@@ -240,18 +243,26 @@ type stateFile struct {
 
 func (e *Env) state(t testing.TB) stateFile {
 	t.Helper()
-	var st stateFile
-	data, err := os.ReadFile(filepath.Join(e.Home, "state.json"))
-	if errors.Is(err, os.ErrNotExist) {
-		return st
-	}
+	st, err := e.readState()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := json.Unmarshal(data, &st); err != nil {
-		t.Fatalf("fakemsbtest: state: %v", err)
-	}
 	return st
+}
+
+func (e *Env) readState() (stateFile, error) {
+	var st stateFile
+	data, err := os.ReadFile(filepath.Join(e.Home, "state.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return st, nil
+	}
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(data, &st); err != nil {
+		return st, fmt.Errorf("fakemsbtest: state: %w", err)
+	}
+	return st, nil
 }
 
 // Sandboxes returns the names of the sandboxes in the state, sorted.
@@ -265,6 +276,22 @@ func (e *Env) Sandboxes(t testing.TB) []string {
 func (e *Env) Status(t testing.TB, name string) string {
 	t.Helper()
 	return e.state(t).Sandboxes[name].Status
+}
+
+// GuestFile returns the host file fakemsb binds read-only at guestPath in
+// sandbox for its create's --copy-file. A guest that is root in a real VM
+// can replace such a file; a test rewriting this one in place does it.
+func (e *Env) GuestFile(sandbox, guestPath string) (string, error) {
+	st, err := e.readState()
+	if err != nil {
+		return "", err
+	}
+	for i, f := range st.Sandboxes[sandbox].CopyFiles {
+		if f.Dst == guestPath {
+			return filepath.Join(e.Home, "patches", sandbox, strconv.Itoa(i)), nil
+		}
+	}
+	return "", fmt.Errorf("fakemsbtest: sandbox %s has no copied file at %s", sandbox, guestPath)
 }
 
 // Volumes returns the names of the volumes in the state, sorted.
