@@ -18,6 +18,10 @@ mountpoint -q /sys/fs/cgroup || mount -t cgroup2 none /sys/fs/cgroup
 chmod 1777 /tmp
 export TMPDIR=/tmp
 ip link set lo up
+# msb gives its guest an IPv4 address (and so the host alias) only where
+# the host can route IPv4: L1 has no network card, so a dummy interface
+# with a default route stands in for one. Nothing leaves through it.
+modprobe dummy && ip link add oma0 type dummy && ip link set oma0 up && ip route add default dev oma0
 hostname oma-l1
 
 main() {

@@ -77,14 +77,6 @@ build() {
       add "$lane" "$name-$chunk" "$pkg" "-test.run ^($part)\$" OMA_REALVM_HOME=/var/tmp/oma-realvm/$name "$@"
     done < <(paste -d'|' $(printf -- '- %.0s' $(seq "${OMA_VM_CHUNK:-12}")) <<<"$tests" | sed 's/|*$//')
   }
-  # unseen NAME...: stdin's test names less NAMEs, tests whose fix is not
-  # yet seen passing on a real VM, unless OMA_SUITE_RUN asks for them.
-  unseen() {
-    local args=() n
-    if [ -n "${OMA_SUITE_RUN:-}" ]; then cat; return; fi
-    for n in "$@"; do args+=(-e "$n"); done
-    grep -vx "${args[@]}" || true
-  }
   local shared
   shared=$(tests_calling tools/*_test.go -- forEachBackend forEachBashBackend)
   # The tools' and transfer's shared suites on the real msb: over the guest
@@ -101,12 +93,8 @@ build() {
   tests 1 transfer-channel transfer "$shared" OMA_TEST_BACKENDS=real-msb-channel
   tests 2 transfer-exec transfer "$shared" OMA_TEST_BACKENDS=real-msb
   # Whole sessions: the lifecycle and the reaper, poisoning, pause and
-  # resume, fork.
-  # (Fork and the network scenario do not pass on the real VM yet: a
-  # guest's symlink in a volume is no host symlink there, and the guest
-  # cannot resolve host.microsandbox.internal under the allowlist;
-  # scripts/real-vm.sh -run 'TestRealMSBFork|TestRealMSBNetwork' runs them.)
-  tests 2 e2e e2e/realmsb "$(tests_named TestRealMSB e2e/realmsb/*_test.go | unseen TestRealMSBFork TestRealMSBNetwork)"
+  # resume, fork, an allowlisted host port and a secret.
+  tests 2 e2e e2e/realmsb "$(tests_named TestRealMSB e2e/realmsb/*_test.go)"
   # The chaos suite's msb half, at a size that fits: cancellations,
   # parallel calls and a hostile guest on real microVMs.
   tests 1 chaos chaos TestChaosRealVM
