@@ -3,7 +3,9 @@ package omasandbox
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -29,6 +31,17 @@ import (
 // policy, limits and environment. Uploads and outputs start empty on both.
 // Neither copy follows a symlink the guest left.
 func (s *Session) Fork(ctx context.Context, sessionID string) (*Session, error) {
+	began := time.Now()
+	f, err := s.fork(ctx, sessionID)
+	var attrs []slog.Attr
+	if f != nil {
+		attrs = append(attrs, slog.String("fork", f.Name()))
+	}
+	s.logAction(ctx, "fork", began, err, attrs...)
+	return f, err
+}
+
+func (s *Session) fork(ctx context.Context, sessionID string) (*Session, error) {
 	if sessionID == "" {
 		sessionID = strings.SplitN(uuid.NewString(), "-", 2)[0]
 	}

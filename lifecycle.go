@@ -2,6 +2,7 @@ package omasandbox
 
 import (
 	"context"
+	"time"
 
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
@@ -28,11 +29,21 @@ func (s *Session) lifecycle() session.Lifecycle { return s.sess.(session.Lifecyc
 // the session was opened with NoAutoResume. On the local backend nothing
 // runs between calls, so there is nothing to free: Pause only checks that
 // the session is open. It waits for calls in flight (msb).
-func (s *Session) Pause(ctx context.Context) error { return s.lifecycle().Pause(ctx) }
+func (s *Session) Pause(ctx context.Context) error {
+	began := time.Now()
+	err := s.lifecycle().Pause(ctx)
+	s.logAction(ctx, "pause", began, err)
+	return err
+}
 
 // Resume makes a paused session ready again (msb start); a running one,
 // and every local one, is left as it is.
-func (s *Session) Resume(ctx context.Context) error { return s.lifecycle().Resume(ctx) }
+func (s *Session) Resume(ctx context.Context) error {
+	began := time.Now()
+	err := s.lifecycle().Resume(ctx)
+	s.logAction(ctx, "resume", began, err)
+	return err
+}
 
 // Stats reports the session's use: on msb its VM's metrics (CPU, memory,
 // disk and network counters; none while paused) and its workspace volume's

@@ -104,7 +104,10 @@ type Options struct {
 	// OperationTimeout bounds every tool call that names no timeout of its
 	// own, and is the bash tool's default timeout; 0 means 10 s.
 	OperationTimeout time.Duration
-	Logger           *slog.Logger
+	// Logger gets the backends' log and, at Info level, an audit record of
+	// every tool call and session action (docs/cli.md#audit-records); nil
+	// discards them.
+	Logger *slog.Logger
 }
 
 func (o Options) doctor() DoctorOptions {
@@ -144,8 +147,20 @@ func PickBackend(ctx context.Context, backend string, o DoctorOptions) (string, 
 
 // Open creates a session on the backend o names. The session lives until
 // Close (or until the reaper removes it). An error wrapping ErrInvalid is
-// a refused option, and nothing was created.
+// a refused option, and nothing was created. o.Logger gets an audit record
+// of the creation at Info level.
 func Open(ctx context.Context, o Options) (*Session, error) {
+	began := time.Now()
+	s, err := open(ctx, o)
+	if s != nil {
+		s.logAction(ctx, "create", began, err)
+	} else {
+		logAction(ctx, o.logger(), "create", began, err, slog.String("backend", o.Backend))
+	}
+	return s, err
+}
+
+func open(ctx context.Context, o Options) (*Session, error) {
 	backend, err := PickBackend(ctx, o.Backend, o.doctor())
 	if err != nil {
 		return nil, err
@@ -204,7 +219,15 @@ func Open(ctx context.Context, o Options) (*Session, error) {
 // NoAutoResume, OneExecPerCall, OperationTimeout and Logger apply. On msb this runs nothing, so a sandbox
 // that does not exist shows at the first call (ErrNotFound); on the local
 // backend Attach probes the host again and reads the session's record.
+// o.Logger gets an audit record of the attach at Info level.
 func Attach(ctx context.Context, name string, o Options) (*Session, error) {
+	began := time.Now()
+	s, err := attach(ctx, name, o)
+	logAction(ctx, o.logger(), "attach", began, err, slog.String("session", name), slog.String("backend", BackendOf(name)))
+	return s, err
+}
+
+func attach(ctx context.Context, name string, o Options) (*Session, error) {
 	switch BackendOf(name) {
 	case BackendMsb:
 		s, err := microvm.Attach(o.client(), session.DefaultPrefix, name)
@@ -256,4 +279,9 @@ func (s *Session) Paths() Paths { return s.sess.Paths() }
 func (s *Session) Sandbox() session.Session { return s.sess }
 
 // Close removes the sandbox and its workspace. It is idempotent.
-func (s *Session) Close(ctx context.Context) error { return s.sess.Close(ctx) }
+func (s *Session) Close(ctx context.Context) error {
+	began := time.Now()
+	err := s.sess.Close(ctx)
+	s.logAction(ctx, "close", began, err)
+	return err
+}

@@ -23,8 +23,9 @@ type Options struct {
 	// Name and Version identify the server to clients; "" means
 	// "oma-sandbox" and "(devel)".
 	Name, Version string
-	// Logger receives the SDK's log and one debug record per tool call; nil
-	// discards them.
+	// Logger receives the SDK's log and a warning per tool call that failed
+	// on the sandbox's or the host's side; nil discards them. The audit
+	// record of every call is the Toolbox's (tools.Options.Logger).
 	Logger *slog.Logger
 }
 
@@ -88,7 +89,7 @@ func toolHandler(opts Options, stop context.Context, name string) mcp.ToolHandle
 		}
 		start := time.Now()
 		text, err := opts.Toolbox.Call(ctx, name, req.Params.Arguments, progress)
-		logCall(opts.Logger, name, time.Since(start), err)
+		warnHostFailure(opts.Logger, name, time.Since(start), err)
 		if err != nil {
 			return textResult(errorText(err), true), nil
 		}
@@ -109,15 +110,14 @@ func textResult(text string, isError bool) *mcp.CallToolResult {
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}, IsError: isError}
 }
 
-// logCall logs a call at debug level, and at warning level an error that is
-// neither the agent's (input, command, guest) nor an abort: a sandbox or
-// host failure an operator may need to see.
-func logCall(logger *slog.Logger, name string, d time.Duration, err error) {
-	level := slog.LevelDebug
+// warnHostFailure logs an error that is neither the agent's (input,
+// command, guest) nor an abort: a sandbox or host failure an operator may
+// need to see. The agent's errors are left out: they quote commands'
+// output and guest text.
+func warnHostFailure(logger *slog.Logger, name string, d time.Duration, err error) {
 	if err != nil && !agentError(err) && !errors.Is(err, session.ErrAborted) {
-		level = slog.LevelWarn
+		logger.Warn("tool call failed", "tool", name, "duration", d, "err", err)
 	}
-	logger.Log(context.Background(), level, "tool call", "tool", name, "duration", d, "err", err)
 }
 
 func agentError(err error) bool {

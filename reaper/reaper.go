@@ -103,6 +103,20 @@ type Skipped struct {
 	Reason string `json:"reason"`
 }
 
+// Count tallies one kind of resource in a sweep, beside the names the
+// Report lists, so that a monitor sees what the sweep looked at.
+type Count struct {
+	// Listed is how many entries msb's listing of this kind returned.
+	Listed int `json:"listed"`
+	// Foreign is how many of them are not ours (another name form, or not
+	// provably ours): never touched.
+	Foreign int `json:"foreign"`
+	// Failed is how many resources of this kind the sweep could not act
+	// on: a removal that failed or never started, an inspection that
+	// failed (the sandbox is kept), a failed listing (one).
+	Failed int `json:"failed"`
+}
+
 // Report is the outcome of one sweep. In a dry run the Removed lists name
 // what would have been removed.
 type Report struct {
@@ -111,6 +125,9 @@ type Report struct {
 	RemovedVolumes   []string  `json:"removed_volumes"`
 	RemovedSnapshots []string  `json:"removed_snapshots"`
 	Skipped          []Skipped `json:"skipped"`
+	// Counts has a Count for each of KindSandbox, KindVolume and
+	// KindSnapshot.
+	Counts map[string]Count `json:"counts"`
 	// Errors holds one error per failed removal, each naming its resource.
 	Errors []error `json:"-"`
 }
@@ -190,10 +207,15 @@ func Reap(ctx context.Context, client *msb.Client, opts Options) (*Report, error
 			RemovedVolumes:   []string{},
 			RemovedSnapshots: []string{},
 			Skipped:          []Skipped{},
+			Counts: map[string]Count{
+				KindSandbox:  {Listed: len(sandboxes)},
+				KindVolume:   {Listed: len(volumes)},
+				KindSnapshot: {Listed: len(snapshots)},
+			},
 		},
 	}
 	if snapshotErr != nil {
-		s.fail(fmt.Errorf("reaper: list snapshots: %w", snapshotErr))
+		s.fail(KindSnapshot, fmt.Errorf("reaper: list snapshots: %w", snapshotErr))
 	}
 	active := s.lastActivity(ctx, opts, sandboxes)
 	removals := s.plan(opts, sandboxes, volumes, active)
@@ -258,7 +280,7 @@ func (s *sweep) lastActivity(ctx context.Context, opts Options, sandboxes []msb.
 				active[sb.Name] = sb.CreatedAt
 			default:
 				active[sb.Name] = time.Time{}
-				s.fail(fmt.Errorf("inspect sandbox %s for its last activity: %w", sb.Name, err))
+				s.fail(KindSandbox, fmt.Errorf("inspect sandbox %s for its last activity: %w", sb.Name, err))
 			}
 			return nil
 		})
@@ -286,6 +308,7 @@ func (s *sweep) plan(opts Options, sandboxes []msb.Sandbox, volumes []msb.Volume
 		listed[sb.Name] = true
 		stem, ok := session.SandboxStem(opts.Prefix, sb.Name)
 		if !ok {
+			s.foreign(KindSandbox)
 			continue
 		}
 		if why := stale(sb.CreatedAt); why != "" {
@@ -307,6 +330,7 @@ func (s *sweep) plan(opts Options, sandboxes []msb.Sandbox, volumes []msb.Volume
 	for _, v := range volumes {
 		stem, ok := session.VolumeStem(opts.Prefix, v.Name)
 		if !ok {
+			s.foreign(KindVolume)
 			continue
 		}
 		pair := pairs[stem]
@@ -317,8 +341,10 @@ func (s *sweep) plan(opts Options, sandboxes []msb.Sandbox, volumes []msb.Volume
 			s.skip(KindVolume, v.Name, "its sandbox "+paired+" is kept")
 		case pair == nil && len(opts.Labels) > 0:
 			// Its sandbox may exist outside the narrowed listing.
+			s.foreign(KindVolume)
 		case pair == nil && !createdAsNamed(opts.Prefix, stem, v.CreatedAt):
 			// Our name form, but not made when its name says: not ours.
+			s.foreign(KindVolume)
 			s.log.Debug("reaper: not ours", "kind", KindVolume, "name", v.Name, "created_at", v.CreatedAt)
 		case why != "":
 			s.skip(KindVolume, v.Name, why)
@@ -341,6 +367,7 @@ func (s *sweep) planSnapshots(opts Options, snapshots []msb.Snapshot) []removal 
 	for _, snap := range snapshots {
 		stem, ok := session.SnapshotStem(opts.Prefix, snap.Name)
 		if !ok || !createdAsNamed(opts.Prefix, stem, snap.CreatedAt) {
+			s.foreign(KindSnapshot)
 			continue
 		}
 		if age := now.Sub(snap.CreatedAt); age < opts.OlderThan {
@@ -373,6 +400,7 @@ func (s *sweep) run(ctx context.Context, removals []removal, limit int) {
 		g.Go(func() error {
 			if ctx.Err() != nil {
 				notStarted.Add(1)
+				s.notStarted(r)
 				return nil
 			}
 			s.remove(ctx, r)
@@ -381,7 +409,7 @@ func (s *sweep) run(ctx context.Context, removals []removal, limit int) {
 	}
 	_ = g.Wait() // every task reports into s.report and returns nil
 	if n := notStarted.Load(); n > 0 {
-		s.fail(fmt.Errorf("reaper: %d removals not started: %w", n, context.Cause(ctx)))
+		s.addError(fmt.Errorf("reaper: %d removals not started: %w", n, context.Cause(ctx)))
 	}
 }
 
@@ -394,7 +422,7 @@ func (s *sweep) remove(ctx context.Context, r removal) {
 		case errors.Is(err, msb.ErrSnapshotNotFound):
 			s.skip(KindSnapshot, r.snapshot, "already gone")
 		default:
-			s.fail(fmt.Errorf("remove snapshot %s: %w", r.snapshot, err))
+			s.fail(KindSnapshot, fmt.Errorf("remove snapshot %s: %w", r.snapshot, err))
 		}
 		return
 	}
@@ -406,7 +434,7 @@ func (s *sweep) remove(ctx context.Context, r removal) {
 		case errors.Is(err, msb.ErrSandboxNotFound):
 			s.skip(KindSandbox, r.sandbox, "already gone")
 		default:
-			s.fail(fmt.Errorf("remove sandbox %s: %w", r.sandbox, err))
+			s.fail(KindSandbox, fmt.Errorf("remove sandbox %s: %w", r.sandbox, err))
 			if r.volume != "" {
 				s.skip(KindVolume, r.volume, "its sandbox "+r.sandbox+" could not be removed")
 			}
@@ -426,7 +454,7 @@ func (s *sweep) remove(ctx context.Context, r removal) {
 		// A sandbox outside our listing mounts it: in use, not stale.
 		s.skip(KindVolume, r.volume, "attached to an active sandbox")
 	default:
-		s.fail(fmt.Errorf("remove volume %s: %w", r.volume, err))
+		s.fail(KindVolume, fmt.Errorf("remove volume %s: %w", r.volume, err))
 	}
 }
 
@@ -451,11 +479,50 @@ func (s *sweep) skip(kind, name, reason string) {
 	s.report.Skipped = append(s.report.Skipped, Skipped{Name: name, Kind: kind, Reason: reason})
 }
 
-func (s *sweep) fail(err error) {
+// fail records err against a resource of kind.
+func (s *sweep) fail(kind string, err error) {
+	s.addError(err)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tally(kind, func(c *Count) { c.Failed++ })
+}
+
+func (s *sweep) addError(err error) {
 	s.log.Warn("reaper: removal failed", "err", err)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.report.Errors = append(s.report.Errors, err)
+}
+
+// notStarted counts the resources of a removal that ctx ended before it
+// ran as failed; run reports them all in one error.
+func (s *sweep) notStarted(r removal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	failed := func(c *Count) { c.Failed++ }
+	if r.sandbox != "" {
+		s.tally(KindSandbox, failed)
+	}
+	if r.volume != "" {
+		s.tally(KindVolume, failed)
+	}
+	if r.snapshot != "" {
+		s.tally(KindSnapshot, failed)
+	}
+}
+
+// foreign counts a listed resource of kind that is not ours.
+func (s *sweep) foreign(kind string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tally(kind, func(c *Count) { c.Foreign++ })
+}
+
+// tally updates kind's Count; s.mu is held.
+func (s *sweep) tally(kind string, update func(*Count)) {
+	c := s.report.Counts[kind]
+	update(&c)
+	s.report.Counts[kind] = c
 }
 
 // finish sorts the report, since removals complete in any order, and

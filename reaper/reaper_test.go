@@ -384,6 +384,11 @@ func TestReportJSON(t *testing.T) {
 		"skipped": []any{map[string]any{
 			"name": n.Volume, "kind": "volume", "reason": "its sandbox " + n.Sandbox + " could not be removed",
 		}},
+		"counts": map[string]any{
+			"sandbox":  map[string]any{"listed": 1.0, "foreign": 0.0, "failed": 1.0},
+			"volume":   map[string]any{"listed": 1.0, "foreign": 0.0, "failed": 0.0},
+			"snapshot": map[string]any{"listed": 0.0, "foreign": 0.0, "failed": 0.0},
+		},
 		"errors": []any{r.Errors[0].Error()},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -414,6 +419,52 @@ func TestReapCancelledStopsStarting(t *testing.T) {
 	}
 	if got := count(f.log())["volume remove"]; got != 1 {
 		t.Errorf("%d removals ran after cancel, want 1", got)
+	}
+	if got := r.Counts[KindVolume].Failed; got != 9 {
+		t.Errorf("%d volumes counted as failed, want the 9 not started", got)
+	}
+}
+
+// TestReapCounts: every listed resource is counted once, as removed, kept,
+// foreign or failed, by kind.
+func TestReapCounts(t *testing.T) {
+	f := newFakeRunner()
+	f.addSession(1, stale)
+	f.addSession(2, stale)
+	failing := f.addSession(3, stale)
+	f.fail[failing.Volume] = "internal error: disk busy"
+	f.addSession(4, young)
+	ci := names("ci", 5, stale) // our labels, another prefix
+	f.addSandbox(ci.Sandbox, stale, session.OwnerLabels())
+	f.addVolume(ci.Volume, stale)
+	f.addSandbox(names(session.DefaultPrefix, 6, stale).Sandbox, stale, nil) // unlabelled: not listed
+	f.addVolume("data-1", stale)
+	f.addVolume(names(session.DefaultPrefix, 7, stale).Volume, stale)                    // an orphan of ours
+	f.addVolume(names(session.DefaultPrefix, 8, stale.Add(-48*time.Hour)).Volume, stale) // not made when named
+	f.addSnapshot(session.SnapshotName(names(session.DefaultPrefix, 9, stale).Stem), stale)
+	f.addSnapshot("before-pip-install", stale)
+
+	r, err := Reap(t.Context(), msb.NewClient(f), options)
+	if err == nil || len(r.Errors) != 1 {
+		t.Fatalf("err = %v, want the volume's failed removal", err)
+	}
+	want := map[string]Count{
+		KindSandbox:  {Listed: 5, Foreign: 1},
+		KindVolume:   {Listed: 8, Foreign: 3, Failed: 1},
+		KindSnapshot: {Listed: 2, Foreign: 1},
+	}
+	if !maps.Equal(r.Counts, want) {
+		t.Errorf("counts %+v, want %+v", r.Counts, want)
+	}
+	removed := map[string]int{KindSandbox: len(r.RemovedSandboxes), KindVolume: len(r.RemovedVolumes), KindSnapshot: len(r.RemovedSnapshots)}
+	kept := map[string]int{}
+	for _, sk := range r.Skipped {
+		kept[sk.Kind]++
+	}
+	for kind, c := range r.Counts {
+		if sum := removed[kind] + kept[kind] + c.Foreign + c.Failed; sum != c.Listed {
+			t.Errorf("%s: %d removed + %d kept + %d foreign + %d failed = %d, want the %d listed", kind, removed[kind], kept[kind], c.Foreign, c.Failed, sum, c.Listed)
+		}
 	}
 }
 

@@ -53,7 +53,9 @@ type Options struct {
 	// BashTimeout is a bash call's timeout when it names none. 0 means
 	// DefaultBashTimeout.
 	BashTimeout time.Duration
-	Logger      *slog.Logger
+	// Logger gets an audit record of every Call at Info level, and
+	// warnings of failed cleanups; nil discards them.
+	Logger *slog.Logger
 }
 
 // operationTimed is a session that bounds its calls by a timeout of its own
@@ -148,8 +150,17 @@ type Progress func([]byte)
 
 // Call validates input for the named tool and runs it. The returned text is
 // the tool's result; an error's text is what the agent should see. Invalid
-// input returns an *InputError before anything reaches the sandbox.
+// input returns an *InputError before anything reaches the sandbox. Every
+// call, refused ones too, gets an audit record at Info level in
+// Options.Logger (see ResultClass and WithCallID).
 func (t *Toolbox) Call(ctx context.Context, name string, input json.RawMessage, progress Progress) (string, error) {
+	began := time.Now()
+	text, err := t.call(ctx, name, input, progress)
+	t.audit(ctx, name, input, began, text, err)
+	return text, err
+}
+
+func (t *Toolbox) call(ctx context.Context, name string, input json.RawMessage, progress Progress) (string, error) {
 	tool, ok := registry[name]
 	if !ok {
 		return "", fmt.Errorf("%w: %q (known: %v)", ErrUnknownTool, name, Names())

@@ -193,14 +193,13 @@ func (f *createFlags) networkPolicy() (egress.Policy, error) {
 
 // create makes the session, with a spinner on a terminal. A refused option
 // is a usage error; nothing was created then.
-func (c *cli) create(ctx context.Context, p *pendingSession) (session.Session, error) {
+func (c *cli) create(ctx context.Context, p *pendingSession) (*omasandbox.Session, error) {
 	stop := c.spinner("creating " + p.backend + " session")
 	s, err := omasandbox.Open(ctx, p.opts)
 	stop()
 	switch {
 	case err == nil:
-		c.logger.Debug("session created", "backend", p.backend, "name", s.Name())
-		return s.Sandbox(), nil
+		return s, nil
 	case interrupted(ctx) != nil:
 		return nil, interrupted(ctx)
 	case errors.Is(err, session.ErrInvalid):
@@ -214,24 +213,11 @@ func backendOf(name string) string { return omasandbox.BackendOf(name) }
 
 // open attaches to a session by name for one command, which makes one
 // msb exec per guest call: opening the guest agent's channel would cost
-// more (see attachServing). On msb this runs nothing; on the local backend
-// it probes the host again, as every local Attach does.
-func (c *cli) open(ctx context.Context, name string) (session.Session, error) {
-	return c.attach(ctx, name, true)
-}
-
-// attachServing attaches to a session that serves many calls (mcp): on
-// msb they travel over the guest agent's channel when the sandbox has it.
-func (c *cli) attachServing(ctx context.Context, name string) (session.Session, error) {
-	return c.attach(ctx, name, false)
-}
-
-func (c *cli) attach(ctx context.Context, name string, oneExecPerCall bool) (session.Session, error) {
-	s, err := c.attachSession(ctx, name, omasandbox.Options{OneExecPerCall: oneExecPerCall})
-	if err != nil {
-		return nil, err
-	}
-	return s.Sandbox(), nil
+// more (mcp, which serves many calls, attaches without OneExecPerCall). On
+// msb this runs nothing; on the local backend it probes the host again, as
+// every local Attach does.
+func (c *cli) open(ctx context.Context, name string) (*omasandbox.Session, error) {
+	return c.attachSession(ctx, name, omasandbox.Options{OneExecPerCall: true})
 }
 
 // attachSession attaches to session name with the global flags' msb,
@@ -248,7 +234,7 @@ func (c *cli) attachSession(ctx context.Context, name string, opts omasandbox.Op
 
 // closeSession removes a session after its command is done, even when ctx
 // was cancelled by a signal.
-func closeSession(ctx context.Context, s session.Session) error {
+func closeSession(ctx context.Context, s *omasandbox.Session) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
 	defer cancel()
 	return s.Close(ctx)

@@ -7,11 +7,12 @@ import (
 	"fmt"
 	"time"
 
+	omasandbox "github.com/oma-sandbox/oma-sandbox"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
 // openLifecycle parses NAME and attaches to that session.
-func (c *cli) openLifecycle(ctx context.Context, fs *flag.FlagSet, args []string) (session.Lifecycle, string, error) {
+func (c *cli) openLifecycle(ctx context.Context, fs *flag.FlagSet, args []string) (*omasandbox.Session, string, error) {
 	names, err := c.parse(fs, args)
 	if err != nil {
 		return nil, "", err
@@ -23,7 +24,7 @@ func (c *cli) openLifecycle(ctx context.Context, fs *flag.FlagSet, args []string
 	if err != nil {
 		return nil, "", err
 	}
-	return s.(session.Lifecycle), names[0], nil
+	return s, names[0], nil
 }
 
 func runSessionPause(ctx context.Context, c *cli, args []string) error {
@@ -126,7 +127,7 @@ memory as the memory limit). Prints NAME.`)
 	if r.Restart && r.NextStart {
 		return &usageError{msg: "--restart and --next-start exclude each other", usage: usage(fs)}
 	}
-	if err := l.(session.Resizer).Resize(ctx, r); err != nil {
+	if err := l.Resize(ctx, r); err != nil {
 		if errors.Is(err, session.ErrInvalid) {
 			return &usageError{msg: err.Error()}
 		}

@@ -37,10 +37,11 @@ type cli struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 
-	msbPath  string
-	stateDir string
-	logLevel string
-	logger   *slog.Logger
+	msbPath   string
+	stateDir  string
+	logLevel  string
+	logFormat string
+	logger    *slog.Logger
 }
 
 // command is one subcommand. run gets the arguments after its name.
@@ -103,10 +104,14 @@ func (c *cli) globalFlags(fs *flag.FlagSet) {
 	if c.logLevel == "" {
 		c.logLevel = "warn"
 	}
-	fs.StringVar(&c.logLevel, "log-level", c.logLevel, "log to stderr from this `LEVEL` on: debug, info, warn or error")
+	fs.StringVar(&c.logLevel, "log-level", c.logLevel, "log to stderr from this `LEVEL` on: debug, info (adds a record per tool call and session action), warn or error")
+	if c.logFormat == "" {
+		c.logFormat = "text"
+	}
+	fs.StringVar(&c.logFormat, "log-format", c.logFormat, "write log records as `FORMAT`: text (key=value) or json (one object a line)")
 }
 
-var globalFlagNames = map[string]bool{"msb": true, "state-dir": true, "log-level": true}
+var globalFlagNames = map[string]bool{"msb": true, "state-dir": true, "log-level": true, "log-format": true}
 
 func mainUsage(fs *flag.FlagSet) string {
 	var b strings.Builder
@@ -121,14 +126,25 @@ func mainUsage(fs *flag.FlagSet) string {
 	return b.String()
 }
 
-// setupLogger builds the stderr logger from --log-level; it becomes slog's
-// default so that library code logging there obeys the level too.
+// setupLogger builds the stderr logger from --log-level and --log-format;
+// it becomes slog's default so that library code logging there obeys them
+// too.
 func (c *cli) setupLogger() error {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
 		return &usageError{msg: fmt.Sprintf("--log-level %q: want debug, info, warn or error", c.logLevel)}
 	}
-	c.logger = slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: level}))
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler
+	switch c.logFormat {
+	case "text":
+		h = slog.NewTextHandler(c.stderr, opts)
+	case "json":
+		h = slog.NewJSONHandler(c.stderr, opts)
+	default:
+		return &usageError{msg: fmt.Sprintf("--log-format %q: want text or json", c.logFormat)}
+	}
+	c.logger = slog.New(h)
 	slog.SetDefault(c.logger)
 	return nil
 }
@@ -205,7 +221,7 @@ func (c *cli) flagSet(name, synopsis, help string) *flag.FlagSet {
 			b.WriteString("\nFlags:\n")
 			b.WriteString(own.String())
 		}
-		b.WriteString("\nGlobal flags: --msb PATH, --state-dir DIR, --log-level LEVEL (see oma-sandbox -h).\n")
+		b.WriteString("\nGlobal flags: --msb PATH, --state-dir DIR, --log-level LEVEL, --log-format FORMAT (see oma-sandbox -h).\n")
 		fmt.Fprint(fs.Output(), b.String())
 	}
 	return fs

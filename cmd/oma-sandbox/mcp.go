@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	omasandbox "github.com/oma-sandbox/oma-sandbox"
 	"github.com/oma-sandbox/oma-sandbox/mcpserver"
 	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/tools"
@@ -77,9 +78,10 @@ session or the server failed, 2 on a usage error.`)
 		return &usageError{msg: "--token-file goes with --http"}
 	}
 
-	var s session.Session
+	var s *omasandbox.Session
 	if *attach != "" {
-		s, err = c.attachServing(ctx, *attach)
+		// Many calls: over the guest agent's channel when the sandbox has it.
+		s, err = c.attachSession(ctx, *attach, omasandbox.Options{})
 	} else {
 		var p *pendingSession
 		if p, err = c.resolve(ctx, &f, set); err == nil {
@@ -89,7 +91,7 @@ session or the server failed, 2 on a usage error.`)
 	if err != nil {
 		return err
 	}
-	opts := mcpserver.Options{Toolbox: tools.New(s, tools.Options{Logger: c.logger}), Name: "oma-sandbox", Version: version(), Logger: c.logger}
+	opts := mcpserver.Options{Toolbox: tools.New(s.Sandbox(), tools.Options{Logger: c.logger}), Name: "oma-sandbox", Version: version(), Logger: c.logger}
 	if endpoint != nil {
 		if err = endpoint.announce(c.stderr, s.Name()); err == nil {
 			err = mcpserver.ServeHTTP(ctx, endpoint.ln, endpoint.token, opts)
@@ -208,10 +210,10 @@ func (e *httpEndpoint) announce(w io.Writer, name string) error {
 // whatever stopped the server; the first error wins. A session whose
 // outputs were not all collected is kept, so that nothing the agent left is
 // lost, unless it is gone already.
-func (c *cli) finishMCP(ctx context.Context, s session.Session, outDir string, owned bool, err error) error {
+func (c *cli) finishMCP(ctx context.Context, s *omasandbox.Session, outDir string, owned bool, err error) error {
 	if outDir != "" {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), mcpCollectTimeout)
-		res, cerr := collect(cctx, s, outDir, transfer.CollectOptions{})
+		res, cerr := collect(cctx, s.Sandbox(), outDir, transfer.CollectOptions{})
 		cancel()
 		if cerr == nil {
 			for _, f := range res.Files {

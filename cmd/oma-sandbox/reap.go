@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -18,21 +19,26 @@ type localReapReport struct {
 }
 
 func runReap(ctx context.Context, c *cli, args []string) error {
-	fs := c.flagSet("reap", "--older-than DUR [--dry-run] [--json] [--prefix P] [--concurrency N] [--backend msb|local|all]", `Removes stale sessions: msb sandboxes and volumes of ours (found from msb's
+	fs := c.flagSet("reap", "--older-than DUR [--dry-run] [--json] [--prefix P] [--concurrency N] [--backend msb|local|all]\n       [--metrics-file PATH]", `Removes stale sessions: msb sandboxes and volumes of ours (found from msb's
 own listings, see docs/reaper.md), and local sessions of the state directory
 (--backend local or all), created at least --older-than ago. Meant for cron.
 
 With --json the report is printed as JSON: the msb report of docs/reaper.md
 for --backend msb, {dry_run, removed, kept, errors} for local, and
 {"msb": ..., "local": ...} for all (msb is null there when its binary is not
-found). Exit status: 0 when every attempted removal succeeded, 1 when a
-listing or any removal failed (the other removals still run).`)
+found). With --metrics-file the sweep's figures are also written to PATH in
+the Prometheus text format, for node_exporter's textfile collector
+(docs/operations.md), whether or not the sweep failed; the file is replaced
+atomically. Exit status: 0 when every attempted removal succeeded, 1 when a
+listing or any removal failed (the other removals still run) or the metrics
+file could not be written.`)
 	olderThan := fs.Duration("older-than", 0, "required: resources at least this old are stale (90m, 2h, 36h)")
 	dryRun := fs.Bool("dry-run", false, "report what would be removed; remove nothing")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	prefix := fs.String("prefix", "", "msb: the name `prefix` sessions were created with (default oma)")
 	concurrency := fs.Int("concurrency", reaper.DefaultConcurrency, "msb: removals run at once")
 	backend := fs.String("backend", backendMsb, "`backend` to reap: msb, local or all")
+	metricsPath := fs.String("metrics-file", "", "also write the sweep's figures to `PATH` in the Prometheus text format (a .prom file in the textfile collector's directory)")
 	rest, err := c.parse(fs, args)
 	if err != nil {
 		return err
@@ -51,30 +57,31 @@ listing or any removal failed (the other removals still run).`)
 		return &usageError{msg: fmt.Sprintf("--backend %q: want msb, local or all", *backend)}
 	case *backend == backendLocal && (set["prefix"] || set["concurrency"]):
 		return &usageError{msg: "--prefix and --concurrency apply to the msb backend only"}
+	case set["metrics-file"] && *metricsPath == "":
+		return &usageError{msg: "--metrics-file needs a PATH"}
+	}
+	var metrics *metricsFile
+	if *metricsPath != "" {
+		if metrics, err = openMetricsFile(*metricsPath); err != nil {
+			return err
+		}
+		defer metrics.discard()
 	}
 
-	failed := false
-	var msbRep *reaper.Report
-	if *backend == backendMsb || *backend == backendAll && c.msbInstalled() {
-		rep, err := reaper.Reap(ctx, c.client(), reaper.Options{
-			OlderThan: *olderThan, Prefix: *prefix, DryRun: *dryRun, Concurrency: *concurrency, Logger: c.logger,
-		})
-		if rep == nil {
-			return fmt.Errorf("reap msb: %w", err)
-		}
-		msbRep, failed = rep, err != nil
+	run := &reapRun{dryRun: *dryRun}
+	began := time.Now()
+	msbRep, localRep, err := c.sweep(ctx, run, *backend, reaper.Options{
+		OlderThan: *olderThan, Prefix: *prefix, DryRun: *dryRun, Concurrency: *concurrency, Logger: c.logger,
+	})
+	run.took = time.Since(began)
+	// The metrics are written whatever the sweep's outcome, before the exit
+	// status is decided: a failed sweep is what an alert on them is for.
+	var metricsErr error
+	if metrics != nil {
+		metricsErr = metrics.commit(run, time.Now())
 	}
-	var localRep *localReapReport
-	if *backend != backendMsb {
-		rep, err := local.Reap(ctx, c.stateDir, *olderThan, time.Now(), *dryRun)
-		localRep = &localReapReport{DryRun: *dryRun, Removed: nonNil(rep.Removed), Kept: nonNil(rep.Kept), Errors: []string{}}
-		for _, f := range rep.Failed {
-			localRep.Errors = append(localRep.Errors, fmt.Sprintf("%s: %v", f.Name, f.Err))
-		}
-		if err != nil && len(rep.Failed) == 0 {
-			return fmt.Errorf("reap local: %w", err)
-		}
-		failed = failed || err != nil
+	if err != nil {
+		return errors.Join(err, metricsErr)
 	}
 
 	switch {
@@ -90,13 +97,44 @@ listing or any removal failed (the other removals still run).`)
 	default:
 		c.printReap(msbRep, localRep, *dryRun)
 	}
-	if err != nil {
+	switch {
+	case err != nil:
 		return err
-	}
-	if failed {
+	case metricsErr != nil:
+		return metricsErr
+	case !run.ok():
 		return exitCode(exitFailure)
 	}
 	return nil
+}
+
+// sweep reaps the backends that backend names, recording each sweep's
+// figures in run. It returns an error, and no reports, when a sweep failed
+// before it could report anything (a listing failed).
+func (c *cli) sweep(ctx context.Context, run *reapRun, backend string, opts reaper.Options) (*reaper.Report, *localReapReport, error) {
+	var msbRep *reaper.Report
+	if backend == backendMsb || backend == backendAll && c.msbInstalled() {
+		rep, err := reaper.Reap(ctx, c.client(), opts)
+		run.backends = append(run.backends, msbSweep(rep, err))
+		if rep == nil {
+			return nil, nil, fmt.Errorf("reap msb: %w", err)
+		}
+		msbRep = rep
+	}
+	if backend == backendMsb {
+		return msbRep, nil, nil
+	}
+	rep, err := local.Reap(ctx, c.stateDir, opts.OlderThan, time.Now(), opts.DryRun)
+	counted := err == nil || len(rep.Failed) > 0
+	run.backends = append(run.backends, localSweep(rep, err, counted))
+	if !counted {
+		return nil, nil, fmt.Errorf("reap local: %w", err)
+	}
+	localRep := &localReapReport{DryRun: opts.DryRun, Removed: nonNil(rep.Removed), Kept: nonNil(rep.Kept), Errors: []string{}}
+	for _, f := range rep.Failed {
+		localRep.Errors = append(localRep.Errors, fmt.Sprintf("%s: %v", f.Name, f.Err))
+	}
+	return msbRep, localRep, nil
 }
 
 func (c *cli) printReap(m *reaper.Report, l *localReapReport, dryRun bool) {

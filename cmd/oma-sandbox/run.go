@@ -85,7 +85,7 @@ for a usage error, with nothing created; 128+N after signal N.`)
 	}()
 
 	out := newStreamed(c.stdout)
-	_, runErr := tools.New(s, tools.Options{Logger: c.logger}).Bash(ctx, shellJoin(argv), *timeout, out.write)
+	_, runErr := tools.New(s.Sandbox(), tools.Options{Logger: c.logger}).Bash(ctx, shellJoin(argv), *timeout, out.write)
 	status := exitOK
 	var cmdErr *tools.CommandError
 	switch {
@@ -100,7 +100,7 @@ for a usage error, with nothing created; 128+N after signal N.`)
 	default:
 		return fmt.Errorf("run: %w", runErr)
 	}
-	res, err := collect(ctx, s, *outDir, collectOpts)
+	res, err := collect(ctx, s.Sandbox(), *outDir, collectOpts)
 	if err != nil {
 		unfinished = interrupted(ctx) == nil
 		return err

@@ -105,7 +105,7 @@ and the guest paths.`)
 		return err
 	}
 	if *asJSON {
-		return writeJSON(c.stdout, describe(s))
+		return writeJSON(c.stdout, describe(s.Sandbox()))
 	}
 	fmt.Fprintln(c.stdout, s.Name())
 	return nil

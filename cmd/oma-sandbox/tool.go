@@ -70,10 +70,10 @@ anything ran (unknown tool, malformed JSON, an invalid field).`)
 	if err != nil {
 		return err
 	}
-	if ms, ok := s.(*microvm.Session); ok && *noResume {
+	if ms, ok := s.Sandbox().(*microvm.Session); ok && *noResume {
 		ms.SetAutoResume(false)
 	}
-	tb := tools.New(s, tools.Options{Logger: c.logger})
+	tb := tools.New(s.Sandbox(), tools.Options{Logger: c.logger})
 	out := newStreamed(c.stdout)
 	var progress tools.Progress
 	if toolName == "bash" && isTerminal(c.stdout) {

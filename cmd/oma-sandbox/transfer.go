@@ -76,7 +76,7 @@ array of {path, size, sha256}.`)
 		return &usageError{msg: fmt.Sprintf("--max-bytes %d: want a positive number of bytes", *maxBytes)}
 	}
 	q := &transfer.Quota{Limits: transfer.Limits{PerCall: *maxBytes, PerSession: *maxBytes}}
-	err = q.Materialize(ctx, s, mounts)
+	err = q.Materialize(ctx, s.Sandbox(), mounts)
 	for _, f := range files {
 		f.close()
 	}
@@ -226,7 +226,7 @@ non-printing characters is double-quoted with Go escapes), or with --json
 	if err != nil {
 		return err
 	}
-	res, err := collect(ctx, s, *dest, opts)
+	res, err := collect(ctx, s.Sandbox(), *dest, opts)
 	if err != nil {
 		return err
 	}
