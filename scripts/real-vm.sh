@@ -173,7 +173,13 @@ mkdir -p "$logs"
 ok=1 passed=0 failed=0 skipped=0
 for lane in 1 2; do
   e2fsck -fy "$work/l1-$lane.img" >/dev/null 2>&1 || true # replays the journal of a kernel that died
-  debugfs -R "rdump /opt/oma/results $logs" "$work/l1-$lane.img" >/dev/null 2>&1 || true
+  # Each lane's logs into a directory of their own first: debugfs's rdump
+  # does not write into a directory that exists.
+  mkdir -p "$logs/lane-$lane"
+  debugfs -R "rdump /opt/oma/results $logs/lane-$lane" "$work/l1-$lane.img" >/dev/null 2>&1 || true
+  mkdir -p "$logs/results"
+  cp -a "$logs/lane-$lane/results/." "$logs/results/" 2>/dev/null || true
+  rm -rf "$logs/lane-$lane"
   summary=$( (grep -a '^real-vm: [0-9]* passed' "$work/console-$lane.log" || true) | tail -1 | tr -d '\r')
   if [ -z "$summary" ]; then
     ok=0 failed=$((failed + 1))
