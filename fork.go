@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"time"
 
 	"github.com/google/uuid"
 
@@ -31,13 +30,13 @@ import (
 // policy, limits and environment. Uploads and outputs start empty on both.
 // Neither copy follows a symlink the guest left.
 func (s *Session) Fork(ctx context.Context, sessionID string) (*Session, error) {
-	began := time.Now()
+	ctx, a := s.beginAction(ctx, "fork")
 	f, err := s.fork(ctx, sessionID)
 	var attrs []slog.Attr
 	if f != nil {
 		attrs = append(attrs, slog.String("fork", f.Name()))
 	}
-	s.logAction(ctx, "fork", began, err, attrs...)
+	s.endAction(ctx, a, err, attrs...)
 	return f, err
 }
 

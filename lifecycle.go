@@ -2,7 +2,6 @@ package omasandbox
 
 import (
 	"context"
-	"time"
 
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
@@ -30,18 +29,18 @@ func (s *Session) lifecycle() session.Lifecycle { return s.sess.(session.Lifecyc
 // runs between calls, so there is nothing to free: Pause only checks that
 // the session is open. It waits for calls in flight (msb).
 func (s *Session) Pause(ctx context.Context) error {
-	began := time.Now()
+	ctx, a := s.beginAction(ctx, "pause")
 	err := s.lifecycle().Pause(ctx)
-	s.logAction(ctx, "pause", began, err)
+	s.endAction(ctx, a, err)
 	return err
 }
 
 // Resume makes a paused session ready again (msb start); a running one,
 // and every local one, is left as it is.
 func (s *Session) Resume(ctx context.Context) error {
-	began := time.Now()
+	ctx, a := s.beginAction(ctx, "resume")
 	err := s.lifecycle().Resume(ctx)
-	s.logAction(ctx, "resume", began, err)
+	s.endAction(ctx, a, err)
 	return err
 }
 

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oma-sandbox/oma-sandbox/egress"
 	"github.com/oma-sandbox/oma-sandbox/msb"
@@ -108,6 +110,10 @@ type Options struct {
 	// every tool call and session action (docs/cli.md#audit-records); nil
 	// discards them.
 	Logger *slog.Logger
+	// TracerProvider gets a span per tool call and session action
+	// (docs/operations.md#traces); nil means otel.GetTracerProvider(), a
+	// no-op unless the program installed a provider.
+	TracerProvider trace.TracerProvider
 }
 
 func (o Options) doctor() DoctorOptions {
@@ -115,6 +121,13 @@ func (o Options) doctor() DoctorOptions {
 }
 
 func (o Options) logger() *slog.Logger { return o.doctor().logger() }
+
+func (o Options) tracerProvider() trace.TracerProvider {
+	if o.TracerProvider == nil {
+		return otel.GetTracerProvider()
+	}
+	return o.TracerProvider
+}
 
 func (o Options) client() *msb.Client {
 	return msb.NewClient(&msb.CLI{Path: o.Msb, Logger: o.logger()})
@@ -148,14 +161,14 @@ func PickBackend(ctx context.Context, backend string, o DoctorOptions) (string, 
 // Open creates a session on the backend o names. The session lives until
 // Close (or until the reaper removes it). An error wrapping ErrInvalid is
 // a refused option, and nothing was created. o.Logger gets an audit record
-// of the creation at Info level.
+// of the creation at Info level, o.TracerProvider a span.
 func Open(ctx context.Context, o Options) (*Session, error) {
-	began := time.Now()
+	ctx, a := beginAction(ctx, o, "create")
 	s, err := open(ctx, o)
 	if s != nil {
-		s.logAction(ctx, "create", began, err)
+		s.endAction(ctx, a, err)
 	} else {
-		logAction(ctx, o.logger(), "create", began, err, slog.String("backend", o.Backend))
+		a.end(ctx, err, slog.String("backend", o.Backend))
 	}
 	return s, err
 }
@@ -216,14 +229,15 @@ func open(ctx context.Context, o Options) (*Session, error) {
 
 // Attach opens an existing session by its Name, in this process or another.
 // The backend follows from the name; of o, only Msb, StateDir,
-// NoAutoResume, OneExecPerCall, OperationTimeout and Logger apply. On msb this runs nothing, so a sandbox
-// that does not exist shows at the first call (ErrNotFound); on the local
-// backend Attach probes the host again and reads the session's record.
-// o.Logger gets an audit record of the attach at Info level.
+// NoAutoResume, OneExecPerCall, OperationTimeout, Logger and
+// TracerProvider apply. On msb this runs nothing, so a sandbox that does
+// not exist shows at the first call (ErrNotFound); on the local backend
+// Attach probes the host again and reads the session's record. o.Logger
+// gets an audit record of the attach at Info level, o.TracerProvider a span.
 func Attach(ctx context.Context, name string, o Options) (*Session, error) {
-	began := time.Now()
+	ctx, a := beginAction(ctx, o, "attach")
 	s, err := attach(ctx, name, o)
-	logAction(ctx, o.logger(), "attach", began, err, slog.String("session", name), slog.String("backend", BackendOf(name)))
+	a.end(ctx, err, slog.String("session", name), slog.String("backend", BackendOf(name)))
 	return s, err
 }
 
@@ -262,7 +276,7 @@ func BackendOf(name string) string {
 
 func wrap(backend string, s session.Session, o Options) *Session {
 	return &Session{backend: backend, sess: s, opts: o, uploads: &transfer.Quota{Limits: o.UploadLimits},
-		tb: tools.New(s, tools.Options{OperationTimeout: o.OperationTimeout, Logger: o.logger()})}
+		tb: tools.New(s, tools.Options{OperationTimeout: o.OperationTimeout, Logger: o.logger(), TracerProvider: o.TracerProvider, Backend: backend})}
 }
 
 // Name identifies the session for Attach.
@@ -280,8 +294,8 @@ func (s *Session) Sandbox() session.Session { return s.sess }
 
 // Close removes the sandbox and its workspace. It is idempotent.
 func (s *Session) Close(ctx context.Context) error {
-	began := time.Now()
+	ctx, a := s.beginAction(ctx, "close")
 	err := s.sess.Close(ctx)
-	s.logAction(ctx, "close", began, err)
+	s.endAction(ctx, a, err)
 	return err
 }

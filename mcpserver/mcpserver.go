@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/tools"
@@ -87,6 +88,7 @@ func toolHandler(opts Options, stop context.Context, name string) mcp.ToolHandle
 			defer p.close()
 			progress = p.add
 		}
+		ctx = extractTrace(ctx, req.Params.GetMeta())
 		start := time.Now()
 		text, err := opts.Toolbox.Call(ctx, name, req.Params.Arguments, progress)
 		warnHostFailure(opts.Logger, name, time.Since(start), err)
@@ -95,6 +97,23 @@ func toolHandler(opts Options, stop context.Context, name string) mcp.ToolHandle
 		}
 		return textResult(text, false), nil
 	}
+}
+
+// extractTrace returns ctx continuing the caller's trace when the request's
+// _meta carries a W3C traceparent (and tracestate), as MCP clients put it:
+// the call's span is then a child of the caller's. Always the W3C
+// propagator, not the global one: _meta's keys are the protocol's.
+func extractTrace(ctx context.Context, meta map[string]any) context.Context {
+	carrier := propagation.MapCarrier{}
+	for _, key := range []string{"traceparent", "tracestate"} {
+		if v, ok := meta[key].(string); ok {
+			carrier[key] = v
+		}
+	}
+	if len(carrier) == 0 {
+		return ctx
+	}
+	return propagation.TraceContext{}.Extract(ctx, carrier)
 }
 
 // errorText is what the agent sees for a failed call: a failed command's

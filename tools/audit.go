@@ -68,28 +68,50 @@ func ResultClass(ctx context.Context, s session.Session, err error) string {
 	return ResultError
 }
 
-// audit writes a call's record at Info level: which session and tool, the
-// call id when there is one, how long, the result class and the sizes of
-// the input and of the text the agent gets. Never the input or the text
-// themselves: they hold file contents, commands and their output.
-func (t *Toolbox) audit(ctx context.Context, name string, input []byte, began time.Time, text string, err error) {
+// callSummary is what a call's audit record and span say about it: never
+// its input or result text.
+type callSummary struct {
+	tool    string // a known tool's name, else "unknown"
+	callID  string
+	result  string // the ResultClass
+	in, out int    // bytes of the input and of the text the agent gets
+	failed  bool
+}
+
+// toolName is name when it is a tool's, else "unknown": the caller's
+// string may be anything, even a file's contents.
+func toolName(name string) string {
 	if _, known := registry[name]; !known {
-		name = "unknown" // the caller's string, not a tool's name
+		return "unknown"
 	}
+	return name
+}
+
+// summarize classifies a call and measures its input and result.
+func (t *Toolbox) summarize(ctx context.Context, name string, input []byte, text string, err error) callSummary {
 	out := len(text)
 	if cmdErr, ok := errors.AsType[*CommandError](err); ok {
 		out = len(cmdErr.Text)
 	} else if err != nil {
 		out = len(err.Error())
 	}
-	attrs := []slog.Attr{slog.String("session", t.sess.Name()), slog.String("tool", name)}
-	if id := CallID(ctx); id != "" {
-		attrs = append(attrs, slog.String("call_id", id))
+	return callSummary{tool: toolName(name), callID: CallID(ctx), result: ResultClass(ctx, t.sess, err),
+		in: len(input), out: out, failed: err != nil}
+}
+
+// audit writes a call's record at Info level: which session and tool, the
+// call id when there is one, how long, the result class and the sizes of
+// the input and of the text the agent gets. Never the input or the text
+// themselves: they hold file contents, commands and their output.
+func (t *Toolbox) audit(ctx context.Context, r callSummary, began time.Time) {
+	attrs := []slog.Attr{slog.String("session", t.sess.Name()), slog.String("tool", r.tool)}
+	if r.callID != "" {
+		attrs = append(attrs, slog.String("call_id", r.callID))
 	}
 	attrs = append(attrs,
 		slog.Duration("duration", time.Since(began)),
-		slog.String("result", ResultClass(ctx, t.sess, err)),
-		slog.Int("bytes_in", len(input)),
-		slog.Int("bytes_out", out))
+		slog.String("result", r.result),
+		slog.Int("bytes_in", r.in),
+		slog.Int("bytes_out", r.out))
 	t.logger.LogAttrs(context.WithoutCancel(ctx), slog.LevelInfo, "tool call", attrs...)
 }

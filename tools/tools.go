@@ -15,6 +15,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
@@ -56,6 +59,12 @@ type Options struct {
 	// Logger gets an audit record of every Call at Info level, and
 	// warnings of failed cleanups; nil discards them.
 	Logger *slog.Logger
+	// TracerProvider gets a span per Call (see Toolbox.Call); nil means
+	// otel.GetTracerProvider(), a no-op unless the program installed one.
+	TracerProvider trace.TracerProvider
+	// Backend names the session's backend ("msb", "local") on the calls'
+	// spans; "" leaves it out.
+	Backend string
 }
 
 // operationTimed is a session that bounds its calls by a timeout of its own
@@ -69,6 +78,8 @@ type Toolbox struct {
 	opTimeout   time.Duration
 	bashTimeout time.Duration
 	logger      *slog.Logger
+	tracer      trace.Tracer
+	backend     string
 
 	mu    sync.Mutex
 	stats map[string]int
@@ -120,7 +131,12 @@ func New(s session.Session, o Options) *Toolbox {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Toolbox{sess: s, opTimeout: o.OperationTimeout, bashTimeout: o.BashTimeout, logger: o.Logger, stats: map[string]int{}, locks: map[string]*pathLock{}}
+	if o.TracerProvider == nil {
+		o.TracerProvider = otel.GetTracerProvider()
+	}
+	return &Toolbox{sess: s, opTimeout: o.OperationTimeout, bashTimeout: o.BashTimeout, logger: o.Logger,
+		tracer: o.TracerProvider.Tracer(tracerName), backend: o.Backend,
+		stats: map[string]int{}, locks: map[string]*pathLock{}}
 }
 
 // Session is the session the tools run in.
@@ -152,11 +168,16 @@ type Progress func([]byte)
 // the tool's result; an error's text is what the agent should see. Invalid
 // input returns an *InputError before anything reaches the sandbox. Every
 // call, refused ones too, gets an audit record at Info level in
-// Options.Logger (see ResultClass and WithCallID).
+// Options.Logger (see ResultClass and WithCallID) and a span, "execute_tool
+// NAME", in Options.TracerProvider, the parent of any span the session
+// starts for the call.
 func (t *Toolbox) Call(ctx context.Context, name string, input json.RawMessage, progress Progress) (string, error) {
 	began := time.Now()
+	ctx, span := t.startSpan(ctx, name)
 	text, err := t.call(ctx, name, input, progress)
-	t.audit(ctx, name, input, began, text, err)
+	r := t.summarize(ctx, name, input, text, err)
+	t.audit(ctx, r, began)
+	endSpan(span, r)
 	return text, err
 }
 
