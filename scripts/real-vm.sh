@@ -17,7 +17,7 @@
 #                  oma-sandbox/real-vm under the user's cache directory)
 #   OMA_VM_MEM     each L1's memory (default 6G)
 #   OMA_VM_TIMEOUT seconds L1 may run, all its boots together, before it is
-#                  killed (default 3600)
+#                  killed (default 3000: with make check, inside CI's 90 minutes)
 #   OMA_VM_BOOTS   how many times L1 may be booted to finish the suite (20)
 #   OMA_VM_DIRECT  1: run here even where msb doctor fails (to see it fail)
 # The last line is "real-vm: N passed, N failed, N skipped"; the exit status
@@ -36,7 +36,7 @@ esac
 
 vm_dir=${OMA_VM_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/oma-sandbox/real-vm}
 vm_mem=${OMA_VM_MEM:-6G}
-vm_timeout=${OMA_VM_TIMEOUT:-3600}
+vm_timeout=${OMA_VM_TIMEOUT:-3000}
 msb=$root/.tools/msb/bin/msb
 # Debian 13's kernel (6.12) in L1: 6.1's (Debian 12) dies within minutes
 # under two microVMs at once (a stack guard page hit in msb's vCPU thread).
