@@ -98,7 +98,8 @@ done`
 // Over the agent's channel, the agent itself starts the search's rg.
 func TestSearchUsesOperationTimeout(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
-		timeout := time.Duration(guestSeconds(t, 1)) * time.Second
+		// Long enough that rg is seen running on a loaded machine.
+		timeout := time.Duration(guestSeconds(t, 3)) * time.Second
 		tb := tools.New(s, tools.Options{OperationTimeout: timeout})
 		ws := s.Paths().Workspace
 		sh(t, s, `mkfifo blocked`)
@@ -111,10 +112,19 @@ func TestSearchUsesOperationTimeout(t *testing.T) {
 			done <- err
 		}()
 		parent := ""
-		for parent == "" && time.Since(start) < timeout*8/10 {
-			parent = sh(t, s, rgParent, ws+"/blocked")
+		var err error
+	watch:
+		for parent == "" {
+			select {
+			case err = <-done:
+				break watch
+			default:
+				parent = sh(t, s, rgParent, ws+"/blocked")
+			}
 		}
-		err := <-done
+		if parent != "" {
+			err = <-done
+		}
 		assert.EqualError(t, err, fmt.Sprintf("Grep timed out after %d seconds", timeout/time.Second))
 		switch {
 		case onBackend(t, "msb-channel"):
