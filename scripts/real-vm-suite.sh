@@ -192,7 +192,8 @@ run() {
     passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
     [ "$k" = 1 ] || ok=0
   done
-  for name in $(cd "$dir/results" && ls -- *.first.log 2>/dev/null | sed 's/\.first\.log$//'); do
+  # (ls and sed, not a glob: set -f is on.)
+  for name in $(ls "$dir/results" | sed -n 's/\.first\.log$//p'); do
     echo "real-vm: $name ran twice: its first run failed (results/$name.first.log)"
   done
   echo "real-vm: $passed passed, $failed failed, $skipped skipped"
