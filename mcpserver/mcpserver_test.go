@@ -78,6 +78,24 @@ func (c *client) notifications() []*mcp.ProgressNotificationParams {
 	return append([]*mcp.ProgressNotificationParams(nil), c.progress...)
 }
 
+// progressOf waits until the notifications received carry n bytes of
+// output, or 10 s pass, and returns them. The server writes every
+// notification before the call's result, but the SDK client hands
+// notifications to their handler on its own queue, which may still be
+// running when CallTool returns.
+func (c *client) progressOf(n int) []*mcp.ProgressNotificationParams {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		got := c.notifications()
+		received := 0
+		for _, p := range got {
+			received += len(p.Message)
+		}
+		if received >= n || time.Now().After(deadline) {
+			return got
+		}
+	}
+}
+
 // call calls a tool and returns its text and whether it is an error result.
 func (c *client) call(t *testing.T, name string, args any) (string, bool) {
 	t.Helper()
@@ -218,8 +236,7 @@ func TestBashProgress(t *testing.T) {
 	out := resultText(t, res)
 	require.Equal(t, "line 1\nline 2\nline 3\né\n", out)
 
-	// Notifications precede the result on the connection.
-	got := c.notifications()
+	got := c.progressOf(len(out))
 	require.GreaterOrEqual(t, len(got), 3, "output arriving in pauses is sent as it comes")
 	var joined strings.Builder
 	var last float64
@@ -251,19 +268,7 @@ func TestBashProgressCoalesces(t *testing.T) {
 	for i := 1; i <= 20000; i++ {
 		fmt.Fprintf(&want, "%d\n", i)
 	}
-	// The server writes every notification before the result, but the
-	// client may still be handling the last ones when the result returns.
-	var got []*mcp.ProgressNotificationParams
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		got = c.notifications()
-		received := 0
-		for _, n := range got {
-			received += len(n.Message)
-		}
-		if received >= want.Len() || time.Now().After(deadline) {
-			break
-		}
-	}
+	got := c.progressOf(want.Len())
 	var joined strings.Builder
 	for _, n := range got {
 		assert.LessOrEqual(t, len(n.Message), maxProgressMessage)

@@ -262,7 +262,7 @@ func TestServeHTTP(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "started\nmore\n", resultText(t, call))
 	var joined strings.Builder
-	for _, n := range c.notifications() {
+	for _, n := range c.progressOf(len("started\nmore\n")) {
 		joined.WriteString(n.Message)
 	}
 	assert.Equal(t, "started\nmore\n", joined.String(), "progress reaches an HTTP client")
