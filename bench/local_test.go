@@ -5,29 +5,39 @@ import (
 	"os/exec"
 	"testing"
 
+	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
 	"github.com/oma-sandbox/oma-sandbox/internal/sessiontest"
 	"github.com/oma-sandbox/oma-sandbox/session/local"
 	"github.com/oma-sandbox/oma-sandbox/tools"
 )
 
-// BenchmarkLocal is the local backend's cost per tool call: each call's
-// script in a fresh bubblewrap sandbox, side by side with the same tool
-// running the same script directly with the host's bash (no isolation at
-// all: internal/sessiontest.Host).
+// BenchmarkLocal is the local backend's cost per tool call, side by side
+// in one run: the guest agent's builtin in a fresh bubblewrap sandbox per
+// call (ours), the same call as its bash script ("scripts", a session
+// without the agent), the floor (a fresh minimal bubblewrap sandbox running
+// true) and the same tool with the host's bash and no isolation at all
+// ("host": internal/sessiontest.Host).
 func BenchmarkLocal(b *testing.B) {
-	if _, err := exec.LookPath("bwrap"); err != nil {
+	bwrap, err := exec.LookPath("bwrap")
+	if err != nil {
 		b.Skipf("the local backend needs bwrap: %v", err)
 	}
 	ctx := context.Background()
-	sess, err := local.Create(ctx, local.Options{StateDir: b.TempDir(), WorkspaceID: "bench", SessionID: "local"})
-	if err != nil {
-		b.Skipf("the local backend cannot run here: %v", err)
+	open := func(id string, noAgent bool) *local.Session {
+		sess, err := local.Create(ctx, local.Options{StateDir: b.TempDir(), WorkspaceID: "bench", SessionID: id,
+			AgentFile: agenttest.AgentBinary(b), NoAgent: noAgent})
+		if err != nil {
+			b.Skipf("the local backend cannot run here: %v", err)
+		}
+		b.Cleanup(func() { _ = sess.Close(ctx) })
+		mustShell(b, sess, fixtureScript)
+		return sess
 	}
-	b.Cleanup(func() { _ = sess.Close(ctx) })
+	sess, scriptSess := open("local", false), open("scripts", true)
 	host := sessiontest.NewHost(b)
-	mustShell(b, sess, fixtureScript)
 	mustShell(b, host, fixtureScript)
-	ours, bare := tools.New(sess, tools.Options{}), tools.New(host, tools.Options{})
+	ours, scripts, bare := tools.New(sess, tools.Options{}), tools.New(scriptSess, tools.Options{}), tools.New(host, tools.Options{})
+	floorArgv := []string{"--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "/usr/bin/true"}
 	hostRows := toolRows(host.Paths().Workspace)
 	for i, row := range toolRows(sess.Paths().Workspace) {
 		b.Run("tool="+row.name, func(b *testing.B) {
@@ -35,10 +45,15 @@ func BenchmarkLocal(b *testing.B) {
 			for b.Loop() {
 				s.round(
 					variant{"ours", func() { row.ours(b, ours) }},
+					variant{"scripts", func() { row.ours(b, scripts) }},
+					variant{"floor", func() { check(b, exec.Command(bwrap, floorArgv...).Run()) }},
 					variant{"host", func() { hostRows[i].ours(b, bare) }},
 				)
 			}
 			s.report()
 		})
+	}
+	if n := sess.Served(); n.ScriptFallbacks != 0 {
+		b.Fatalf("the agent's session ran scripts for builtins: %+v", n)
 	}
 }

@@ -100,13 +100,19 @@ func (c *countingSession) Shell(ctx context.Context, cmd session.Command, o sess
 	return c.Session.Shell(ctx, cmd, o)
 }
 
-// openLocal creates a session on the local bubblewrap backend.
+// openLocal creates a session on the local bubblewrap backend, whose calls
+// run the guest agent's builtins: a call that names one and runs its
+// script instead fails the test.
 func openLocal(t *testing.T) (session.Session, func() int) {
 	s, err := local.Create(context.Background(), local.Options{
 		StateDir: t.TempDir(), WorkspaceID: "ws", SessionID: strings.ToLower(t.Name()),
+		AgentFile: agenttest.AgentBinary(t),
 	})
 	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, s.Close(context.Background())) })
+	t.Cleanup(func() {
+		require.Zero(t, s.Served().ScriptFallbacks, "a call ran its script where the agent has a builtin: %+v", s.Served())
+		require.NoError(t, s.Close(context.Background()))
+	})
 	c := &countingSession{Session: s}
 	return c, func() int { return int(c.n.Load()) }
 }

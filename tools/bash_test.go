@@ -29,14 +29,14 @@ import (
 // once more with perl hidden from PATH, where the bash tool's guest
 // protocol falls back to its shell supervisor (images without perl). Each
 // run first checks which supervisor the command gets: the guest agent
-// itself on msb-channel (its builtin), perl elsewhere. Tests that need the
+// itself on msb-channel and local (its builtin), perl elsewhere. Tests that need the
 // supervisor to be a subreaper (a double-forked process is killed, an
 // orphan is found at the end) use forEachBackend: without perl there is
 // none, and bashproto's tests pin what the shell supervisor still does.
 func forEachBashBackend(t *testing.T, fn func(t *testing.T, s session.Session, calls func() int)) {
 	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
-		if onBackend(t, "msb-channel") {
-			requireSupervisorIs(t, s, "agent") // the agent's file name in the guest
+		if onBackend(t, "msb-channel") || onBackend(t, "local") {
+			requireSupervisorIs(t, s, "agent") // the agent's file name in the sandbox
 		} else {
 			requireSupervisorIs(t, s, "perl")
 		}

@@ -46,17 +46,38 @@ func AgentBinary(t testing.TB) string {
 	return bin
 }
 
-// Cleanup removes what AgentBinary built.
+// Cleanup removes what AgentBinary built and the cache IsolateCache made.
 func Cleanup() {
 	if dir != "" {
 		_ = os.RemoveAll(dir)
 	}
+	if cache != "" {
+		_ = os.RemoveAll(cache)
+	}
+}
+
+var cache string
+
+// IsolateCache points XDG_CACHE_HOME at a directory of the test process's
+// own, so that the agent copies sessions keep there (one per build of the
+// agent) do not pile up in the user's cache. Main and MainNoLeaks call it.
+func IsolateCache() {
+	if cache != "" {
+		return
+	}
+	d, err := os.MkdirTemp("", "oma-test-cache-")
+	if err != nil {
+		panic(err)
+	}
+	cache = d
+	os.Setenv("XDG_CACHE_HOME", d)
 }
 
 // Main runs the package's tests, removes what AgentBinary built and exits
 // with the tests' code: the TestMain of a package whose tests use the
 // agent.
 func Main(m *testing.M) {
+	IsolateCache()
 	code := m.Run()
 	Cleanup()
 	os.Exit(code)
@@ -65,6 +86,7 @@ func Main(m *testing.M) {
 // MainNoLeaks is Main that also fails the package if a test leaves a
 // goroutine behind, such as the watcher of a channel never closed.
 func MainNoLeaks(m *testing.M) {
+	IsolateCache()
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
 		Cleanup()
 		os.Exit(code)

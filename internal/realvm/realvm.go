@@ -253,6 +253,7 @@ func Backends() []string {
 // the tests' code, or 1 when Cleanup finds what a real VM's session left:
 // the TestMain of a package whose suites may run on a real VM.
 func Main(m *testing.M) {
+	agenttest.IsolateCache()
 	code := m.Run()
 	if err := Cleanup(); err != nil {
 		fmt.Fprintln(os.Stderr, "real VM:", err)

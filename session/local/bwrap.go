@@ -53,6 +53,9 @@ type bwrapSpec struct {
 	// SeccompFD is the descriptor bwrap reads the seccomp filter from; 0
 	// means none.
 	SeccompFD int
+	// Agent, when set, is the host path of the guest agent, bound
+	// read-only at agentGuestPath.
+	Agent string
 	// Egress, when set, binds the egress proxy's socket and the relay in.
 	Egress  *egressMounts
 	Command []string
@@ -150,6 +153,9 @@ func (s bwrapSpec) args() []string {
 	// bwrap would create the parents of a bind target 0700.
 	a = append(a, "--dir", "/mnt", "--dir", "/mnt/session",
 		ws, s.Workspace, guestWorkspace, up, s.Uploads, guestUploads, out, s.Outputs, guestOutputs)
+	if s.Agent != "" {
+		a = append(a, "--dir", "/.oma-sandbox", "--ro-bind", s.Agent, agentGuestPath)
+	}
 	if s.Egress != nil {
 		a = append(a, s.Egress.args()...)
 	}

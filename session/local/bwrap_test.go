@@ -45,6 +45,13 @@ func TestBwrapArgv(t *testing.T) {
 		t.Fatalf("root argv: %q", got)
 	}
 
+	withAgent := base
+	withAgent.Agent = "/c/agent"
+	got = withAgent.args()
+	if !containsSeq(got, "--dir", "/.oma-sandbox", "--ro-bind", "/c/agent", "/.oma-sandbox/agent", "--remount-ro", "/") {
+		t.Fatalf("the agent is not bound read-only (into a directory others can enter): %q", got)
+	}
+
 	ro := base
 	ro.Mode = ModeReadOnly
 	got = ro.args()

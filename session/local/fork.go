@@ -50,6 +50,7 @@ func (s *Session) Fork(ctx context.Context, o ForkOptions) (*Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local sandbox %s: fork: %w", s.rec.Name, err)
 	}
+	child.agent = s.agent
 	skipped, err := safefs.CopyTree(ctx, s.dirs.Workspace, child.dirs.Workspace, session.MaxForkCopyBytes)
 	if err != nil {
 		if cerr := child.Close(context.WithoutCancel(ctx)); cerr != nil {

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
 )
 
 func TestMain(m *testing.M) {
@@ -13,5 +13,5 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == probeArg {
 		os.Exit(sandboxProbe(os.Args[2:]))
 	}
-	goleak.VerifyTestMain(m)
+	agenttest.MainNoLeaks(m)
 }

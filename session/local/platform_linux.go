@@ -68,7 +68,7 @@ func (p *linuxPlatform) launch(c call) (l *launched, err error) {
 		Mode: c.policy.Mode, Network: c.policy.Network,
 		Workspace: c.dirs.Workspace, Uploads: c.dirs.Uploads, Outputs: c.dirs.Outputs,
 		Workdir: c.workdir, Env: c.env, Privileged: p.privileged, Setpriv: p.setpriv, Root: c.root,
-		System:  p.system,
+		System: p.system, Agent: c.agent,
 		Command: append([]string{"/bin/sh", "-c", markerScript, "oma-sandbox"}, c.argv...),
 	}
 	switch {

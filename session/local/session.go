@@ -48,6 +48,13 @@ type Options struct {
 	// (token, secret, password, credential, api key, authorization, cookie)
 	// are dropped; PATH is fixed and refused.
 	Env map[string]string
+	// AgentFile is the guest agent (a static linux binary of this host's
+	// architecture) whose builtins the tools' calls run; "" means the one
+	// bundled into this build. Linux only.
+	AgentFile string
+	// NoAgent runs every call as its bash script, as a build without an
+	// agent does.
+	NoAgent bool
 	// Bwrap names the bubblewrap binary, looked up in the host's PATH.
 	// "" means "bwrap". Linux only.
 	Bwrap string
@@ -141,6 +148,8 @@ type Session struct {
 	// snaps holds snapshot content by digest for Restore.
 	snaps     map[string][]byte
 	snapBytes int64
+	agent     *agent
+	served    servedCounter
 }
 
 var _ session.Session = (*Session)(nil)
@@ -177,6 +186,10 @@ func Create(ctx context.Context, o Options) (*Session, error) {
 	if err := admit(ctx, caps, o.Policy, o.Limits); err != nil {
 		return nil, err
 	}
+	agent := &agent{file: o.AgentFile, off: o.NoAgent}
+	if _, err := agent.hostPath(); err != nil {
+		return nil, err
+	}
 	now := time.Now().UTC()
 	rec := record{
 		Version: recordV1, Name: sessionName(o.NamePrefix, o.WorkspaceID, o.SessionID, now),
@@ -196,6 +209,7 @@ func Create(ctx context.Context, o Options) (*Session, error) {
 	}
 	s := newSession(rec, dirs, caps, plat, log)
 	s.audit = o.Audit
+	s.agent = agent
 	return s, nil
 }
 
@@ -228,7 +242,7 @@ func createRecord(root string, rec record) error {
 
 func newSession(rec record, dirs hostDirs, caps Capabilities, plat platform, log *slog.Logger) *Session {
 	s := &Session{rec: rec, dirs: dirs, caps: caps, plat: plat, log: log.With("session", rec.Name),
-		calls: map[*context.CancelCauseFunc]struct{}{}}
+		calls: map[*context.CancelCauseFunc]struct{}{}, agent: &agent{}}
 	s.paths = plat.paths(dirs)
 	s.env = guestEnv(s.paths, rec.Env)
 	return s

@@ -36,6 +36,9 @@ type call struct {
 	workdir string // as commands name it; physically inside the workspace
 	root    bool
 	argv    []string
+	// agent is the host path of the guest agent, bound at agentGuestPath
+	// when argv runs one of its builtins; "" otherwise.
+	agent string
 }
 
 // launched is a call's prepared host process.
@@ -50,7 +53,8 @@ type launched struct {
 }
 
 // Shell runs `/bin/bash -c SCRIPT bash ARGS...` in a fresh sandbox over the
-// session's directories. A non-zero exit is in Result.ExitCode. A call
+// session's directories, or, when the command names a builtin and the
+// session has the guest agent, `agent builtin NAME ARGS...` in its place. A non-zero exit is in Result.ExitCode. A call
 // without a GuestTimeout is bounded by the session's operation timeout
 // (ErrHostTimeout when it fires). A timeout,
 // cancellation or output overflow kills the whole tree and returns the
@@ -80,14 +84,27 @@ func (s *Session) Shell(ctx context.Context, cmd session.Command, opts session.S
 		return nil, ctxError(cctx)
 	}
 	limits := s.limits()
-	l, err := s.plat.launch(call{
+	c := call{
 		name: s.rec.Name, dirs: s.dirs, policy: s.rec.Policy, limits: limits, env: s.env,
 		workdir: workdir, root: root,
 		argv: append([]string{"/bin/bash", "-c", cmd.Script, "bash"}, cmd.Args...),
-	})
+	}
+	builtin := ""
+	if cmd.Builtin != "" {
+		agent, err := s.agent.hostPath()
+		if err != nil {
+			return nil, err
+		}
+		if agent != "" {
+			builtin, c.agent = cmd.Builtin, agent
+			c.argv = append([]string{agentGuestPath, "builtin", builtin}, cmd.Args...)
+		}
+	}
+	l, err := s.plat.launch(c)
 	if err != nil {
 		return nil, err
 	}
+	s.served.count(builtin, cmd.Builtin != "" && builtin == "")
 	s.emit(AuditStarted, nil)
 	res, err := run(cctx, runSpec{
 		cmd: l.cmd, marker: l.marker, start: l.start, stdin: opts.Stdin, stdout: opts.Stdout, stderr: opts.Stderr,

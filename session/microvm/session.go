@@ -14,6 +14,7 @@ import (
 
 	"github.com/oma-sandbox/oma-sandbox/egress"
 	"github.com/oma-sandbox/oma-sandbox/grep"
+	"github.com/oma-sandbox/oma-sandbox/guestagent/bundle"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
@@ -286,10 +287,10 @@ func (s *Session) placeAgent(o Options, c *msb.CreateOptions) error {
 	if err != nil || bin == nil {
 		return err
 	}
-	dir, err := agentCacheDir()
+	dir, err := bundle.CacheDir()
 	var path string
 	if err == nil {
-		path, err = cachedAgent(dir, bin)
+		path, err = bundle.Cached(dir, bin)
 	}
 	if err != nil {
 		o.Logger.Warn("guest agent not placed: one msb exec per call", "err", err)

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package microvm
+package bundle
 
 import "os"
 

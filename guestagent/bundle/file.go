@@ -1,0 +1,113 @@
+package bundle
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// CacheDir is the private directory agent copies are kept in:
+// oma-sandbox/agent under the user's cache directory.
+func CacheDir() (string, error) {
+	base, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(base, "oma-sandbox", "agent"), nil
+}
+
+// Cached returns the path of a private copy of bin in dir, named by its
+// SHA-256, for a sandbox to be given (msb's create copies it into the
+// guest; a local sandbox binds it read-only). The directory must be ours and
+// closed to others; an existing copy is reused only when it is a regular
+// file of ours, mode 0755, whose content hashes to its name; anything else
+// is replaced atomically (write, sync, rename).
+func Cached(dir string, bin []byte) (string, error) {
+	sum := sha256.Sum256(bin)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	if err := checkPrivateDir(dir); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "oma-guest-agent-"+hex.EncodeToString(sum[:16]))
+	if ok, err := verifyAgent(path, sum); ok || err != nil {
+		return path, err
+	}
+	tmp, err := os.CreateTemp(dir, ".agent-*")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name()) // a no-op once renamed
+	_, err = tmp.Write(bin)
+	if err == nil {
+		err = tmp.Chmod(0o755)
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+// checkPrivateDir refuses a cache directory that is a symlink, not ours,
+// or open to group or others: whoever could write it could choose what
+// runs as root in every new sandbox.
+func checkPrivateDir(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !fi.IsDir():
+		return fmt.Errorf("agent cache %s is not a directory", dir)
+	case fi.Mode().Perm()&0o077 != 0:
+		return fmt.Errorf("agent cache %s has mode %v; it must be closed to group and others", dir, fi.Mode().Perm())
+	case !ownedByUs(fi):
+		return fmt.Errorf("agent cache %s does not belong to this process's user", dir)
+	}
+	return nil
+}
+
+// verifyAgent reports whether path is a regular file of ours, mode 0755,
+// whose content hashes to sum. A missing file is not an error; anything
+// else that cannot be reused is removed so that a fresh copy takes its
+// place.
+func verifyAgent(path string, sum [32]byte) (bool, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|openNoFollow, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, os.Remove(path)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return false, err
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o755 || !ownedByUs(fi) {
+		return false, os.Remove(path)
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return false, err
+	}
+	if !bytes.Equal(h.Sum(nil), sum[:]) {
+		return false, os.Remove(path)
+	}
+	return true, nil
+}

@@ -1,0 +1,95 @@
+package local
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"runtime"
+	"sync"
+
+	"github.com/oma-sandbox/oma-sandbox/guestagent/bundle"
+	"github.com/oma-sandbox/oma-sandbox/session"
+)
+
+// agentGuestPath is where a sandbox sees the guest agent, as on msb.
+const agentGuestPath = "/.oma-sandbox/agent"
+
+// agent is the guest agent a session's calls run their builtins with: a
+// private cached copy, bound read-only into each sandbox.
+type agent struct {
+	file string // Options.AgentFile; "" means the bundled agent
+	off  bool   // Options.NoAgent
+
+	once sync.Once
+	path string // host path of the cached copy; "" for none
+	err  error
+}
+
+// hostPath finds (once) the agent's host path: "" runs scripts, on a
+// platform the agent does not serve or in a build without one.
+func (a *agent) hostPath() (string, error) {
+	a.once.Do(func() {
+		if a.off || runtime.GOOS != "linux" {
+			return
+		}
+		var bin []byte
+		if a.file != "" {
+			if bin, a.err = os.ReadFile(a.file); a.err != nil {
+				a.err = fmt.Errorf("local sandbox: agent file: %w: %w", a.err, session.ErrInvalid)
+				return
+			}
+		} else if bin, _ = bundle.Binary(runtime.GOARCH); bin == nil {
+			return
+		}
+		dir, err := bundle.CacheDir()
+		if err == nil {
+			a.path, err = bundle.Cached(dir, bin)
+		}
+		if err != nil {
+			a.err = fmt.Errorf("local sandbox: agent cache: %w: %w", err, session.ErrCannotStart)
+		}
+	})
+	return a.path, a.err
+}
+
+// Served counts how a session's calls ran.
+type Served struct {
+	// Builtins counts, by name, the calls the guest agent ran.
+	Builtins map[string]int
+	// Scripts is the calls bash ran; ScriptFallbacks those of them that
+	// named a builtin, run as scripts because the session has no agent.
+	Scripts         int
+	ScriptFallbacks int
+}
+
+type servedCounter struct {
+	mu sync.Mutex
+	n  Served
+}
+
+func (c *servedCounter) count(builtin string, fellBack bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case builtin != "":
+		if c.n.Builtins == nil {
+			c.n.Builtins = map[string]int{}
+		}
+		c.n.Builtins[builtin]++
+	case fellBack:
+		c.n.Scripts++
+		c.n.ScriptFallbacks++
+	default:
+		c.n.Scripts++
+	}
+}
+
+// Served returns how this session's calls have run so far (calls refused
+// before a sandbox started are not counted).
+func (s *Session) Served() Served {
+	s.served.mu.Lock()
+	defer s.served.mu.Unlock()
+	n := s.served.n
+	n.Builtins = maps.Clone(n.Builtins)
+	return n
+}
