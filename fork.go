@@ -54,10 +54,12 @@ func (s *Session) fork(ctx context.Context, sessionID string) (*Session, error) 
 		f, err = src.Fork(ctx, microvm.Options{
 			Client: s.opts.client(), SessionID: sessionID,
 			Network: s.opts.Network, IdleTimeout: s.opts.IdleTimeout, NoAutoResume: s.opts.NoAutoResume,
-			NoAgent:          s.opts.OneExecPerCall,
 			OperationTimeout: s.opts.OperationTimeout, Logger: s.opts.logger(),
 		})
 		if err == nil {
+			if s.opts.OneExecPerCall {
+				f.DisableAgentChannel()
+			}
 			fork = f
 		}
 	case *local.Session:

@@ -83,12 +83,12 @@ type Options struct {
 	// session.ErrPaused instead of resuming it first (msb; a local session
 	// is never paused in a way a call could notice).
 	NoAutoResume bool
-	// OneExecPerCall keeps an msb session on one msb exec per call: Open
-	// places no guest agent and Attach opens no channel to one. For
-	// one-shot users, to whom opening the channel (one msb inspect, one
-	// msb exec --stream) costs more than their call; long-lived sessions
-	// (the MCP server, a library user's) leave it off. See
-	// docs/guest-agent.md.
+	// OneExecPerCall keeps an msb session on one msb exec per call, which
+	// runs the guest agent's builtin where the sandbox has the agent: Open
+	// and Attach open no channel to it. For one-shot users, to whom opening
+	// the channel (one msb inspect, one msb exec --stream) costs more than
+	// their call; long-lived sessions (the MCP server, a library user's)
+	// leave it off. See docs/guest-agent.md.
 	OneExecPerCall bool
 
 	// StateDir holds the local backend's sessions; "" means
@@ -194,9 +194,11 @@ func open(ctx context.Context, o Options) (*Session, error) {
 			Client: o.client(), WorkspaceID: o.WorkspaceID, SessionID: o.SessionID,
 			Image: o.Image, CPUs: o.CPUs, Memory: o.Memory, Network: o.Network,
 			IdleTimeout: o.IdleTimeout, NoAutoResume: o.NoAutoResume, Ports: o.Ports,
-			NoAgent:          o.OneExecPerCall,
 			OperationTimeout: o.OperationTimeout, Logger: o.logger(),
 		}); err == nil {
+			if o.OneExecPerCall {
+				ms.DisableAgentChannel()
+			}
 			s = ms
 		}
 	} else {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -115,14 +116,26 @@ func (a *app) removePatches(name string) { _ = os.RemoveAll(a.patchDir(name)) }
 
 // patchArgs binds each copy read-only at its destination. They come before
 // the mounts, so a volume or tmpfs on a parent covers them, as a mount
-// covers the rootfs in msb.
+// covers the rootfs in msb. Missing parents are made 0755, as msb's
+// create_dir_all makes them (bubblewrap alone would make them 0700, out of
+// a non-root user's reach).
 func (a *app) patchArgs(sb *sandbox) []string {
 	var args []string
+	bind := func(src, dst string) {
+		var parents []string
+		for d := path.Dir(dst); d != "/" && d != "."; d = path.Dir(d) {
+			parents = append([]string{d}, parents...)
+		}
+		for _, d := range parents {
+			args = append(args, "--perms", "0755", "--dir", d)
+		}
+		args = append(args, "--ro-bind", src, dst)
+	}
 	for i, f := range sb.CopyFiles {
-		args = append(args, "--ro-bind", filepath.Join(a.patchDir(sb.Name), strconv.Itoa(i)), f.Dst)
+		bind(filepath.Join(a.patchDir(sb.Name), strconv.Itoa(i)), f.Dst)
 	}
 	for i, f := range sb.RootFiles {
-		args = append(args, "--ro-bind", filepath.Join(a.patchDir(sb.Name), rootFilePrefix+strconv.Itoa(i)), f.Dst)
+		bind(filepath.Join(a.patchDir(sb.Name), rootFilePrefix+strconv.Itoa(i)), f.Dst)
 	}
 	return args
 }

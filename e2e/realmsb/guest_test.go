@@ -219,3 +219,42 @@ func mustInspect(t *testing.T, tg target, name string) *msb.SandboxInfo {
 	require.NoError(t, err)
 	return info
 }
+
+func TestRealMSBExecBuiltins(t *testing.T) { execBuiltins(t, realTarget(t)) }
+func TestFakeMSBExecBuiltins(t *testing.T) { execBuiltins(t, fakeTarget(t)) }
+
+// execBuiltins: with the channel off, each tool call is one msb exec of the
+// guest agent's builtin, not of its script: on the session that placed the
+// agent, and on one attached to it (as the one-shot CLI does).
+func execBuiltins(t *testing.T, tg target) {
+	s := tg.create(t, "execbuiltins")
+	s.DisableAgentChannel()
+	toolCall(t, s, "write", map[string]any{"path": "notes.txt", "content": "alpha\nbeta\n"})
+	assert.Contains(t, toolCall(t, s, "read", map[string]any{"path": "notes.txt"}), "beta")
+	toolCall(t, s, "edit", map[string]any{"path": "notes.txt", "oldText": "beta", "newText": "gamma"})
+	assert.Contains(t, toolCall(t, s, "ls", map[string]any{"path": "."}), "notes.txt")
+	assert.Contains(t, toolCall(t, s, "glob", map[string]any{"pattern": "*.txt"}), "notes.txt")
+	assert.Contains(t, toolCall(t, s, "grep", map[string]any{"pattern": "gamma", "path": "/workspace"}), "notes.txt")
+	assert.Equal(t, "hi\n", toolCall(t, s, "bash", map[string]any{"command": "echo hi"}))
+	served := s.Served()
+	assert.Zero(t, served.Channel, "%+v", served)
+	assert.Zero(t, served.ScriptFallbacks, "%+v", served)
+	for _, b := range []string{"write", "read", "cat", "ls", "glob-enumerate", "grep-search", "bash-supervisor"} {
+		assert.NotZero(t, served.Builtins[b], "builtin %s did not run: %+v", b, served)
+	}
+	assert.Equal(t, served.Exec, sumValues(served.Builtins), "every call ran a builtin: %+v", served)
+
+	attached, err := microvm.Attach(tg.client, "", s.Name())
+	require.NoError(t, err)
+	attached.DisableAgentChannel()
+	assert.Contains(t, toolCall(t, attached, "read", map[string]any{"path": "notes.txt"}), "gamma")
+	assert.Equal(t, microvm.Served{Exec: 1, Builtins: map[string]int{"read": 1}}, attached.Served())
+}
+
+func sumValues(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}

@@ -53,6 +53,9 @@ type channel struct {
 	// resume its inspect.
 	known   *sandboxFacts
 	started bool
+	// agent is what calls by one exec each know of the agent in the
+	// sandbox (see execbuiltin.go).
+	agent agentPresence
 	// gone answers, once per dead channel, whether it died with its
 	// sandbox (see sandboxGone); deadConn is the channel it is for.
 	deadConn *agentchan.Conn
@@ -109,6 +112,7 @@ func (s *Session) channelConn(ctx context.Context) *agentchan.Conn {
 	if err != nil {
 		if ctx.Err() == nil && !errors.Is(err, errInspect) {
 			ch.mode = channelOff
+			ch.distrustAgentLocked()
 		}
 		s.logger.Debug("guest agent channel not opened; one msb exec per call", "sandbox", s.names.Sandbox, "err", err)
 		return nil
@@ -133,6 +137,7 @@ func (s *Session) openChannel(ctx context.Context) (*agentchan.Conn, *msb.Proces
 	case err != nil:
 		return nil, nil, err
 	case !facts.agent:
+		s.ch.agent = agentAbsent
 		return nil, nil, fmt.Errorf("sandbox was created without the guest agent")
 	}
 	argv := []string{agentGuestPath, "serve"}
@@ -233,6 +238,7 @@ func (ch *channel) detachLocked(died bool) (*agentchan.Conn, *msb.Process) {
 		ch.deaths++
 		if ch.deaths >= 2 {
 			ch.mode = channelOff
+			ch.distrustAgentLocked()
 		}
 	}
 	return conn, proc

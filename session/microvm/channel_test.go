@@ -279,6 +279,14 @@ func TestChannelDeath(t *testing.T) {
 			assert.Equal(t, "after\n", sh(t, s, "echo after"))
 			assert.Equal(t, []string{"exec"}, commands(t, env), "then one exec per call")
 			assert.Nil(t, env.Channel(s.Name()).Msb)
+
+			// Nor does one exec run the agent the channel gave up on: a
+			// call naming a builtin runs its script, counted as a fallback.
+			env.ResetLog(t)
+			fallbacks := s.Served().ScriptFallbacks
+			assert.Equal(t, `0 "script ran in /workspace\n"`, globCall(t, s, ""))
+			assert.Equal(t, []string{"/bin/bash"}, execArgv0s(t, env, 0))
+			assert.Equal(t, fallbacks+1, s.Served().ScriptFallbacks)
 		})
 	}
 }

@@ -10,14 +10,15 @@ import (
 // one exec is a silent fallback), and it is the figure an operator reads
 // for fallbacks.
 type Served struct {
-	// Exec is the calls run by one msb exec each.
-	Exec int
-	// Channel is the calls run on the guest agent's channel; Builtins
-	// counts, by name, those the agent ran as a builtin.
+	// Exec is the calls run by one msb exec each; Channel those run on the
+	// guest agent's channel. Builtins counts, by name, the calls of either
+	// the agent ran as a builtin.
+	Exec     int
 	Channel  int
 	Builtins map[string]int
-	// ScriptFallbacks is the channel calls that named a builtin the agent
-	// did not offer, so it ran their script instead.
+	// ScriptFallbacks is the calls that named a builtin and ran their
+	// script although the session expected the agent: the channel's agent
+	// did not offer it, or an exec found no agent in the sandbox.
 	ScriptFallbacks int
 }
 
@@ -26,10 +27,27 @@ type servedCounter struct {
 	n  Served
 }
 
-func (c *servedCounter) exec() {
+// exec counts a call by one msb exec: builtin is the one the agent ran, ""
+// for a script; fellBack says the call named a builtin and ran its script
+// because the sandbox turned out to have no agent.
+func (c *servedCounter) exec(builtin string, fellBack bool) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.n.Exec++
-	c.mu.Unlock()
+	c.builtin(builtin)
+	if fellBack {
+		c.n.ScriptFallbacks++
+	}
+}
+
+func (c *servedCounter) builtin(name string) {
+	if name == "" {
+		return
+	}
+	if c.n.Builtins == nil {
+		c.n.Builtins = map[string]int{}
+	}
+	c.n.Builtins[name]++
 }
 
 // channel counts a channel call: builtin is the one the agent ran, "" for a
@@ -38,12 +56,7 @@ func (c *servedCounter) channel(builtin string, fellBack bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.n.Channel++
-	if builtin != "" {
-		if c.n.Builtins == nil {
-			c.n.Builtins = map[string]int{}
-		}
-		c.n.Builtins[builtin]++
-	}
+	c.builtin(builtin)
 	if fellBack {
 		c.n.ScriptFallbacks++
 	}

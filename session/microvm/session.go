@@ -271,7 +271,7 @@ func Create(ctx context.Context, o Options) (*Session, error) {
 // one, an unusable cache) the session keeps one msb exec per call. Only a
 // named AgentFile that cannot be read is an error.
 func (s *Session) placeAgent(o Options, c *msb.CreateOptions) error {
-	s.ch.mode = channelOff
+	s.ch.mode, s.ch.agent = channelOff, agentAbsent
 	if o.NoAgent {
 		return nil
 	}
@@ -279,6 +279,7 @@ func (s *Session) placeAgent(o Options, c *msb.CreateOptions) error {
 	// a fork has the agent its root disk inherited, or none.
 	if o.conf != "" {
 		if o.agentInherited {
+			s.ch.agent = agentPresent
 			s.armChannel(o)
 		}
 		return nil
@@ -297,6 +298,7 @@ func (s *Session) placeAgent(o Options, c *msb.CreateOptions) error {
 		return nil
 	}
 	c.CopyFiles = append(c.CopyFiles, msb.CopyFile{Src: path, Dst: agentGuestPath})
+	s.ch.agent = agentPresent
 	s.armChannel(o)
 	return nil
 }
@@ -335,7 +337,7 @@ func (s *Session) cleanupFailedCreate(ctx context.Context) error {
 func (s *Session) prepare(ctx context.Context) error {
 	preflight, preflightArgs := grep.PreflightScript()
 	args := append([]string{msbPaths.Uploads, msbPaths.Outputs, msbPaths.Workspace, preflight}, preflightArgs...)
-	res, err := s.exec(ctx, session.Command{Script: prepareScript, Args: args}, session.ShellOptions{User: "0", GuestTimeout: s.opTimeout})
+	res, err := s.execArgv(ctx, scriptArgv(prepareScript, args), session.ShellOptions{User: "0", GuestTimeout: s.opTimeout})
 	if err != nil {
 		return fmt.Errorf("prepare mounts and ripgrep preflight: %w", err)
 	}
@@ -417,15 +419,15 @@ func (s *Session) Shell(ctx context.Context, cmd session.Command, opts session.S
 	if conn := s.channelConn(ctx); conn != nil {
 		return s.runChannel(ctx, conn, cmd, opts)
 	}
-	s.served.exec()
 	return s.exec(ctx, cmd, opts)
 }
 
-func (s *Session) exec(ctx context.Context, cmd session.Command, opts session.ShellOptions) (*session.Result, error) {
+// execArgv runs argv by one msb exec, under the call's options.
+func (s *Session) execArgv(ctx context.Context, argv []string, opts session.ShellOptions) (*session.Result, error) {
 	hostTimeout := s.opTimeout + session.HostGrace
 	execOpts := msb.ExecOptions{
 		Name:    s.names.Sandbox,
-		Argv:    append([]string{"/bin/bash", "-c", cmd.Script, "bash"}, cmd.Args...),
+		Argv:    argv,
 		Stream:  opts.Stdout != nil || opts.Stderr != nil,
 		User:    opts.User,
 		Workdir: opts.Workdir,
