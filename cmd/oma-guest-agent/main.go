@@ -11,6 +11,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/oma-sandbox/oma-sandbox/agentwire"
@@ -21,6 +23,25 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
+// ready writes R to descriptor fd and closes it: the local backend's sign
+// that the sandbox is up and the call starts (the marker its shell wrapper
+// writes for a script).
+func ready(fd string) error {
+	n, err := strconv.Atoi(fd)
+	if err != nil || n < 3 {
+		return fmt.Errorf("--ready-fd=%s: want a descriptor number from 3", fd)
+	}
+	f := os.NewFile(uintptr(n), "ready")
+	_, err = f.Write([]byte{'R'})
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("--ready-fd=%s: %w", fd, err)
+	}
+	return nil
+}
+
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] != "serve" {
 		switch {
@@ -28,14 +49,22 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "oma-guest-agent protocol %d\n", agentwire.Version)
 			return 0
 		case len(args) >= 2 && args[0] == "builtin":
-			code, err := guestagent.RunBuiltin(args[1], args[2:], stdin, stdout, stderr)
+			args = args[1:]
+			if fd, ok := strings.CutPrefix(args[0], "--ready-fd="); ok && len(args) >= 2 {
+				if err := ready(fd); err != nil {
+					fmt.Fprintf(stderr, "oma-guest-agent: %v\n", err)
+					return 2
+				}
+				args = args[1:]
+			}
+			code, err := guestagent.RunBuiltin(args[0], args[1:], stdin, stdout, stderr)
 			if err != nil {
 				fmt.Fprintf(stderr, "oma-guest-agent: %v\n", err)
 				return 2
 			}
 			return code
 		}
-		fmt.Fprintln(stderr, "usage: oma-guest-agent serve [--default-user USER[:GROUP]] [--default-workdir DIR]\n       oma-guest-agent builtin NAME [ARG...]\n       oma-guest-agent version")
+		fmt.Fprintln(stderr, "usage: oma-guest-agent serve [--default-user USER[:GROUP]] [--default-workdir DIR]\n       oma-guest-agent builtin [--ready-fd=N] NAME [ARG...]\n       oma-guest-agent version")
 		return 2
 	}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)

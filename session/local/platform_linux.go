@@ -71,6 +71,9 @@ func (p *linuxPlatform) launch(c call) (l *launched, err error) {
 		System: p.system, Agent: c.agent,
 		Command: append([]string{"/bin/sh", "-c", markerScript, "oma-sandbox"}, c.argv...),
 	}
+	if c.agent != "" {
+		spec.Command = c.argv // the agent writes the marker itself (--ready-fd)
+	}
 	switch {
 	case c.root:
 		// Preparing uploads never needs the host: root stays confined.

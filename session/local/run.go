@@ -14,10 +14,12 @@ import (
 )
 
 const (
-	// startMarker is written to fd 3 once the sandbox is up and the command
-	// is about to run; without it, a failure is the sandbox's, not the
-	// command's.
+	// startMarker is written to fd markerFD once the sandbox is up and the
+	// command is about to run (by a shell wrapper, or by the guest agent
+	// itself, given --ready-fd); without it, a failure is the sandbox's,
+	// not the command's.
 	startMarker = 'R'
+	markerFD    = 3
 	// drainGrace bounds how long output may trail the sandbox's exit.
 	drainGrace = 2 * time.Second
 	stderrTail = 4 << 10

@@ -1,0 +1,43 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// --ready-fd writes the start marker and closes the descriptor before the
+// builtin runs; a bad descriptor is refused before anything runs.
+func TestBuiltinReadyFD(t *testing.T) {
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	// The agent closes the descriptor it is given: give it a copy of w's.
+	dup, err := syscall.Dup(int(w.Fd()))
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	var stdout, stderr bytes.Buffer
+	fd := strconv.Itoa(dup)
+	code := run([]string{"builtin", "--ready-fd=" + fd, "no-such-builtin"}, strings.NewReader(""), &stdout, &stderr)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr.String(), `unknown builtin "no-such-builtin"`)
+	got, err := io.ReadAll(r) // EOF: the agent closed its end
+	require.NoError(t, err)
+	assert.Equal(t, "R", string(got))
+
+	for _, bad := range []string{"x", "1", "-3"} {
+		stderr.Reset()
+		code = run([]string{"builtin", "--ready-fd=" + bad, "ls"}, strings.NewReader(""), &stdout, &stderr)
+		assert.Equal(t, 2, code, bad)
+		assert.Contains(t, stderr.String(), "--ready-fd="+bad+": want a descriptor number from 3", bad)
+	}
+}
