@@ -140,3 +140,26 @@ func jsonObject(kv ...string) string {
 	b, _ := json.Marshal(m)
 	return string(b)
 }
+
+// TestRunIsAudited: run's command is a call of the session's bash tool, with
+// its audit record beside the session's create and close.
+func TestRunIsAudited(t *testing.T) {
+	var out, log bytes.Buffer
+	args := []string{"--state-dir", t.TempDir(), "--log-format", "json", "--log-level", "info",
+		"run", "--backend", "local", "--outputs", t.TempDir(), "--", "echo", "hi"}
+	if code := Main(args, nil, &out, &log); code != 0 {
+		t.Fatalf("run exited %d; log:\n%s", code, log.String())
+	}
+	var got []string
+	for line := range strings.Lines(log.String()) {
+		var r map[string]any
+		if json.Unmarshal([]byte(line), &r) != nil {
+			continue // run's own lines, such as "no output files"
+		}
+		got = append(got, fmt.Sprintf("%v %v%v %v %v", r["msg"], r["action"], r["tool"], r["result"], r["session"] != nil))
+	}
+	want := []string{"session lifecycle create<nil> <nil> true", "tool call <nil>bash ok true", "session lifecycle close<nil> <nil> true"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("records %q, want %q; log:\n%s", got, want, log.String())
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	omasandbox "github.com/oma-sandbox/oma-sandbox"
 	"github.com/oma-sandbox/oma-sandbox/tools"
 )
 
@@ -85,16 +86,16 @@ for a usage error, with nothing created; 128+N after signal N.`)
 	}()
 
 	out := newStreamed(c.stdout)
-	_, runErr := tools.New(s.Sandbox(), tools.Options{Logger: c.logger}).Bash(ctx, shellJoin(argv), *timeout, out.write)
+	// The session's own bash tool, so the call has its audit record and
+	// span like any other.
+	ran, runErr := s.Bash(ctx, shellJoin(argv), omasandbox.BashOptions{Timeout: *timeout, Progress: out.write})
 	status := exitOK
-	var cmdErr *tools.CommandError
 	switch {
-	case runErr == nil:
-	case errors.As(runErr, &cmdErr) && cmdErr.TimedOut:
+	case ran.TimedOut:
 		fmt.Fprintf(c.stderr, "oma-sandbox: command timed out after %v\n", *timeout)
 		status = exitTimeout
-	case errors.As(runErr, &cmdErr):
-		status = cmdErr.ExitCode
+	case runErr == nil:
+		status = ran.ExitCode
 	case interrupted(ctx) != nil:
 		return interrupted(ctx)
 	default:
