@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -71,15 +72,17 @@ func (p *linuxPlatform) launch(c call) (l *launched, err error) {
 		System: p.system, Agent: c.agent,
 		Command: append([]string{"/bin/sh", "-c", markerScript, "oma-sandbox"}, c.argv...),
 	}
-	if c.agent != "" {
-		spec.Command = c.argv // the agent writes the marker itself (--ready-fd)
-	}
 	switch {
 	case c.root:
 		// Preparing uploads never needs the host: root stays confined.
 		spec.Mode, spec.Network = ModeWorkspaceWrite, NetworkDeny
 	case c.policy.Mode == ModeDangerFullAccess:
 		spec.System = dangerEntries()
+	}
+	if c.agent != "" && spec.Network != NetworkAllowlist {
+		// The agent writes the start marker itself: no shell. (The egress
+		// relay runs its command without fd 3, so there the shell does.)
+		spec.Command = slices.Concat(c.argv[:2], []string{"--ready-fd=" + strconv.Itoa(markerFD)}, c.argv[2:])
 	}
 	// Abstract unix sockets of the host are out of reach in every mode but
 	// danger-full-access: scoped by Landlock where the kernel can, else,

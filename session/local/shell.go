@@ -37,8 +37,8 @@ type call struct {
 	root    bool
 	argv    []string
 	// agent is the host path of the guest agent, bound at agentGuestPath
-	// when argv runs one of its builtins (and writes the start marker
-	// itself); "" otherwise.
+	// when argv runs one of its builtins ([agent, "builtin", NAME, ARGS...]);
+	// "" otherwise.
 	agent string
 }
 
@@ -98,7 +98,7 @@ func (s *Session) Shell(ctx context.Context, cmd session.Command, opts session.S
 		}
 		if agent != "" {
 			builtin, c.agent = cmd.Builtin, agent
-			c.argv = append([]string{agentGuestPath, "builtin", "--ready-fd=" + strconv.Itoa(markerFD), builtin}, cmd.Args...)
+			c.argv = append([]string{agentGuestPath, "builtin", builtin}, cmd.Args...)
 		}
 	}
 	l, err := s.plat.launch(c)
