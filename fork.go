@@ -74,5 +74,7 @@ func (s *Session) fork(ctx context.Context, sessionID string) (*Session, error) 
 	if err != nil {
 		return nil, err
 	}
-	return wrap(s.backend, fork, s.opts), nil
+	w := wrap(s.backend, fork, s.opts)
+	w.created(ctx)
+	return w, nil
 }

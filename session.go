@@ -7,10 +7,12 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oma-sandbox/oma-sandbox/egress"
@@ -114,6 +116,10 @@ type Options struct {
 	// (docs/operations.md#traces); nil means otel.GetTracerProvider(), a
 	// no-op unless the program installed a provider.
 	TracerProvider trace.TracerProvider
+	// MeterProvider gets the sessions', tool calls' and msb invocations'
+	// metrics (docs/operations.md#metrics); nil means
+	// otel.GetMeterProvider(), a no-op unless the program installed one.
+	MeterProvider metric.MeterProvider
 }
 
 func (o Options) doctor() DoctorOptions {
@@ -130,7 +136,7 @@ func (o Options) tracerProvider() trace.TracerProvider {
 }
 
 func (o Options) client() *msb.Client {
-	return msb.NewClient(&msb.CLI{Path: o.Msb, Logger: o.logger()})
+	return msb.NewClient(msb.Observed(&msb.CLI{Path: o.Msb, Logger: o.logger()}, o.tracerProvider(), o.meterProvider()))
 }
 
 // Session is one sandbox and the agent tools that run in it. It is safe
@@ -141,6 +147,8 @@ type Session struct {
 	tb      *tools.Toolbox
 	opts    Options // as opened or attached; a fork is wrapped with them
 	uploads *transfer.Quota
+	meters  sessionMeters
+	closed  atomic.Bool // Close succeeded: the session is no longer held
 }
 
 // PickBackend resolves backend ("auto", "", "msb" or "local") to the one
@@ -222,7 +230,9 @@ func open(ctx context.Context, o Options) (*Session, error) {
 	}
 	switch {
 	case err == nil:
-		return wrap(backend, s, o), nil
+		w := wrap(backend, s, o)
+		w.created(ctx)
+		return w, nil
 	case errors.Is(err, session.ErrInvalid):
 		return nil, err
 	}
@@ -277,8 +287,11 @@ func BackendOf(name string) string {
 }
 
 func wrap(backend string, s session.Session, o Options) *Session {
-	return &Session{backend: backend, sess: s, opts: o, uploads: &transfer.Quota{Limits: o.UploadLimits},
-		tb: tools.New(s, tools.Options{OperationTimeout: o.OperationTimeout, Logger: o.logger(), TracerProvider: o.TracerProvider, Backend: backend})}
+	w := &Session{backend: backend, sess: s, opts: o, uploads: &transfer.Quota{Limits: o.UploadLimits}, meters: o.sessionMeters(),
+		tb: tools.New(s, tools.Options{OperationTimeout: o.OperationTimeout, Logger: o.logger(),
+			TracerProvider: o.TracerProvider, MeterProvider: o.MeterProvider, Backend: backend})}
+	w.held(context.Background(), 1)
+	return w
 }
 
 // Name identifies the session for Attach.
@@ -299,5 +312,8 @@ func (s *Session) Close(ctx context.Context) error {
 	ctx, a := s.beginAction(ctx, "close")
 	err := s.sess.Close(ctx)
 	s.endAction(ctx, a, err)
+	if err == nil && s.closed.CompareAndSwap(false, true) {
+		s.held(ctx, -1)
+	}
 	return err
 }

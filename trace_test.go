@@ -82,7 +82,17 @@ func testTraces(t *testing.T, backend string) {
 	require.NoError(t, s.Close(ctx))
 	root.End()
 
-	spans := exp.GetSpans() // in the order they ended
+	all := exp.GetSpans() // in the order they ended
+	// msb's invocations are spans of their own, each the child of the
+	// action or call that made it.
+	var spans, invocations tracetest.SpanStubs
+	for _, sp := range all {
+		if strings.HasPrefix(sp.Name, "msb ") {
+			invocations = append(invocations, sp)
+		} else {
+			spans = append(spans, sp)
+		}
+	}
 	require.NotEmpty(t, spans)
 	rootSpan := spans[len(spans)-1]
 	require.Equal(t, "agent run", rootSpan.Name)
@@ -127,7 +137,29 @@ func testTraces(t *testing.T, backend string) {
 		}
 	}
 
+	byID := map[trace.SpanID]string{}
 	for _, sp := range spans {
+		byID[sp.SpanContext.SpanID()] = sp.Name
+	}
+	parents := map[string]bool{}
+	for _, sp := range invocations {
+		assert.Equal(t, trace.SpanKindClient, sp.SpanKind, sp.Name)
+		parent := byID[sp.Parent.SpanID()]
+		assert.NotEmpty(t, parent, "%s: its parent is an action's or a call's span", sp.Name)
+		parents[sp.Name+" in "+parent] = true
+	}
+	if backend == "msb" {
+		// The first call opens the guest agent's channel (inspect, then
+		// exec --stream); the later calls are frames on it.
+		for _, want := range []string{"msb create in session create", "msb inspect in execute_tool write", "msb exec in execute_tool write",
+			"msb stop in session pause", "msb remove in session close"} {
+			assert.True(t, parents[want], "no span %q among %v", want, parents)
+		}
+	} else {
+		assert.Empty(t, invocations, "a local session runs no msb")
+	}
+
+	for _, sp := range all {
 		dump := []string{sp.Name, sp.Status.Description}
 		for _, kv := range sp.Attributes {
 			dump = append(dump, kv.Value.Emit())

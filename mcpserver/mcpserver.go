@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -28,6 +29,10 @@ type Options struct {
 	// on the sandbox's or the host's side; nil discards them. The audit
 	// record of every call is the Toolbox's (tools.Options.Logger).
 	Logger *slog.Logger
+	// Metrics, when set, is served at MetricsPath by ServeHTTP, behind the
+	// same Host, Origin and token checks as the protocol (a Prometheus
+	// handler, say); stdio has no such path.
+	Metrics http.Handler
 }
 
 // readOnly lists the tools that change nothing in the sandbox, so that

@@ -22,6 +22,9 @@ var ErrNotLoopback = errors.New("the MCP HTTP endpoint listens on loopback addre
 // HTTPPath is where ServeHTTP serves the streamable HTTP endpoint.
 const HTTPPath = "/mcp"
 
+// MetricsPath is where ServeHTTP serves Options.Metrics.
+const MetricsPath = "/metrics"
+
 // httpShutdownTimeout bounds how long ServeHTTP waits for open HTTP
 // connections once ctx ends; the tool calls on them are already cancelled.
 const httpShutdownTimeout = 5 * time.Second
@@ -121,6 +124,9 @@ func ServeHTTP(ctx context.Context, ln net.Listener, token string, opts Options)
 	mux := http.NewServeMux()
 	mux.Handle(HTTPPath, mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
 		&mcp.StreamableHTTPOptions{Logger: logger, MaxRequestBodyBytes: MaxMessageBytes}))
+	if opts.Metrics != nil {
+		mux.Handle("GET "+MetricsPath, opts.Metrics)
+	}
 	srv := &http.Server{Handler: newGuard(mux, tcp, token, MaxMessageBytes), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: httpIdleTimeout}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

@@ -209,12 +209,16 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 // httpServer serves tb over HTTP on a free loopback port with a fresh
 // token until the test ends.
 func httpServer(t *testing.T, tb *tools.Toolbox) (url, token string, stop func()) {
+	return httpServerWith(t, Options{Toolbox: tb})
+}
+
+func httpServerWith(t *testing.T, opts Options) (url, token string, stop func()) {
 	ln, err := ListenHTTP("127.0.0.1:0")
 	require.NoError(t, err)
 	url, token = URL(ln), NewToken()
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- ServeHTTP(ctx, ln, token, Options{Toolbox: tb}) }()
+	go func() { served <- ServeHTTP(ctx, ln, token, opts) }()
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
@@ -280,4 +284,44 @@ func TestListenHTTPRefusesNonLoopback(t *testing.T) {
 	_, err := ListenHTTP("127.0.0.1")
 	assert.ErrorContains(t, err, "missing port")
 	assert.False(t, errors.Is(err, ErrNotLoopback))
+}
+
+// TestServeHTTPMetrics: Options.Metrics is served at MetricsPath, to GET
+// only, behind the Host and token checks; without it there is no such path.
+func TestServeHTTPMetrics(t *testing.T) {
+	_, tb, _ := hostServer(t)
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "oma_test 1\n") })
+	url, token, _ := httpServerWith(t, Options{Toolbox: tb, Metrics: metrics})
+	metricsURL := strings.TrimSuffix(url, HTTPPath) + MetricsPath
+	get := func(method, auth, host string) (int, string) {
+		req, err := http.NewRequest(method, metricsURL, nil)
+		require.NoError(t, err)
+		if auth != "" {
+			req.Header.Set("Authorization", "Bearer "+auth)
+		}
+		if host != "" {
+			req.Host = host
+		}
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(body)
+	}
+	code, body := get(http.MethodGet, token, "")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "oma_test 1\n", body)
+	code, _ = get(http.MethodGet, "", "")
+	assert.Equal(t, http.StatusUnauthorized, code, "no token")
+	code, _ = get(http.MethodGet, NewToken(), "")
+	assert.Equal(t, http.StatusUnauthorized, code, "another token")
+	code, _ = get(http.MethodGet, token, "evil.example:80")
+	assert.Equal(t, http.StatusForbidden, code, "another Host")
+	code, _ = get(http.MethodPost, token, "")
+	assert.Equal(t, http.StatusMethodNotAllowed, code)
+
+	url, token, _ = httpServer(t, tb)
+	metricsURL = strings.TrimSuffix(url, HTTPPath) + MetricsPath
+	code, _ = get(http.MethodGet, token, "")
+	assert.Equal(t, http.StatusNotFound, code, "no metrics handler")
 }

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oma-sandbox/oma-sandbox/session"
@@ -62,8 +64,12 @@ type Options struct {
 	// TracerProvider gets a span per Call (see Toolbox.Call); nil means
 	// otel.GetTracerProvider(), a no-op unless the program installed one.
 	TracerProvider trace.TracerProvider
+	// MeterProvider gets the calls' duration histogram (DurationMetric);
+	// nil means otel.GetMeterProvider(), a no-op unless the program
+	// installed one.
+	MeterProvider metric.MeterProvider
 	// Backend names the session's backend ("msb", "local") on the calls'
-	// spans; "" leaves it out.
+	// spans and metrics; "" leaves it out.
 	Backend string
 }
 
@@ -79,6 +85,7 @@ type Toolbox struct {
 	bashTimeout time.Duration
 	logger      *slog.Logger
 	tracer      trace.Tracer
+	duration    metric.Float64Histogram
 	backend     string
 
 	mu    sync.Mutex
@@ -134,8 +141,11 @@ func New(s session.Session, o Options) *Toolbox {
 	if o.TracerProvider == nil {
 		o.TracerProvider = otel.GetTracerProvider()
 	}
+	if o.MeterProvider == nil {
+		o.MeterProvider = otel.GetMeterProvider()
+	}
 	return &Toolbox{sess: s, opTimeout: o.OperationTimeout, bashTimeout: o.BashTimeout, logger: o.Logger,
-		tracer: o.TracerProvider.Tracer(tracerName), backend: o.Backend,
+		tracer: o.TracerProvider.Tracer(tracerName), duration: durationHistogram(o.MeterProvider), backend: o.Backend,
 		stats: map[string]int{}, locks: map[string]*pathLock{}}
 }
 
@@ -178,6 +188,11 @@ func (t *Toolbox) Call(ctx context.Context, name string, input json.RawMessage, 
 	r := t.summarize(ctx, name, input, text, err)
 	t.audit(ctx, r, began)
 	endSpan(span, r)
+	attrs := []attribute.KeyValue{attrToolName.String(toolName(name)), attrResult.String(r.result)}
+	if t.backend != "" {
+		attrs = append(attrs, attrBackend.String(t.backend))
+	}
+	t.duration.Record(context.WithoutCancel(ctx), time.Since(began).Seconds(), metric.WithAttributes(attrs...))
 	return text, err
 }
 

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,6 +19,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/oma-sandbox/oma-sandbox/guestagent/bundle"
@@ -269,6 +272,7 @@ func cmdMCPClient(ts *testscript.TestScript, neg bool, args []string) {
 		}
 	}
 	if useHTTP {
+		scrapeMetrics(ts, "http://"+endpoint+mcpserver.MetricsPath, token)
 		_ = cs.Close()
 		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			ts.Fatalf("signal mcp: %v", err)
@@ -285,6 +289,64 @@ func cmdMCPClient(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("mcp server: %v, want exit status %d\n%s", err, wantExit, stderr.String())
 	case err != nil:
 		ts.Fatalf("mcp server: %v\n%s", err, stderr.String())
+	}
+}
+
+// scrapeMetrics gets url with the token, parses it as the Prometheus text
+// format, and prints "metric NAME{LABELS} VALUE" for each sample of the
+// project's own families (a histogram's count only), sorted; a request
+// without the token must be refused.
+func scrapeMetrics(ts *testscript.TestScript, url, token string) {
+	res, err := http.Get(url)
+	if err != nil {
+		ts.Fatalf("GET %s: %v", url, err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusUnauthorized {
+		ts.Fatalf("GET %s without the token: %s", url, res.Status)
+	}
+	res, err = (&http.Client{Transport: bearer(token)}).Get(url)
+	if err != nil {
+		ts.Fatalf("GET %s: %v", url, err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		ts.Fatalf("GET %s: %s", url, res.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(res.Body)
+	if err != nil {
+		ts.Fatalf("parsing %s: %v", url, err)
+	}
+	var lines []string
+	for name, f := range families {
+		if !strings.HasPrefix(name, "oma_sandbox_") {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				if !strings.HasPrefix(l.GetName(), "otel_scope_") {
+					labels = append(labels, l.GetName()+"="+strconv.Quote(l.GetValue()))
+				}
+			}
+			sort.Strings(labels)
+			var v float64
+			switch {
+			case m.GetCounter() != nil:
+				v = m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				v = m.GetGauge().GetValue()
+			case m.GetHistogram() != nil:
+				name, v = name+"_count", float64(m.GetHistogram().GetSampleCount())
+			}
+			lines = append(lines, fmt.Sprintf("metric %s{%s} %g", name, strings.Join(labels, ","), v))
+			name = f.GetName()
+		}
+	}
+	sort.Strings(lines)
+	for _, l := range lines {
+		fmt.Fprintln(ts.Stdout(), l)
 	}
 }
 

@@ -7,11 +7,15 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"net/http"
 	"os"
 	"runtime"
 	"strconv"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	omasandbox "github.com/oma-sandbox/oma-sandbox"
 	"github.com/oma-sandbox/oma-sandbox/mcpserver"
@@ -78,20 +82,35 @@ session or the server failed, 2 on a usage error.`)
 		return &usageError{msg: "--token-file goes with --http"}
 	}
 
+	// Over HTTP the session's, its tool calls' and msb's metrics are served
+	// at /metrics.
+	var mp metric.MeterProvider
+	var metrics http.Handler
+	if endpoint != nil {
+		var sdk *sdkmetric.MeterProvider
+		if sdk, metrics, err = newMetrics(); err != nil {
+			return err
+		}
+		defer func() { _ = sdk.Shutdown(context.WithoutCancel(ctx)) }()
+		mp = sdk
+	}
+
 	var s *omasandbox.Session
 	if *attach != "" {
 		// Many calls: over the guest agent's channel when the sandbox has it.
-		s, err = c.attachSession(ctx, *attach, omasandbox.Options{})
+		s, err = c.attachSession(ctx, *attach, omasandbox.Options{MeterProvider: mp})
 	} else {
 		var p *pendingSession
 		if p, err = c.resolve(ctx, &f, set); err == nil {
+			p.opts.MeterProvider = mp
 			s, err = c.create(ctx, p)
 		}
 	}
 	if err != nil {
 		return err
 	}
-	opts := mcpserver.Options{Toolbox: tools.New(s.Sandbox(), tools.Options{Logger: c.logger}), Name: "oma-sandbox", Version: version(), Logger: c.logger}
+	tb := tools.New(s.Sandbox(), tools.Options{Logger: c.logger, MeterProvider: mp, Backend: s.Backend()})
+	opts := mcpserver.Options{Toolbox: tb, Name: "oma-sandbox", Version: version(), Logger: c.logger, Metrics: metrics}
 	if endpoint != nil {
 		if err = endpoint.announce(c.stderr, s.Name()); err == nil {
 			err = mcpserver.ServeHTTP(ctx, endpoint.ln, endpoint.token, opts)

@@ -1,0 +1,118 @@
+package omasandbox_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	omasandbox "github.com/oma-sandbox/oma-sandbox"
+	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
+	"github.com/oma-sandbox/oma-sandbox/msb"
+	"github.com/oma-sandbox/oma-sandbox/tools"
+)
+
+// TestMetrics runs create → write → read → a failing read → close on both
+// backends with a manual reader, and reads the instruments back.
+func TestMetrics(t *testing.T) {
+	for _, backend := range []string{"local", "msb"} {
+		t.Run(backend, func(t *testing.T) { testMetrics(t, backend) })
+	}
+}
+
+func testMetrics(t *testing.T, backend string) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	o := omasandbox.Options{Backend: backend, WorkspaceID: "w1", StateDir: t.TempDir(), MeterProvider: mp}
+	if backend == "msb" {
+		o.Msb = fakemsbtest.New(t).Bin
+	}
+	ctx := context.Background()
+	s, err := omasandbox.Open(ctx, o)
+	require.NoError(t, err)
+	require.NoError(t, s.Write(ctx, "m.txt", []byte("hi\n")))
+	_, err = s.Read(ctx, "m.txt", omasandbox.ReadOptions{})
+	require.NoError(t, err)
+	_, err = s.Read(ctx, "missing.txt", omasandbox.ReadOptions{})
+	require.Error(t, err)
+
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(ctx, &rm))
+	assert.Equal(t, int64(1), sumOf(t, rm, omasandbox.SessionsCreatedMetric, attribute.String("oma.backend", backend)))
+	assert.Equal(t, int64(1), sumOf(t, rm, omasandbox.SessionsOpenMetric, attribute.String("oma.backend", backend)))
+	calls := histogramCounts(t, rm, tools.DurationMetric)
+	assert.Equal(t, map[string]uint64{
+		"write ok " + backend: 1, "read ok " + backend: 1, "read tool_error " + backend: 1,
+	}, calls)
+
+	require.NoError(t, s.Close(ctx))
+	require.NoError(t, reader.Collect(ctx, &rm))
+	assert.Equal(t, int64(0), sumOf(t, rm, omasandbox.SessionsOpenMetric, attribute.String("oma.backend", backend)), "closed")
+	if backend == "msb" {
+		for _, sub := range []string{"create", "remove"} {
+			assert.Equal(t, int64(1), sumOf(t, rm, msb.InvocationsMetric,
+				attribute.String("oma.msb.subcommand", sub), attribute.String("oma.msb.outcome", msb.OutcomeOK)), sub)
+		}
+		assert.Positive(t, sumOf(t, rm, msb.InvocationsMetric, attribute.String("oma.msb.subcommand", "exec"), attribute.String("oma.msb.outcome", msb.OutcomeOK)))
+	}
+}
+
+// sumOf is the value of the sum instrument name at the data point whose
+// attributes include want.
+func sumOf(t *testing.T, rm metricdata.ResourceMetrics, name string, want ...attribute.KeyValue) int64 {
+	t.Helper()
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			sum, ok := m.Data.(metricdata.Sum[int64])
+			require.True(t, ok, "%s is a %T", name, m.Data)
+			var total int64
+			for _, dp := range sum.DataPoints {
+				if hasAll(dp.Attributes, want) {
+					total += dp.Value
+				}
+			}
+			return total
+		}
+	}
+	t.Fatalf("no instrument %s", name)
+	return 0
+}
+
+func hasAll(set attribute.Set, want []attribute.KeyValue) bool {
+	for _, kv := range want {
+		if v, ok := set.Value(kv.Key); !ok || v != kv.Value {
+			return false
+		}
+	}
+	return true
+}
+
+// histogramCounts are a histogram's counts by "tool result backend".
+func histogramCounts(t *testing.T, rm metricdata.ResourceMetrics, name string) map[string]uint64 {
+	t.Helper()
+	out := map[string]uint64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			h, ok := m.Data.(metricdata.Histogram[float64])
+			require.True(t, ok, "%s is a %T", name, m.Data)
+			for _, dp := range h.DataPoints {
+				tool, _ := dp.Attributes.Value("gen_ai.tool.name")
+				result, _ := dp.Attributes.Value("oma.result")
+				backend, _ := dp.Attributes.Value("oma.backend")
+				out[tool.AsString()+" "+result.AsString()+" "+backend.AsString()] = dp.Count
+				assert.Positive(t, dp.Sum, "durations are recorded")
+			}
+		}
+	}
+	return out
+}
