@@ -29,8 +29,9 @@ func (o Options) meterProvider() metric.MeterProvider {
 }
 
 type sessionMeters struct {
-	created metric.Int64Counter
-	open    metric.Int64UpDownCounter
+	created             metric.Int64Counter
+	open                metric.Int64UpDownCounter
+	uploaded, collected metric.Int64Counter
 }
 
 func (o Options) sessionMeters() sessionMeters {
@@ -45,7 +46,9 @@ func (o Options) sessionMeters() sessionMeters {
 	if err != nil {
 		open = noop.Int64UpDownCounter{}
 	}
-	return sessionMeters{created: created, open: open}
+	return sessionMeters{created: created, open: open,
+		uploaded:  bytesCounter(o.meterProvider(), UploadedBytesMetric, "Bytes Upload placed in sessions, by backend"),
+		collected: bytesCounter(o.meterProvider(), CollectedBytesMetric, "Bytes CollectOutputs copied out of sessions, by backend")}
 }
 
 // created counts a session Open or Fork made.

@@ -16,8 +16,9 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/tools"
 )
 
-// TestMetrics runs create → write → read → a failing read → close on both
-// backends with a manual reader, and reads the instruments back.
+// TestMetrics runs create → write → read → a failing read → upload → bash
+// → collect → close on both backends with a manual reader, and reads the
+// instruments back.
 func TestMetrics(t *testing.T) {
 	for _, backend := range []string{"local", "msb"} {
 		t.Run(backend, func(t *testing.T) { testMetrics(t, backend) })
@@ -39,6 +40,11 @@ func testMetrics(t *testing.T, backend string) {
 	require.NoError(t, err)
 	_, err = s.Read(ctx, "missing.txt", omasandbox.ReadOptions{})
 	require.Error(t, err)
+	require.NoError(t, s.Upload(ctx, omasandbox.UploadFile{Path: "u.txt", Content: []byte("12345")}))
+	_, err = s.Bash(ctx, "printf 1234567 > "+s.Paths().Outputs+"/o.txt", omasandbox.BashOptions{})
+	require.NoError(t, err)
+	_, err = s.CollectOutputs(ctx, t.TempDir())
+	require.NoError(t, err)
 
 	var rm metricdata.ResourceMetrics
 	require.NoError(t, reader.Collect(ctx, &rm))
@@ -46,8 +52,10 @@ func testMetrics(t *testing.T, backend string) {
 	assert.Equal(t, int64(1), sumOf(t, rm, omasandbox.SessionsOpenMetric, attribute.String("oma.backend", backend)))
 	calls := histogramCounts(t, rm, tools.DurationMetric)
 	assert.Equal(t, map[string]uint64{
-		"write ok " + backend: 1, "read ok " + backend: 1, "read tool_error " + backend: 1,
+		"write ok " + backend: 1, "read ok " + backend: 1, "read tool_error " + backend: 1, "bash ok " + backend: 1,
 	}, calls)
+	assert.Equal(t, int64(5), sumOf(t, rm, omasandbox.UploadedBytesMetric, attribute.String("oma.backend", backend)))
+	assert.Equal(t, int64(7), sumOf(t, rm, omasandbox.CollectedBytesMetric, attribute.String("oma.backend", backend)))
 
 	require.NoError(t, s.Close(ctx))
 	require.NoError(t, reader.Collect(ctx, &rm))

@@ -215,7 +215,15 @@ type UploadFile struct {
 // Upload places files under the uploads root in one guest command.
 // Unsafe paths match ErrUnsafePath, and files past Options.UploadLimits
 // transfer.ErrTooLarge; nothing is placed then.
-func (s *Session) Upload(ctx context.Context, files ...UploadFile) error {
+func (s *Session) Upload(ctx context.Context, files ...UploadFile) (err error) {
+	ctx, span := s.beginTransfer(ctx, "upload")
+	var size int64
+	defer func() {
+		if err != nil {
+			size = 0 // nothing was placed
+		}
+		s.endTransfer(ctx, span, err, s.meters.uploaded, size, attrFiles.Int(len(files)))
+	}()
 	mounts := make([]transfer.Mount, 0, len(files))
 	for _, f := range files {
 		if path.IsAbs(f.Path) {
@@ -226,6 +234,7 @@ func (s *Session) Upload(ctx context.Context, files ...UploadFile) error {
 			Kind: transfer.Upload, Path: s.Paths().Uploads + "/" + f.Path,
 			Size: int64(len(f.Content)), SHA256: hex.EncodeToString(sum[:]), Content: bytes.NewReader(f.Content),
 		})
+		size += int64(len(f.Content))
 	}
 	return s.uploads.Materialize(ctx, s.sess, mounts)
 }
@@ -243,5 +252,16 @@ type (
 // could not be collected is listed in Refused, one reason each. An error
 // means nothing was collected.
 func (s *Session) CollectOutputs(ctx context.Context, destDir string, opts ...CollectOptions) (*Collected, error) {
-	return transfer.Collect(ctx, s.sess, destDir, one(opts))
+	ctx, span := s.beginTransfer(ctx, "collect")
+	res, err := transfer.Collect(ctx, s.sess, destDir, one(opts))
+	var size int64
+	var files, refused int
+	if res != nil {
+		for _, f := range res.Files {
+			size += f.Size
+		}
+		files, refused = len(res.Files), len(res.Refused)
+	}
+	s.endTransfer(ctx, span, err, s.meters.collected, size, attrFiles.Int(files), attrRefused.Int(refused))
+	return res, err
 }

@@ -56,7 +56,7 @@ func testTraces(t *testing.T, backend string) {
 	require.NoError(t, err)
 	defer func() { _ = s.Close(context.Background()) }()
 	write := map[string]any{"path": "trace.txt", "content": body}
-	bash := map[string]any{"command": `echo "$OMA_TRACE_SECRET"; echo ` + encoded + ` | base64 -d`}
+	bash := map[string]any{"command": `echo "$OMA_TRACE_SECRET"; echo ` + encoded + ` | base64 -d; echo out > ` + s.Paths().Outputs + `/o.txt`}
 	inputs := map[string][]byte{}
 	for _, c := range []struct {
 		tool  string
@@ -74,6 +74,10 @@ func testTraces(t *testing.T, backend string) {
 		require.NoError(t, err, c.tool)
 		require.Contains(t, text, c.shows, c.tool)
 	}
+	require.NoError(t, s.Upload(ctx, omasandbox.UploadFile{Path: "up.txt", Content: []byte(body)}))
+	collected, err := s.CollectOutputs(ctx, t.TempDir())
+	require.NoError(t, err)
+	require.Len(t, collected.Files, 1)
 	require.NoError(t, s.Pause(ctx))
 	require.NoError(t, s.Resume(ctx))
 	f, err := s.Fork(ctx, "")
@@ -98,7 +102,8 @@ func testTraces(t *testing.T, backend string) {
 	require.Equal(t, "agent run", rootSpan.Name)
 	want := []struct{ name, session string }{
 		{"session create", s.Name()}, {"execute_tool write", s.Name()}, {"execute_tool read", s.Name()},
-		{"execute_tool bash", s.Name()}, {"session pause", s.Name()}, {"session resume", s.Name()},
+		{"execute_tool bash", s.Name()}, {"session upload", s.Name()}, {"session collect", s.Name()},
+		{"session pause", s.Name()}, {"session resume", s.Name()},
 		{"session fork", s.Name()}, {"session close", f.Name()}, {"session close", s.Name()},
 	}
 	var names []string
@@ -134,6 +139,13 @@ func testTraces(t *testing.T, backend string) {
 		assert.Equal(t, "ok", str("oma.outcome"), sp.Name)
 		if action == "fork" {
 			assert.Equal(t, f.Name(), str("oma.fork"))
+		}
+		if action == "upload" || action == "collect" {
+			n, _ := attrs.Value("oma.bytes")
+			files, _ := attrs.Value("oma.files")
+			want := map[string]int64{"upload": int64(len(body)), "collect": int64(len("out\n"))}[action]
+			assert.Equal(t, want, n.AsInt64(), sp.Name)
+			assert.Equal(t, int64(1), files.AsInt64(), sp.Name)
 		}
 	}
 
