@@ -6,8 +6,10 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 
+	"github.com/oma-sandbox/oma-sandbox/guestagent/bundle"
 	"github.com/oma-sandbox/oma-sandbox/session/local"
 )
 
@@ -83,7 +85,8 @@ func (o DoctorOptions) logger() *slog.Logger {
 func Doctor(ctx context.Context, o DoctorOptions) Report {
 	msbR := BackendReport{Name: BackendMsb, Checks: msbChecks(ctx, o)}
 	msbR.Usable = usable(msbR.Checks)
-	localR := BackendReport{Name: BackendLocal, Checks: localChecks(local.Probe(ctx))}
+	localR := BackendReport{Name: BackendLocal, Checks: append(localChecks(local.Probe(ctx)),
+		localAgentCheck(runtime.GOOS, runtime.GOARCH, bundle.Binary))}
 	localR.Usable = usable(localR.Checks)
 	rep := Report{Backends: []BackendReport{msbR, localR}}
 	switch {

@@ -62,9 +62,23 @@ func agentCheck() Check {
 	arch := bundle.GuestArch()
 	bin, ok := bundle.Binary(arch)
 	if !ok {
-		return warnCheck(name, fmt.Sprintf("not bundled for linux/%s (built without make agent): one msb exec per call", arch))
+		return warnCheck(name, fmt.Sprintf("not bundled for linux/%s (built without make agent): one msb exec per call, each running its tool's bash script", arch))
 	}
 	return okCheck(name, fmt.Sprintf("bundled for linux/%s (%d KiB): calls travel over one channel per session", arch, len(bin)>>10))
+}
+
+// localAgentCheck says whether a local session's calls run the guest
+// agent's builtins: on Linux, with an agent bundled for this host.
+func localAgentCheck(goos, goarch string, bundled func(string) ([]byte, bool)) Check {
+	const name = "guest agent"
+	if goos != "linux" {
+		return warnCheck(name, "serves Linux only: each call runs its tool's script")
+	}
+	bin, ok := bundled(goarch)
+	if !ok {
+		return warnCheck(name, fmt.Sprintf("not bundled for linux/%s (built without make agent): each call runs its tool's bash script", goarch))
+	}
+	return okCheck(name, fmt.Sprintf("bundled for linux/%s (%d KiB): each call runs its builtin in the call's sandbox", goarch, len(bin)>>10))
 }
 
 func versionCheck(res *msb.Result, err error) Check {

@@ -34,3 +34,19 @@ func TestImageCheck(t *testing.T) {
 	assert.Equal(t, "warn", imageCheck("x", true, notFound).Status, "a named image may be pulled")
 	assert.Equal(t, "fail", imageCheck("x", true, errors.New("msb image inspect: exit 1: database locked")).Status)
 }
+
+func TestLocalAgentCheck(t *testing.T) {
+	elf := func(string) ([]byte, bool) { return make([]byte, 4096), true }
+	none := func(string) ([]byte, bool) { return nil, false }
+	for _, c := range []struct {
+		goos    string
+		bundled func(string) ([]byte, bool)
+		want    Check
+	}{
+		{"linux", elf, okCheck("guest agent", "bundled for linux/amd64 (4 KiB): each call runs its builtin in the call's sandbox")},
+		{"linux", none, warnCheck("guest agent", "not bundled for linux/amd64 (built without make agent): each call runs its tool's bash script")},
+		{"darwin", elf, warnCheck("guest agent", "serves Linux only: each call runs its tool's script")},
+	} {
+		assert.Equal(t, c.want, localAgentCheck(c.goos, "amd64", c.bundled), c.goos)
+	}
+}
