@@ -7,12 +7,14 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
 	"github.com/oma-sandbox/oma-sandbox/session"
+	"github.com/oma-sandbox/oma-sandbox/tools"
 )
 
 // A call naming a builtin runs it in the guest agent, bound into its
@@ -41,11 +43,17 @@ func TestCallsRunTheAgentsBuiltins(t *testing.T) {
 	assert.Equal(t, "script\n", string(res.Stdout), "a call without a builtin runs its script")
 	assert.Equal(t, Served{Builtins: map[string]int{"write": 1, "cat": 1}, Scripts: 1}, s.Served())
 
-	// The agent is the sandbox's, read-only to the command.
-	res, err = s.Shell(ctx, session.Command{Script: `: > ` + agentGuestPath + ` && echo replaced`}, session.ShellOptions{})
-	require.NoError(t, err)
-	assert.NotEqual(t, 0, res.ExitCode)
-	assert.NotContains(t, string(res.Stdout), "replaced")
+	// A bash call's command runs beside the agent that supervises it: the
+	// agent is bound read-only there (the mount says so whoever owns the
+	// file), and the command cannot replace it.
+	out, err := tools.New(s, tools.Options{}).Bash(ctx,
+		`grep -F ' `+agentGuestPath+` ' /proc/self/mountinfo; : > `+agentGuestPath+` && echo replaced`, 10*time.Second, nil)
+	var cmdErr *tools.CommandError
+	require.ErrorAs(t, err, &cmdErr, "%s", out)
+	assert.NotContains(t, cmdErr.Text, "replaced")
+	fields := strings.Fields(cmdErr.Text)
+	require.Greater(t, len(fields), 5, "no mount at %s: %q", agentGuestPath, cmdErr.Text)
+	assert.Contains(t, strings.Split(fields[5], ","), "ro", "mount options of %s: %q", agentGuestPath, cmdErr.Text)
 }
 
 // Without an agent a call runs its script, and is counted as a fallback.
