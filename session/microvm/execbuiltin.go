@@ -36,9 +36,13 @@ func (s *Session) presence() agentPresence {
 	return s.ch.agent
 }
 
-func (s *Session) setPresence(p agentPresence) {
+// learnPresence records what a first builtin call found, unless the
+// channel decided meanwhile (distrust must not be undone).
+func (s *Session) learnPresence(p agentPresence) {
 	s.ch.mu.Lock()
-	s.ch.agent = p
+	if s.ch.agent == agentUnknown {
+		s.ch.agent = p
+	}
 	s.ch.mu.Unlock()
 }
 
@@ -61,12 +65,12 @@ func (s *Session) exec(ctx context.Context, cmd session.Command, opts session.Sh
 		return s.execArgv(ctx, script, opts)
 	}
 	builtin := append([]string{agentGuestPath, "builtin", cmd.Builtin}, cmd.Args...)
-	switch s.presence() {
+	switch p := s.presence(); p {
 	case agentPresent:
 		s.served.exec(cmd.Builtin, false)
 		return s.execArgv(ctx, builtin, opts)
 	case agentAbsent, agentDistrusted:
-		s.served.exec("", s.presence() == agentDistrusted)
+		s.served.exec("", p == agentDistrusted)
 		return s.execArgv(ctx, script, opts)
 	}
 	var stdin []byte
@@ -86,12 +90,12 @@ func (s *Session) exec(ctx context.Context, cmd session.Command, opts session.Sh
 	if !agentMissing(err) {
 		s.served.exec(cmd.Builtin, false)
 		if err == nil {
-			s.setPresence(agentPresent)
+			s.learnPresence(agentPresent)
 		}
 		return res, err
 	}
 	s.logger.Debug("no guest agent in the sandbox; calls run their scripts", "sandbox", s.names.Sandbox)
-	s.setPresence(agentAbsent)
+	s.learnPresence(agentAbsent)
 	if stdin != nil {
 		opts.Stdin = bytes.NewReader(stdin)
 	}
