@@ -40,11 +40,16 @@ func poke(ch chan struct{}) {
 	}
 }
 
+// KilledExitCode is the exit code of a call the host gave up on: a shell's
+// status for SIGKILL.
+const KilledExitCode = 137
+
 // Run runs req in the guest and waits for it. It returns the Result
 // whenever the command ran, together with an error wrapping ErrTimedOut or
 // ErrOutputOverflow when it was killed for that. It fails with an error
 // wrapping ctx.Err() as soon as ctx ends (the call is killed in the guest
-// without waiting), ErrCannotStart when the agent could not start it, and
+// without waiting; the Result holds the output so far and
+// KilledExitCode), ErrCannotStart when the agent could not start it, and
 // ErrBroken when the channel died.
 func (c *Conn) Run(ctx context.Context, req Request, out Output) (*Result, error) {
 	run, err := runFrame(req)
@@ -104,7 +109,10 @@ func (c *Conn) Run(ctx context.Context, req Request, out Output) (*Result, error
 		case running && dead:
 			return nil, c.err
 		case running && ctxErr != nil:
-			return nil, fmt.Errorf("guest agent call: %w", ctxErr)
+			// The output so far, as a killed command leaves it.
+			deliver(chunks)
+			res.ExitCode = KilledExitCode
+			return res, fmt.Errorf("guest agent call: %w", ctxErr)
 		case stdinErr != nil:
 			return nil, stdinErr
 		}

@@ -380,6 +380,92 @@ func Append(dst []byte, f Frame) ([]byte, error) {
 
 // Decode parses one line (without its newline) into a valid frame.
 func Decode(line []byte) (Frame, error) {
+	if f := decodeData(line); f != nil {
+		if err := Validate(f); err != nil {
+			return nil, fmt.Errorf("bad frame: %w", err)
+		}
+		return f, nil
+	}
+	return decodeJSON(line)
+}
+
+// decodeData parses the line of an out or stdin frame laid out exactly as
+// Append writes it, without encoding/json's copies of the line and its
+// data (these frames are most of a channel's bytes); nil means the line
+// is not in that layout and the general decoder must judge it. Whatever
+// it accepts, decodeJSON decodes to the same frame (FuzzDecodeData).
+func decodeData(line []byte) Frame {
+	var f Frame
+	var id *uint64
+	var fd *int
+	rest, ok := bytes.CutPrefix(line, []byte(`{"type":"out","id":`))
+	if ok {
+		out := &Out{}
+		f, id, fd = out, &out.ID, &out.FD
+	} else if rest, ok = bytes.CutPrefix(line, []byte(`{"type":"stdin","id":`)); ok {
+		in := &Stdin{}
+		f, id = in, &in.ID
+	} else {
+		return nil
+	}
+	n, rest, ok := cutUint(rest)
+	if !ok {
+		return nil
+	}
+	*id = n
+	if fd != nil {
+		if rest, ok = bytes.CutPrefix(rest, []byte(`,"fd":`)); !ok {
+			return nil
+		}
+		if n, rest, ok = cutUint(rest); !ok || n > 2 {
+			return nil
+		}
+		*fd = int(n)
+	}
+	enc, ok := bytes.CutPrefix(rest, []byte(`,"data":"`))
+	if !ok {
+		return nil
+	}
+	if enc, ok = bytes.CutSuffix(enc, []byte(`"}`)); !ok {
+		return nil
+	}
+	for _, c := range enc {
+		if !isBase64(c) {
+			return nil
+		}
+	}
+	data, err := base64.StdEncoding.AppendDecode(make([]byte, 0, base64.StdEncoding.DecodedLen(len(enc))), enc)
+	if err != nil {
+		return nil
+	}
+	switch f := f.(type) {
+	case *Out:
+		f.Data = data
+	case *Stdin:
+		f.Data = data
+	}
+	return f
+}
+
+// cutUint parses the JSON number of an unsigned integer at the start of b.
+func cutUint(b []byte) (uint64, []byte, bool) {
+	i := 0
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
+	}
+	if i == 0 || (i > 1 && b[0] == '0') {
+		return 0, nil, false
+	}
+	n, err := strconv.ParseUint(string(b[:i]), 10, 64)
+	return n, b[i:], err == nil
+}
+
+func isBase64(c byte) bool {
+	return c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '+' || c == '/' || c == '='
+}
+
+// decodeJSON is Decode for any line encoding/json accepts.
+func decodeJSON(line []byte) (Frame, error) {
 	var head struct {
 		Type *string `json:"type"`
 	}

@@ -313,3 +313,31 @@ func FuzzDataFrameEncoding(f *testing.F) {
 		}
 	})
 }
+
+// Whatever line the fast decoder of data frames accepts, the general
+// decoder decodes to the same frame, or refuses too.
+func FuzzDecodeData(f *testing.F) {
+	f.Add([]byte(`{"type":"out","id":1,"fd":1,"data":"aGk="}`))
+	f.Add([]byte(`{"type":"stdin","id":18446744073709551615,"data":""}`))
+	f.Add([]byte(`{"type":"out","id":01,"fd":3,"data":"YR=="}`))
+	f.Add([]byte(`{"type":"stdin","id":2,"data":"YQ==YQ=="}`))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		fast := decodeData(line)
+		if fast == nil {
+			return
+		}
+		slow, err := decodeJSON(line)
+		if verr := Validate(fast); verr != nil {
+			if err == nil {
+				t.Fatalf("%q: the general decoder accepts what the fast one finds invalid (%v)", line, verr)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("%q: the fast decoder accepts what the general one refuses: %v", line, err)
+		}
+		if !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("%q: fast %#v, general %#v", line, fast, slow)
+		}
+	})
+}

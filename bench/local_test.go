@@ -12,20 +12,22 @@ import (
 )
 
 // BenchmarkLocal is the local backend's cost per tool call, side by side
-// in one run: the guest agent's builtin in a fresh bubblewrap sandbox per
-// call (ours), the same call as its bash script ("scripts", a session
-// without the agent), the floor (a fresh minimal bubblewrap sandbox running
-// true) and the same tool with the host's bash and no isolation at all
-// ("host": internal/sessiontest.Host).
+// in one run: a frame to the guest agent in the session's resident sandbox
+// (ours; where the host cannot start one, a sandbox per call), the agent's
+// builtin in a fresh bubblewrap sandbox per call ("per-call"), the same
+// call as its bash script ("scripts", a session without the agent), the
+// floor (a fresh minimal bubblewrap sandbox running true) and the same tool
+// with the host's bash and no isolation at all ("host":
+// internal/sessiontest.Host).
 func BenchmarkLocal(b *testing.B) {
 	bwrap, err := exec.LookPath("bwrap")
 	if err != nil {
 		b.Skipf("the local backend needs bwrap: %v", err)
 	}
 	ctx := context.Background()
-	open := func(id string, noAgent bool) *local.Session {
+	open := func(id string, noAgent, perCall bool) *local.Session {
 		sess, err := local.Create(ctx, local.Options{StateDir: b.TempDir(), WorkspaceID: "bench", SessionID: id,
-			AgentFile: agenttest.AgentBinary(b), NoAgent: noAgent})
+			AgentFile: agenttest.AgentBinary(b), NoAgent: noAgent, SandboxPerCall: perCall})
 		if err != nil {
 			b.Skipf("the local backend cannot run here: %v", err)
 		}
@@ -33,10 +35,11 @@ func BenchmarkLocal(b *testing.B) {
 		mustShell(b, sess, fixtureScript)
 		return sess
 	}
-	sess, scriptSess := open("local", false), open("scripts", true)
+	sess, perCallSess, scriptSess := open("local", false, false), open("percall", false, true), open("scripts", true, true)
 	host := sessiontest.NewHost(b)
 	mustShell(b, host, fixtureScript)
-	ours, scripts, bare := tools.New(sess, tools.Options{}), tools.New(scriptSess, tools.Options{}), tools.New(host, tools.Options{})
+	ours, perCall := tools.New(sess, tools.Options{}), tools.New(perCallSess, tools.Options{})
+	scripts, bare := tools.New(scriptSess, tools.Options{}), tools.New(host, tools.Options{})
 	floorArgv := []string{"--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "/usr/bin/true"}
 	hostRows := toolRows(host.Paths().Workspace)
 	for i, row := range toolRows(sess.Paths().Workspace) {
@@ -45,6 +48,7 @@ func BenchmarkLocal(b *testing.B) {
 			for b.Loop() {
 				s.round(
 					variant{"ours", func() { row.ours(b, ours) }},
+					variant{"per-call", func() { row.ours(b, perCall) }},
 					variant{"scripts", func() { row.ours(b, scripts) }},
 					variant{"floor", func() { check(b, exec.Command(bwrap, floorArgv...).Run()) }},
 					variant{"host", func() { hostRows[i].ours(b, bare) }},
@@ -53,7 +57,10 @@ func BenchmarkLocal(b *testing.B) {
 			s.report()
 		})
 	}
-	if n := sess.Served(); n.ScriptFallbacks != 0 {
-		b.Fatalf("the agent's session ran scripts for builtins: %+v", n)
+	for _, s := range []*local.Session{sess, perCallSess} {
+		if n := s.Served(); n.ScriptFallbacks != 0 {
+			b.Fatalf("the agent's session ran scripts for builtins: %+v", n)
+		}
 	}
+	b.Logf("resident sandbox calls: %d of ours", sess.Served().Resident)
 }

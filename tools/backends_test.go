@@ -29,6 +29,7 @@ var allBackends = []backend{
 	{name: "msb", open: openMsb},
 	{name: "msb-channel", open: openMsbChannel},
 	{name: "local", open: openLocal},
+	{name: "local-per-call", open: openLocalPerCall},
 	{name: "real-msb", open: openRealMsb},
 	{name: "real-msb-channel", open: openRealMsbChannel},
 }
@@ -39,7 +40,7 @@ var backends = selectBackends(realvm.Backends())
 
 func selectBackends(names []string) []backend {
 	if names == nil {
-		return allBackends[:4]
+		return allBackends[:5]
 	}
 	var chosen []backend
 	for _, name := range names {
@@ -75,6 +76,14 @@ func onBackend(t *testing.T, kind string) bool {
 	return strings.TrimPrefix(name, "real-") == kind
 }
 
+// sharesSandbox tells whether s's calls run in one long-lived sandbox,
+// where a background process outlives its call: msb's, and a local
+// session's resident sandbox.
+func sharesSandbox(s session.Session) bool {
+	scoped, ok := s.(interface{ ProcessesEndWithCall() bool })
+	return !ok || !scoped.ProcessesEndWithCall()
+}
+
 // countingSession counts the round trips a backend without an invocation
 // log makes.
 type countingSession struct {
@@ -101,12 +110,23 @@ func (c *countingSession) Shell(ctx context.Context, cmd session.Command, o sess
 }
 
 // openLocal creates a session on the local bubblewrap backend, whose calls
-// run the guest agent's builtins: a call that names one and runs its
-// script instead fails the test.
+// run the guest agent's builtins (in the session's resident sandbox where
+// the host can start one): a call that names one and runs its script
+// instead fails the test.
 func openLocal(t *testing.T) (session.Session, func() int) {
+	return newLocal(t, false)
+}
+
+// openLocalPerCall is openLocal with a sandbox of its own for every call,
+// as an attached session's calls run.
+func openLocalPerCall(t *testing.T) (session.Session, func() int) {
+	return newLocal(t, true)
+}
+
+func newLocal(t *testing.T, perCall bool) (session.Session, func() int) {
 	s, err := local.Create(context.Background(), local.Options{
 		StateDir: t.TempDir(), WorkspaceID: "ws", SessionID: strings.ToLower(t.Name()),
-		AgentFile: agenttest.AgentBinary(t),
+		AgentFile: agenttest.AgentBinary(t), SandboxPerCall: perCall,
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() {

@@ -35,7 +35,7 @@ import (
 // none, and bashproto's tests pin what the shell supervisor still does.
 func forEachBashBackend(t *testing.T, fn func(t *testing.T, s session.Session, calls func() int)) {
 	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
-		if onBackend(t, "msb-channel") || onBackend(t, "local") {
+		if onBackend(t, "msb-channel") || onBackend(t, "local") || onBackend(t, "local-per-call") {
 			requireSupervisorIs(t, s, "agent") // the agent's file name in the sandbox
 		} else {
 			requireSupervisorIs(t, s, "perl")
@@ -182,7 +182,7 @@ func TestBashBackgroundOutlivesCall(t *testing.T) {
 		// The loop starts its sleep only after its last line, which may be
 		// after the test's last look: try for a while, so it never outlives
 		// the test (on local it died with the call).
-		if !onBackend(t, "local") {
+		if sharesSandbox(s) {
 			t.Cleanup(func() {
 				sh(t, s, `for i in $(seq 50); do pkill -f '^sleep 300.7' && exit 0; sleep 0.1; done; true`)
 			})
@@ -190,7 +190,7 @@ func TestBashBackgroundOutlivesCall(t *testing.T) {
 		began := time.Now()
 		out := mustCall(t, tb, "bash", obj{"command": "(for i in $(seq 30); do echo line$i; sleep 0.05; done; sleep 300.7) & echo started", "timeout": 60})
 		assert.Less(t, time.Since(began), 10*time.Second, "the background loop did not hold the call")
-		if onBackend(t, "local") {
+		if !sharesSandbox(s) {
 			assert.True(t, strings.HasPrefix(out, "started\n"), "%q", out)
 			assert.True(t, strings.HasSuffix(out, "\n\n[Background processes were killed: on this sandbox nothing outlives the call]\n"), "%q", out)
 			return

@@ -42,6 +42,30 @@ func ready(fd string) error {
 	return nil
 }
 
+// serveInUserNS starts the agent again, serving, in a user namespace of
+// its own (guestagent.ServeInUserNS), and exits as it does.
+func serveInUserNS(spec, user, workdir string, seccompFD int, stderr io.Writer) int {
+	root, guest, ok := strings.Cut(spec, ":")
+	rootID, err1 := strconv.Atoi(root)
+	guestID, err2 := strconv.Atoi(guest)
+	if !ok || err1 != nil || err2 != nil || rootID <= 0 || guestID <= 0 || rootID == guestID {
+		fmt.Fprintf(stderr, "oma-guest-agent: --userns=%s: want ROOT:USER, two distinct host uids above 0\n", spec)
+		return 2
+	}
+	argv := []string{"oma-guest-agent", "serve", "--default-user", user, "--default-workdir", workdir}
+	var files []*os.File
+	if seccompFD != 0 {
+		files = append(files, os.NewFile(uintptr(seccompFD), "seccomp"))
+		argv = append(argv, "--seccomp-fd=3")
+	}
+	code, err := guestagent.ServeInUserNS(rootID, guestID, argv, files)
+	if err != nil {
+		fmt.Fprintf(stderr, "oma-guest-agent: %v\n", err)
+		return 1
+	}
+	return code
+}
+
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] != "serve" {
 		switch {
@@ -71,12 +95,23 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	user := fs.String("default-user", "", "user of a call that names none (msb's config.user); empty: the agent's own")
 	workdir := fs.String("default-workdir", "/workspace", "workdir of a call that names none")
+	userns := fs.String("userns", "", "ROOT:USER: serve as root of a new user namespace mapping 0 to host uid ROOT and USER to itself")
+	seccompFD := fs.Int("seccomp-fd", 0, "install the seccomp filter read from this descriptor before serving")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "oma-guest-agent: unexpected argument %q\n", fs.Arg(0))
 		return 2
+	}
+	if *userns != "" {
+		return serveInUserNS(*userns, *user, *workdir, *seccompFD, stderr)
+	}
+	if *seccompFD != 0 {
+		if err := guestagent.LoadSeccomp(*seccompFD); err != nil {
+			fmt.Fprintf(stderr, "oma-guest-agent: %v\n", err)
+			return 1
+		}
 	}
 	// A write to a host that went away must fail, not kill the agent
 	// before it has killed its calls. Notify, unlike ignoring the signal,

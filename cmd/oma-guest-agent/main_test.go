@@ -41,3 +41,29 @@ func TestBuiltinReadyFD(t *testing.T) {
 		assert.Contains(t, stderr.String(), "--ready-fd="+bad+": want a descriptor number from 3", bad)
 	}
 }
+
+// A bad --userns is refused before anything starts; a descriptor that
+// holds no filter fails serve before it reads a frame.
+func TestServeConfinementFlags(t *testing.T) {
+	for _, bad := range []string{"x", "0:65534", "65534:65534", "1:", ":1", "-2:5"} {
+		var stdout, stderr bytes.Buffer
+		code := run([]string{"serve", "--userns=" + bad}, strings.NewReader(""), &stdout, &stderr)
+		assert.Equal(t, 2, code, bad)
+		assert.Contains(t, stderr.String(), "--userns="+bad, bad)
+		assert.Empty(t, stdout.String(), bad)
+	}
+	f, err := os.CreateTemp(t.TempDir(), "filter")
+	require.NoError(t, err)
+	_, err = f.WriteString("not a filter")
+	require.NoError(t, err)
+	_, err = f.Seek(0, io.SeekStart)
+	require.NoError(t, err)
+	fd, err := syscall.Dup(int(f.Fd()))
+	require.NoError(t, err)
+	f.Close()
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"serve", "--seccomp-fd=" + strconv.Itoa(fd)}, strings.NewReader(""), &stdout, &stderr)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr.String(), "are not a filter")
+	assert.Empty(t, stdout.String(), "no hello before the filter is in place")
+}

@@ -60,6 +60,9 @@ type Served struct {
 	// named a builtin, run as scripts because the session has no agent.
 	Scripts         int
 	ScriptFallbacks int
+	// Resident is the calls (of those above) the session's resident
+	// sandbox ran; the others ran sandboxes of their own.
+	Resident int
 }
 
 type servedCounter struct {
@@ -82,6 +85,14 @@ func (c *servedCounter) count(builtin string, fellBack bool) {
 	default:
 		c.n.Scripts++
 	}
+}
+
+// countResident counts a call run in the resident sandbox.
+func (c *servedCounter) countResident(builtin string, fellBack bool) {
+	c.count(builtin, fellBack)
+	c.mu.Lock()
+	c.n.Resident++
+	c.mu.Unlock()
 }
 
 // Served returns how this session's calls have run so far (calls refused

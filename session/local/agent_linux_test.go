@@ -41,7 +41,11 @@ func TestCallsRunTheAgentsBuiltins(t *testing.T) {
 	res, err = s.Shell(ctx, session.Command{Script: `echo script`}, session.ShellOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, "script\n", string(res.Stdout), "a call without a builtin runs its script")
-	assert.Equal(t, Served{Builtins: map[string]int{"write": 1, "cat": 1}, Scripts: 1}, s.Served())
+	want := Served{Builtins: map[string]int{"write": 1, "cat": 1}, Scripts: 1}
+	if s.caps.Backend != "" && os.Geteuid() == 0 {
+		want.Resident = 3 // the session's resident sandbox ran them
+	}
+	assert.Equal(t, want, s.Served())
 
 	// A bash call's command runs beside the agent that supervises it: the
 	// agent is bound read-only there (the mount says so whoever owns the

@@ -48,8 +48,13 @@ type bwrapSpec struct {
 	// Root runs the command as root inside the sandbox, for preparing
 	// uploads and skills: uid 0 with only CAP_CHOWN, CAP_DAC_OVERRIDE and
 	// CAP_FOWNER when Privileged, else uid 0 of the user namespace.
-	Root   bool
-	System []hostEntry // /bin, /lib, ... (or all of / in danger mode)
+	Root bool
+	// Resident is a session's long-lived sandbox (see resident.go): its
+	// command, the guest agent, keeps only what it needs to start itself
+	// again in a user namespace of its own (oma-guest-agent serve
+	// --userns).
+	Resident bool
+	System   []hostEntry // /bin, /lib, ... (or all of / in danger mode)
 	// SeccompFD is the descriptor bwrap reads the seccomp filter from; 0
 	// means none.
 	SeccompFD int
@@ -114,6 +119,11 @@ func (s bwrapSpec) args() []string {
 			uid = "0"
 		}
 		a = append(a, "--unshare-user", "--disable-userns", "--uid", uid, "--gid", uid)
+	case s.Resident:
+		a = append(a, "--cap-drop", "ALL")
+		for _, c := range residentCaps {
+			a = append(a, "--cap-add", c)
+		}
 	case s.Root:
 		a = append(a, "--cap-drop", "ALL", "--cap-add", "CAP_CHOWN", "--cap-add", "CAP_DAC_OVERRIDE", "--cap-add", "CAP_FOWNER")
 	default:
@@ -169,7 +179,7 @@ func (s bwrapSpec) args() []string {
 		a = append(a, "--seccomp", strconv.Itoa(s.SeccompFD))
 	}
 	a = append(a, "--chdir", s.Workdir, "--")
-	if s.Privileged && !s.Root {
+	if s.Privileged && !s.Root && !s.Resident {
 		id := strconv.Itoa(guestUID)
 		a = append(a, s.Setpriv, "--reuid="+id, "--regid="+id, "--clear-groups",
 			"--no-new-privs", "--bounding-set=-all", "--inh-caps=-all", "--")

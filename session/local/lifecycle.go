@@ -25,13 +25,19 @@ func (s *Session) ready() error {
 	return nil
 }
 
-// Pause has nothing to do: every call is its own sandbox whose processes
-// end with it, so between calls nothing of the session runs and it holds
-// only its directory, which pause keeps. It does not wait for calls in
-// flight (they end on their own deadlines).
-func (s *Session) Pause(ctx context.Context) error { return s.ready() }
+// Pause ends the session's resident sandbox and everything running in it,
+// as msb's stop ends a VM; the session then holds only its directory,
+// which pause keeps. Calls that run sandboxes of their own are not waited
+// for (they end on their own deadlines).
+func (s *Session) Pause(ctx context.Context) error {
+	if err := s.ready(); err != nil {
+		return err
+	}
+	s.stopResident()
+	return nil
+}
 
-// Resume has nothing to do either: the next call starts its own sandbox.
+// Resume has nothing to do: the next call starts the sandbox it needs.
 func (s *Session) Resume(ctx context.Context) error { return s.ready() }
 
 // Stats reports the disk use of the session's workspace, uploads and
@@ -73,7 +79,8 @@ func (s *Session) limits() Limits {
 // many CPUs, Memory (msb's grammar: 512M, 2G) as the memory limit. The
 // record is rewritten, so a session attached later sees them too. A host
 // that cannot enforce them refuses the resize, which then changes nothing.
-// Restart and NextStart mean nothing here: no process waits between calls.
+// The session's resident sandbox ends; Restart and NextStart mean nothing
+// more here.
 func (s *Session) Resize(ctx context.Context, r session.Resize) error {
 	if err := s.ready(); err != nil {
 		return err
@@ -116,6 +123,9 @@ func (s *Session) Resize(ctx context.Context, r session.Resize) error {
 	s.mu.Lock()
 	s.rec.Limits = l
 	s.mu.Unlock()
+	// Limits are enforced on sandboxes of one call: the resident sandbox,
+	// which would run on without them, ends with what runs in it.
+	s.stopResident()
 	return nil
 }
 

@@ -1,17 +1,24 @@
 package local
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/oma-sandbox/oma-sandbox/internal/confine"
 	"github.com/oma-sandbox/oma-sandbox/session"
@@ -411,4 +418,183 @@ func probeFileSize(ctx context.Context, p *linuxPlatform, dirs hostDirs) Control
 		return none("the sandboxed command's file-size limit was " + facts["fsize"] + ", not the one set")
 	}
 	return full("RLIMIT_FSIZE set by prlimit before bwrap executes, inherited by every process")
+}
+
+// residentHostUID is the host uid a resident sandbox's agent runs as: it
+// serves as root of a user namespace of its own in which 0 maps to this
+// uid, which no host account has (startResident checks /etc/passwd), and
+// the guest user to itself, so its capabilities reach nothing of the
+// host's and its calls' processes, the guest user's, cannot reach it.
+const residentHostUID = 2147418112
+
+// residentCaps are what the sandbox's first process keeps to write the
+// agent's user namespace maps.
+var residentCaps = []string{"CAP_SETUID", "CAP_SETGID"}
+
+// residentPossible: only host root can map the agent's user namespace.
+func (p *linuxPlatform) residentPossible() bool { return p.privileged }
+
+// startResident starts a session's resident sandbox: bwrap over the
+// session's directories, as for one call, running `agent serve` in a
+// user namespace of its own with the guest user as its default user.
+// stdin and stdout carry the agent's frames; stderr its diagnostics. end
+// kills the sandbox and waits until nothing of it runs. The
+// seccomp filter of every call is the agent's, which it installs before it
+// reads a frame (the first process, which only waits for it, needs the
+// user namespace the filter refuses). Only host root can map the user
+// namespace: elsewhere calls run in sandboxes of their own.
+func (p *linuxPlatform) startResident(c call, stdin, stdout, stderr *os.File) (cmd *exec.Cmd, end func(), err error) {
+	if taken, err := uidTaken(residentHostUID); err != nil || taken {
+		return nil, nil, fmt.Errorf("uid %d is a host account's (or /etc/passwd is unreadable: %v)", residentHostUID, err)
+	}
+	guest := strconv.Itoa(guestUID)
+	spec := bwrapSpec{
+		Mode: c.policy.Mode, Network: c.policy.Network,
+		Workspace: c.dirs.Workspace, Uploads: c.dirs.Uploads, Outputs: c.dirs.Outputs,
+		Workdir: guestWorkspace, Env: c.env, Privileged: true, Resident: true,
+		System: p.system, Agent: c.agent,
+		Command: []string{agentGuestPath, "serve", "--userns=" + strconv.Itoa(residentHostUID) + ":" + guest,
+			"--default-user", guest, "--default-workdir", guestWorkspace, "--seccomp-fd=3"},
+	}
+	scoped := p.landlock >= confine.ScopeABI
+	filter, err := confine.FilterFile(confine.FilterOptions{DenyUnixSockets: !scoped && spec.Network == NetworkUnrestricted})
+	if err != nil {
+		return nil, nil, fmt.Errorf("seccomp filter: %w", err)
+	}
+	defer filter.Close()
+	infoR, infoW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer infoW.Close()
+	argv := append([]string{p.bwrap, "--info-fd", "4"}, spec.args()...)
+	if c.limits.FileSize > 0 {
+		argv = append([]string{p.prlimit, "--fsize=" + strconv.FormatInt(c.limits.FileSize, 10), "--"}, argv...)
+	}
+	cmd = &exec.Cmd{
+		Path: argv[0], Args: argv, Env: []string{"PATH=" + os.Getenv("PATH")},
+		Stdin: stdin, Stdout: stdout, Stderr: stderr, ExtraFiles: []*os.File{filter, infoW},
+	}
+	setProcessGroup(cmd)
+	// bwrap dies with the thread that started it (--die-with-parent), so
+	// that thread is held for the sandbox's life.
+	start := startHeld
+	if scoped {
+		start = confine.StartScoped
+	}
+	held, err := start(cmd)
+	if err != nil {
+		infoR.Close()
+		return nil, nil, err
+	}
+	initFD := make(chan int, 1) // a pidfd of the sandbox's init, or -1
+	go func() {
+		defer infoR.Close()
+		initFD <- sandboxInit(infoR, cmd.Process.Pid)
+	}()
+	end = sync.OnceFunc(func() {
+		// The pid namespace, and everything in it, ends with its init;
+		// its parent, bwrap, exits then.
+		fd := -1
+		select {
+		case fd = <-initFD:
+		default:
+		}
+		if fd >= 0 {
+			_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+		}
+		killGroup(cmd.Process)
+		if fd >= 0 {
+			waitPidfd(fd, stopTimeout)
+			unix.Close(fd)
+		}
+		held()
+	})
+	return cmd, end, nil
+}
+
+// sandboxInit reads bwrap's --info-fd report and returns a pidfd of the
+// sandbox's init (bwrap's child), or -1 when bwrap reported none.
+func sandboxInit(info io.Reader, bwrap int) int {
+	var report struct {
+		ChildPID int `json:"child-pid"`
+	}
+	if err := json.NewDecoder(io.LimitReader(info, 4096)).Decode(&report); err != nil || report.ChildPID <= 0 {
+		return -1
+	}
+	fd, err := unix.PidfdOpen(report.ChildPID, 0)
+	if err != nil {
+		return -1
+	}
+	// The pid is bwrap's child, which bwrap, alive until its child ends,
+	// has not reaped: it is not a recycled pid.
+	if parentOf(report.ChildPID) != bwrap {
+		unix.Close(fd)
+		return -1
+	}
+	return fd
+}
+
+// parentOf is pid's parent, from /proc; 0 when unknown.
+func parentOf(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
+
+// waitPidfd waits, at most d, for pidfd's process to exit.
+func waitPidfd(fd int, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for {
+		left := int(time.Until(deadline).Milliseconds())
+		_, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, max(left, 0))
+		if err != unix.EINTR {
+			return
+		}
+	}
+}
+
+// startHeld starts cmd from a locked OS thread that lives until release.
+func startHeld(cmd *exec.Cmd) (release func(), err error) {
+	started := make(chan error, 1)
+	done := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		err := cmd.Start()
+		started <- err
+		if err == nil {
+			<-done
+		}
+		runtime.UnlockOSThread()
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return func() { close(done) }, nil
+}
+
+// uidTaken reports whether /etc/passwd names uid.
+func uidTaken(uid int) (bool, error) {
+	b, err := os.ReadFile("/etc/passwd")
+	if err != nil {
+		return false, err
+	}
+	id := strconv.Itoa(uid)
+	for line := range strings.Lines(string(b)) {
+		if f := strings.Split(line, ":"); len(f) > 2 && f[2] == id {
+			return true, nil
+		}
+	}
+	return false, nil
 }

@@ -55,6 +55,10 @@ type Options struct {
 	// NoAgent runs every call as its bash script, as a build without an
 	// agent does.
 	NoAgent bool
+	// SandboxPerCall runs every call in a sandbox of its own, as calls
+	// of an attached session run, instead of the session's resident
+	// sandbox (resident.go).
+	SandboxPerCall bool
 	// Bwrap names the bubblewrap binary, looked up in the host's PATH.
 	// "" means "bwrap". Linux only.
 	Bwrap string
@@ -125,8 +129,9 @@ func dirsOf(root string) hostDirs {
 }
 
 // Session is one local sandbox: a state directory on the host and a policy.
-// Every Shell call runs in a fresh sandbox over that directory, so no
-// process outlives its call. It implements session.Session.
+// Shell calls run in the session's resident sandbox where one applies
+// (resident.go), else each in a fresh sandbox over that directory, whose
+// processes end with the call. It implements session.Session.
 type Session struct {
 	rec   record
 	dirs  hostDirs
@@ -150,6 +155,7 @@ type Session struct {
 	snapBytes int64
 	agent     *agent
 	served    servedCounter
+	res       residency
 }
 
 var _ session.Session = (*Session)(nil)
@@ -210,6 +216,7 @@ func Create(ctx context.Context, o Options) (*Session, error) {
 	s := newSession(rec, dirs, caps, plat, log)
 	s.audit = o.Audit
 	s.agent = agent
+	s.res.off = o.SandboxPerCall
 	return s, nil
 }
 
@@ -275,7 +282,10 @@ func Attach(ctx context.Context, stateDir, name string) (*Session, error) {
 	if err := admit(ctx, caps, rec.Policy, rec.Limits); err != nil {
 		return nil, err
 	}
-	return newSession(rec, dirs, caps, plat, slog.Default()), nil
+	s := newSession(rec, dirs, caps, plat, slog.Default())
+	// Its creator's resident sandbox is not this process's to share yet.
+	s.res.off = true
+	return s, nil
 }
 
 // admit checks probe results against a policy; a probe cut short by ctx
@@ -340,9 +350,10 @@ func (s *Session) opTimeout() time.Duration {
 // Name identifies the session for Attach.
 func (s *Session) Name() string { return s.rec.Name }
 
-// ProcessesEndWithCall reports that no process outlives its Shell call, so
-// the bash tool does not promise background processes a future.
-func (s *Session) ProcessesEndWithCall() bool { return true }
+// ProcessesEndWithCall reports that no process outlives its Shell call,
+// so the bash tool does not promise background processes a future: true
+// unless calls may run in the session's resident sandbox.
+func (s *Session) ProcessesEndWithCall() bool { return !s.mayBeResident() }
 
 // Paths are where the session's directories appear to commands: the guest
 // paths on Linux, the host paths on macOS and Windows.
@@ -382,13 +393,15 @@ func (s *Session) begin(ctx context.Context) (context.Context, func(), error) {
 }
 
 // Poison is told that a call left the guest's state unknown. On Linux
-// every call is its own sandbox whose pid namespace ends with its Shell
-// call, so a call that returned left nothing running: nothing is unknown,
-// and the session stays usable. Elsewhere a detached process may outlive
+// the session's resident sandbox, if one runs, is ended with everything
+// in it, and every other call is its own sandbox whose pid namespace
+// ended with its Shell call: nothing is left unknown, and the session
+// stays usable (its next call starts a new resident sandbox). Elsewhere a detached process may outlive
 // its call: the session is marked unusable and its running calls are
 // killed. The workspace is kept either way; only Close removes it.
 func (s *Session) Poison(ctx context.Context, cause error) error {
 	if runtime.GOOS == "linux" {
+		s.stopResident()
 		s.log.Info("local sandbox: the call's processes ended with its sandbox; nothing to poison", "cause", cause)
 		return nil
 	}
@@ -420,6 +433,7 @@ func (s *Session) shutdown(ctx context.Context, why error) error {
 	if done {
 		return nil
 	}
+	s.stopResident()
 	waited := make(chan struct{})
 	go func() { s.wg.Wait(); close(waited) }()
 	timer := time.NewTimer(closeTimeout)
@@ -431,6 +445,8 @@ func (s *Session) shutdown(ctx context.Context, why error) error {
 	case <-timer.C:
 		return fmt.Errorf("local sandbox %s: calls still running %s after close", s.rec.Name, closeTimeout)
 	}
+	// A call that passed begin before the close may have started one.
+	s.stopResident()
 	if err := removeSession(s.dirs.Root); err != nil {
 		return fmt.Errorf("local sandbox %s: removing state: %w", s.rec.Name, err)
 	}

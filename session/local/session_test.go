@@ -46,8 +46,11 @@ func TestCopyInAndAttach(t *testing.T) {
 	}
 	res := sh(t, s, `cat /workspace/a/b/f.txt /mnt/session/uploads/u/f.txt; echo; stat -c %u /workspace/a/b/f.txt /mnt/session/uploads/u/f.txt /workspace/skills/s/f.txt; echo x > /mnt/session/uploads/u/g 2>/dev/null || echo denied`)
 	rootOwned := "0"
-	if os.Geteuid() != 0 {
-		rootOwned = "65534" // the caller's own files, mapped to the guest uid
+	if os.Geteuid() != 0 || !s.ProcessesEndWithCall() {
+		// The caller's own files, mapped to the guest uid; or, in a
+		// resident sandbox, host root's files, which its user namespace
+		// does not map (they show as the overflow uid, 65534).
+		rootOwned = "65534"
 	}
 	if got, want := string(res.Stdout), "hellohello\n65534\n"+rootOwned+"\n"+rootOwned+"\ndenied\n"; got != want {
 		t.Fatalf("got %q (stderr %q)", got, res.Stderr)
@@ -118,8 +121,8 @@ echo x > /mnt/session/uploads/docs/f 2>/dev/null && echo "wrote upload"
 echo x > /workspace/skills/s/scripts/run.sh 2>/dev/null && echo "wrote skill"
 echo out > /mnt/session/outputs/o && cat /mnt/session/outputs/o`, session.ShellOptions{})
 	owner := "0"
-	if os.Geteuid() != 0 {
-		owner = "65534"
+	if os.Geteuid() != 0 || !s.ProcessesEndWithCall() {
+		owner = "65534" // as in TestCopyInAndAttach
 	}
 	if got, want := string(res.Stdout), "data444 "+owner+"\n555 "+owner+"\n700 65534\nout\n"; got != want {
 		t.Fatalf("agent view: %q %q", got, res.Stderr)

@@ -53,9 +53,11 @@ type launched struct {
 	finish func() []string
 }
 
-// Shell runs `/bin/bash -c SCRIPT bash ARGS...` in a fresh sandbox over the
-// session's directories, or, when the command names a builtin and the
-// session has the guest agent, `agent builtin NAME ARGS...` in its place. A non-zero exit is in Result.ExitCode. A call
+// Shell runs `/bin/bash -c SCRIPT bash ARGS...`, or, when the command
+// names a builtin and the session has the guest agent, that builtin: as a
+// call to the agent in the session's resident sandbox where one applies,
+// else in a fresh sandbox over the session's directories (the builtin as
+// `agent builtin NAME ARGS...`). A non-zero exit is in Result.ExitCode. A call
 // without a GuestTimeout is bounded by the session's operation timeout
 // (ErrHostTimeout when it fires). A timeout,
 // cancellation or output overflow kills the whole tree and returns the
@@ -90,16 +92,22 @@ func (s *Session) Shell(ctx context.Context, cmd session.Command, opts session.S
 		workdir: workdir, root: root,
 		argv: append([]string{"/bin/bash", "-c", cmd.Script, "bash"}, cmd.Args...),
 	}
+	agent, err := s.agent.hostPath()
+	if err != nil {
+		return nil, err
+	}
+	maxOutput := minPositive(opts.MaxOutput, limits.OutputBytes, DefaultMaxOutput)
+	guestTimeout := minPositive(opts.GuestTimeout, limits.WallTime)
+	rc := c
+	rc.agent = agent
+	if conn := s.residentConn(cctx, rc); conn != nil {
+		res, err := s.runResident(cctx, conn, rc, cmd, opts, guestTimeout, maxOutput)
+		return res, wallTimeError(limits, opts, err)
+	}
 	builtin := ""
-	if cmd.Builtin != "" {
-		agent, err := s.agent.hostPath()
-		if err != nil {
-			return nil, err
-		}
-		if agent != "" {
-			builtin, c.agent = cmd.Builtin, agent
-			c.argv = append([]string{agentGuestPath, "builtin", builtin}, cmd.Args...)
-		}
+	if cmd.Builtin != "" && agent != "" {
+		builtin, c.agent = cmd.Builtin, agent
+		c.argv = append([]string{agentGuestPath, "builtin", builtin}, cmd.Args...)
 	}
 	l, err := s.plat.launch(c)
 	if err != nil {
@@ -109,8 +117,8 @@ func (s *Session) Shell(ctx context.Context, cmd session.Command, opts session.S
 	s.emit(AuditStarted, nil)
 	res, err := run(cctx, runSpec{
 		cmd: l.cmd, marker: l.marker, start: l.start, stdin: opts.Stdin, stdout: opts.Stdout, stderr: opts.Stderr,
-		maxOutput:    minPositive(opts.MaxOutput, limits.OutputBytes, DefaultMaxOutput),
-		guestTimeout: minPositive(opts.GuestTimeout, limits.WallTime),
+		maxOutput:    maxOutput,
+		guestTimeout: guestTimeout,
 	})
 	if notes := l.finish(); res != nil && len(notes) > 0 {
 		for _, n := range notes {
@@ -122,11 +130,17 @@ func (s *Session) Shell(ctx context.Context, cmd session.Command, opts session.S
 			}
 		}
 	}
-	if wall := limits.WallTime; wall > 0 && (opts.GuestTimeout <= 0 || wall < opts.GuestTimeout) && errors.Is(err, session.ErrGuestTimeout) {
-		err = fmt.Errorf("the session's wall-time limit of %s was reached: %w", wall, session.ErrGuestTimeout)
-	}
 	s.emit(AuditCompleted, res)
-	return res, err
+	return res, wallTimeError(limits, opts, err)
+}
+
+// wallTimeError names the session's wall-time limit as the cause of a
+// guest timeout that it, not the call's own timeout, set.
+func wallTimeError(limits Limits, opts session.ShellOptions, err error) error {
+	if wall := limits.WallTime; wall > 0 && (opts.GuestTimeout <= 0 || wall < opts.GuestTimeout) && errors.Is(err, session.ErrGuestTimeout) {
+		return fmt.Errorf("the session's wall-time limit of %s was reached: %w", wall, session.ErrGuestTimeout)
+	}
+	return err
 }
 
 // minPositive is the smallest positive value, or 0 when there is none.

@@ -334,21 +334,7 @@ func (s *Session) runChannel(ctx context.Context, conn *agentchan.Conn, cmd sess
 		// As the exec path reports it: removed outside this process.
 		return out, fmt.Errorf("%w: guest agent: %w", session.ErrGone, err)
 	}
-	for _, m := range channelErrorMap {
-		if errors.Is(err, m.from) {
-			return out, fmt.Errorf("%w: guest agent: %w", m.to, err)
-		}
-	}
-	return out, err
-}
-
-var channelErrorMap = []struct{ from, to error }{
-	{context.DeadlineExceeded, session.ErrHostTimeout},
-	{context.Canceled, session.ErrAborted},
-	{agentchan.ErrBroken, session.ErrChannelBroken},
-	{agentchan.ErrTimedOut, session.ErrGuestTimeout},
-	{agentchan.ErrOutputOverflow, session.ErrOutputOverflow},
-	{agentchan.ErrCannotStart, session.ErrCannotStart},
+	return out, agentchan.SessionError(err)
 }
 
 // sandboxGone tells whether the dead channel conn died with its sandbox,

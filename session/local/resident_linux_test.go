@@ -1,0 +1,187 @@
+package local
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
+	"github.com/oma-sandbox/oma-sandbox/session"
+)
+
+// newResidentSession is a session whose calls run in its resident
+// sandbox, or skips where the host cannot start one.
+func newResidentSession(t *testing.T, o Options) *Session {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("a resident sandbox needs host root to map its agent's user namespace")
+	}
+	o.AgentFile = agenttest.AgentBinary(t)
+	s := newTestSession(t, o)
+	if s.caps.Backend == "" {
+		t.Skip("no working bubblewrap sandbox here")
+	}
+	return s
+}
+
+func rsh(t *testing.T, s *Session, script string) string {
+	t.Helper()
+	res, err := s.Shell(context.Background(), session.Command{Script: script}, session.ShellOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode, "%s: stderr %q", script, res.Stderr)
+	return string(res.Stdout)
+}
+
+// Calls run in one sandbox that outlives them: a background process one
+// call starts is there for the next, and files are the guest user's.
+func TestResidentSandboxOutlivesCalls(t *testing.T) {
+	s := newResidentSession(t, Options{WorkspaceID: "ws", SessionID: "resident"})
+	assert.False(t, s.ProcessesEndWithCall())
+	ns := rsh(t, s, `readlink /proc/self/ns/pid`)
+	rsh(t, s, `setsid sleep 300 >/dev/null 2>&1 </dev/null & echo $! > /workspace/bg.pid`)
+	assert.Equal(t, ns, rsh(t, s, `readlink /proc/self/ns/pid`), "the second call ran in the same pid namespace")
+	assert.Equal(t, "alive\n", rsh(t, s, `kill -0 "$(cat /workspace/bg.pid)" && echo alive`))
+	assert.Equal(t, "65534 65534\n", rsh(t, s, `echo "$(id -u) $(id -g)"`))
+
+	write := session.Command{Script: "exit 99", Builtin: "write", Args: []string{"/workspace/f.txt", "", "/workspace", "f.txt"}}
+	res, err := s.Shell(context.Background(), write, session.ShellOptions{Stdin: strings.NewReader("body\n")})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode, "stderr %q", res.Stderr)
+	fi, err := os.Stat(filepath.Join(s.dirs.Workspace, "f.txt"))
+	require.NoError(t, err)
+	assert.EqualValues(t, guestUID, fi.Sys().(*syscall.Stat_t).Uid, "the builtin wrote as the guest user")
+
+	n := s.Served()
+	assert.Equal(t, 6, n.Resident)
+	assert.Equal(t, map[string]int{"write": 1}, n.Builtins)
+}
+
+// The agent serving the calls is out of their reach: another host uid
+// (root of a user namespace that maps no host account), so a command can
+// neither signal, trace nor read it; and the command runs under the
+// seccomp filter and without capabilities.
+func TestResidentAgentOutOfReach(t *testing.T) {
+	s := newResidentSession(t, Options{WorkspaceID: "ws", SessionID: "reach"})
+	out := rsh(t, s, `for p in /proc/[0-9]*; do
+  case "$(tr '\0' ' ' < $p/cmdline 2>/dev/null)" in "/.oma-sandbox/agent serve "*|"oma-guest-agent serve "*) echo "${p#/proc/}";; esac
+done`)
+	// The agent, and the process that started it in its user namespace
+	// and waits for it; and bwrap, the sandbox's init.
+	pids := append(strings.Fields(out), "1")
+	require.Len(t, pids, 3, "the sandbox's processes: %q", out)
+	for _, pid := range pids {
+		probe := `p=` + pid + `
+kill -0 $p 2>/dev/null && echo signalled
+kill -STOP $p 2>/dev/null && echo stopped
+cat /proc/$p/environ >/dev/null 2>&1 && echo environ
+ls /proc/$p/fd >/dev/null 2>&1 && echo fds
+cat /proc/$p/mem >/dev/null 2>&1 && echo mem
+grep -E '^(Seccomp|CapEff|NoNewPrivs):' /proc/self/status
+echo done`
+		assert.Equal(t, "Seccomp:\t2\nNoNewPrivs:\t1\nCapEff:\t0000000000000000\ndone\n", sortStatus(rsh(t, s, probe)), "agent pid %s", pid)
+	}
+	// The host sees the serving agent as residentHostUID.
+	agents := procsWith("oma-guest-agent\x00serve\x00")
+	require.Len(t, agents, 1)
+	pid, _, _ := strings.Cut(agents[0], ":")
+	status, err := os.ReadFile("/proc/" + pid + "/status")
+	require.NoError(t, err)
+	assert.Contains(t, string(status), "\nUid:\t"+strconv.Itoa(residentHostUID)+"\t")
+	assert.Equal(t, "ok\n", rsh(t, s, `echo ok`), "the agent still serves")
+}
+
+// sortStatus puts the /proc status lines the probe printed in a fixed
+// order, whatever order the kernel lists them in.
+func sortStatus(out string) string {
+	var lines, status []string
+	for l := range strings.Lines(out) {
+		if strings.HasPrefix(l, "Seccomp:") || strings.HasPrefix(l, "NoNewPrivs:") || strings.HasPrefix(l, "CapEff:") {
+			status = append(status, l)
+		} else {
+			lines = append(lines, l)
+		}
+	}
+	order := map[string]int{"Seccomp:": 0, "NoNewPrivs:": 1, "CapEff:": 2}
+	sorted := make([]string, 3)
+	for _, l := range status {
+		k, _, _ := strings.Cut(l, "\t")
+		sorted[order[k]] = l
+	}
+	return strings.Join(append(lines[:len(lines)-1], append(sorted, lines[len(lines)-1])...), "")
+}
+
+// Poison, Pause and Close end the resident sandbox with everything in it;
+// the next call starts a new one.
+func TestResidentSandboxEnds(t *testing.T) {
+	s := newResidentSession(t, Options{WorkspaceID: "ws", SessionID: "ends"})
+	ctx := context.Background()
+	for _, end := range []struct {
+		name string
+		do   func() error
+	}{
+		{"poison", func() error { return s.Poison(ctx, session.ErrGuestTimeout) }},
+		{"pause", func() error { return s.Pause(ctx) }},
+	} {
+		ns := rsh(t, s, `readlink /proc/self/ns/pid`)
+		marker := "oma-bg-" + end.name
+		startBackground(t, s, marker)
+		require.NotEmpty(t, procsWith(marker), end.name)
+		require.NoError(t, end.do(), end.name)
+		assert.Empty(t, procsWith(marker), "%s left the background process running", end.name)
+		assert.NotEqual(t, ns, rsh(t, s, `readlink /proc/self/ns/pid`), "%s: the next call runs in a new sandbox", end.name)
+	}
+	startBackground(t, s, "oma-bg-close")
+	require.NoError(t, s.Close(ctx))
+	assert.Empty(t, procsWith("oma-bg-close"))
+}
+
+// startBackground starts `sleep` named marker in the background of a
+// call, and returns once it has left the call's process group.
+func startBackground(t *testing.T, s *Session, marker string) {
+	t.Helper()
+	rsh(t, s, `rm -f /tmp/started; setsid bash -c ': > /tmp/started; exec -a `+marker+` sleep 300' >/dev/null 2>&1 </dev/null &
+while [ ! -e /tmp/started ]; do sleep 0.01; done`)
+}
+
+// A session made with SandboxPerCall, and an attached one, run each call
+// in a sandbox of its own, whose processes end with it.
+func TestSandboxPerCall(t *testing.T) {
+	s := newResidentSession(t, Options{WorkspaceID: "ws", SessionID: "percall", SandboxPerCall: true})
+	assert.True(t, s.ProcessesEndWithCall())
+	assert.NotEqual(t, rsh(t, s, `readlink /proc/self/ns/pid`), rsh(t, s, `readlink /proc/self/ns/pid`))
+	assert.Zero(t, s.Served().Resident)
+
+	a, err := Attach(context.Background(), filepath.Dir(s.dirs.Root), s.Name())
+	require.NoError(t, err)
+	a.agent = s.agent
+	assert.True(t, a.ProcessesEndWithCall())
+	rsh(t, a, `true`)
+	assert.Zero(t, a.Served().Resident)
+}
+
+// A call's own timeout and output cap hold in the resident sandbox, and
+// end only that call.
+func TestResidentCallLimits(t *testing.T) {
+	s := newResidentSession(t, Options{WorkspaceID: "ws", SessionID: "limits"})
+	ctx := context.Background()
+	begin := time.Now()
+	_, err := s.Shell(ctx, session.Command{Script: `sleep 30`}, session.ShellOptions{GuestTimeout: 300 * time.Millisecond})
+	require.ErrorIs(t, err, session.ErrGuestTimeout)
+	assert.Less(t, time.Since(begin), 10*time.Second)
+	_, err = s.Shell(ctx, session.Command{Script: `head -c 100000 /dev/zero`}, session.ShellOptions{MaxOutput: 1000})
+	require.ErrorIs(t, err, session.ErrOutputOverflow)
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err = s.Shell(cctx, session.Command{Script: `sleep 30`}, session.ShellOptions{})
+	require.ErrorIs(t, err, session.ErrHostTimeout)
+	assert.Equal(t, "ok\n", rsh(t, s, `echo ok`))
+	assert.Equal(t, 4, s.Served().Resident)
+}
