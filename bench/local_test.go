@@ -41,15 +41,17 @@ func BenchmarkLocal(b *testing.B) {
 	ours, perCall := tools.New(sess, tools.Options{}), tools.New(perCallSess, tools.Options{})
 	scripts, bare := tools.New(scriptSess, tools.Options{}), tools.New(host, tools.Options{})
 	floorArgv := []string{"--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "/usr/bin/true"}
+	// Each session keeps its own edit flips.
 	hostRows := toolRows(host.Paths().Workspace)
+	perCallRows, scriptRows := toolRows(sess.Paths().Workspace), toolRows(sess.Paths().Workspace)
 	for i, row := range toolRows(sess.Paths().Workspace) {
 		b.Run("tool="+row.name, func(b *testing.B) {
 			s := newSideBySide(b)
 			for b.Loop() {
 				s.round(
 					variant{"ours", func() { row.ours(b, ours) }},
-					variant{"per-call", func() { row.ours(b, perCall) }},
-					variant{"scripts", func() { row.ours(b, scripts) }},
+					variant{"per-call", func() { perCallRows[i].ours(b, perCall) }},
+					variant{"scripts", func() { scriptRows[i].ours(b, scripts) }},
 					variant{"floor", func() { check(b, exec.Command(bwrap, floorArgv...).Run()) }},
 					variant{"host", func() { hostRows[i].ours(b, bare) }},
 				)
