@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/oma-sandbox/oma-sandbox/msb"
+	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 	"github.com/oma-sandbox/oma-sandbox/tools"
 )
@@ -83,7 +84,7 @@ func BenchmarkConcurrent(b *testing.B) {
 
 		check(b, resetPeakRSS())
 		b.StartTimer()
-		h := heapPeak(func() { ours.run(b, sessions, perSession, mixCalls(b, sessions)) })
+		h := heapPeak(func() { ours.run(b, seams(sessions), perSession, mixCalls(b, seams(sessions))) })
 		b.StopTimer()
 		r, err := peakRSS()
 		check(b, err)
@@ -92,8 +93,8 @@ func BenchmarkConcurrent(b *testing.B) {
 		for _, s := range sessions {
 			s.DisableAgentChannel()
 		}
-		execs.run(b, sessions, perSession, mixCalls(b, sessions))
-		floors.run(b, sessions, perSession, func(i, _ int) (string, error) {
+		execs.run(b, seams(sessions), perSession, mixCalls(b, seams(sessions)))
+		floors.run(b, seams(sessions), perSession, func(i, _ int) (string, error) {
 			_, err := client.Exec(ctx, msb.ExecOptions{Name: sessions[i].Name(), Argv: []string{"true"}}, msb.Streams{})
 			return "exec", err
 		})
@@ -125,8 +126,17 @@ func BenchmarkConcurrent(b *testing.B) {
 	}
 }
 
+// seams is sessions as the session seam.
+func seams[S session.Session](sessions []S) []session.Session {
+	out := make([]session.Session, len(sessions))
+	for i, s := range sessions {
+		out[i] = s
+	}
+	return out
+}
+
 // mixCalls returns the j-th call of session i's share of mix.
-func mixCalls(b *testing.B, sessions []*microvm.Session) func(i, j int) (string, error) {
+func mixCalls(b *testing.B, sessions []session.Session) func(i, j int) (string, error) {
 	tbs := make([]*tools.Toolbox, len(sessions))
 	for i, s := range sessions {
 		tbs[i] = tools.New(s, tools.Options{})
@@ -149,7 +159,7 @@ type phase struct {
 
 // run makes perSession calls in each session, all sessions at once; a
 // session that is poisoned stops there.
-func (p *phase) run(b *testing.B, sessions []*microvm.Session, perSession int, call func(i, j int) (string, error)) {
+func (p *phase) run(b *testing.B, sessions []session.Session, perSession int, call func(i, j int) (string, error)) {
 	lat := make([][]time.Duration, len(sessions))
 	var failed errorLog
 	start := time.Now()

@@ -1,9 +1,16 @@
 package bench
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"os"
 	"os/exec"
+	"runtime"
+	"strconv"
 	"testing"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
 	"github.com/oma-sandbox/oma-sandbox/internal/sessiontest"
@@ -65,4 +72,109 @@ func BenchmarkLocal(b *testing.B) {
 		}
 	}
 	b.Logf("resident sandbox calls: %d of ours", sess.Served().Resident)
+}
+
+// BenchmarkConcurrentLocal is BenchmarkConcurrent's row on the local
+// backend: -bench.sessions sessions at once through one process, each
+// making -bench.calls tool calls from mix, first as frames to each
+// session's resident sandbox (ours; the first call starts it), then on as
+// many sessions with a sandbox per call ("per-call"), then as many fresh
+// minimal bubblewrap sandboxes running true (the floor). It reports what
+// BenchmarkConcurrent does, and fails unless nothing is left once every
+// session closed: goroutines, and processes binding any session's
+// workspace (a sandbox, and everything in its pid namespace).
+func BenchmarkConcurrentLocal(b *testing.B) {
+	bwrap, err := exec.LookPath("bwrap")
+	if err != nil {
+		b.Skipf("the local backend needs bwrap: %v", err)
+	}
+	ctx := context.Background()
+	agent := agenttest.AgentBinary(b)
+	n, perSession := *sessions, *callsPer
+	ours := phase{name: "tool calls in resident sandboxes"}
+	perCall := phase{name: "tool calls in a sandbox each"}
+	floors := phase{name: "floor calls"}
+	floorArgv := []string{"--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "/usr/bin/true"}
+	var heap, rss uint64
+	leftG, leftP := 0, 0
+	resident := 0
+	for b.Loop() {
+		b.StopTimer()
+		runtime.GC()
+		goroutines := runtime.NumGoroutine()
+		state := b.TempDir()
+		open := func(perCall bool) []*local.Session {
+			out := make([]*local.Session, n)
+			var opening errgroup.Group
+			opening.SetLimit(4)
+			for i := range n {
+				opening.Go(func() (err error) {
+					out[i], err = local.Create(ctx, local.Options{StateDir: state, WorkspaceID: "bench", SessionID: fmt.Sprint(i),
+						AgentFile: agent, SandboxPerCall: perCall})
+					return err
+				})
+			}
+			err := opening.Wait()
+			for _, s := range out {
+				if s != nil {
+					b.Cleanup(func() { _ = s.Close(ctx) })
+				}
+			}
+			if err != nil {
+				b.Skipf("the local backend cannot run here: %v", err)
+			}
+			return out
+		}
+		residents, perCalls := open(false), open(true)
+		check(b, resetPeakRSS())
+		b.StartTimer()
+		h := heapPeak(func() { ours.run(b, seams(residents), perSession, mixCalls(b, seams(residents))) })
+		b.StopTimer()
+		r, err := peakRSS()
+		check(b, err)
+		heap, rss = max(heap, h), max(rss, r)
+		for _, s := range residents {
+			resident += s.Served().Resident
+		}
+		perCall.run(b, seams(perCalls), perSession, mixCalls(b, seams(perCalls)))
+		floors.run(b, seams(perCalls), perSession, func(int, int) (string, error) {
+			return "bwrap true", exec.Command(bwrap, floorArgv...).Run()
+		})
+		all := append(residents, perCalls...)
+		check(b, parallel(len(all), func(i int) error { return all[i].Close(ctx) }))
+		g, p := settle(b, goroutines, func() []int { return workspaceBinders(state) })
+		leftG, leftP = max(leftG, g), max(leftP, p)
+		b.StartTimer()
+	}
+	ours.report(b, "")
+	perCall.report(b, "per-call-")
+	floors.report(b, "floor-")
+	b.ReportMetric(floors.rate()/ours.rate(), "time-x-floor")
+	b.ReportMetric(floors.rate()/perCall.rate(), "per-call-time-x-floor")
+	b.ReportMetric(float64(heap), "peak-heap-B")
+	b.ReportMetric(float64(rss), "peak-rss-B")
+	b.ReportMetric(float64(leftG), "goroutines-left")
+	b.ReportMetric(float64(leftP), "procs-left")
+	b.Logf("calls the resident sandboxes ran: %d of %d", resident, len(ours.lat))
+	if leftG != 0 || leftP != 0 {
+		b.Errorf("after every session closed: %d goroutines and %d processes more than before", leftG, leftP)
+	}
+}
+
+// workspaceBinders lists the processes whose command line names a
+// directory under state: every sandbox of its sessions binds its
+// workspace there.
+func workspaceBinders(state string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && bytes.Contains(cmdline, []byte(state+"/")) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
