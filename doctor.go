@@ -86,7 +86,7 @@ func Doctor(ctx context.Context, o DoctorOptions) Report {
 	msbR := BackendReport{Name: BackendMsb, Checks: msbChecks(ctx, o)}
 	msbR.Usable = usable(msbR.Checks)
 	localR := BackendReport{Name: BackendLocal, Checks: append(localChecks(local.Probe(ctx)),
-		localAgentCheck(runtime.GOOS, runtime.GOARCH, bundle.Binary))}
+		localAgentCheck(runtime.GOOS, runtime.GOARCH, os.Geteuid() == 0, bundle.Binary))}
 	localR.Usable = usable(localR.Checks)
 	rep := Report{Backends: []BackendReport{msbR, localR}}
 	switch {

@@ -69,7 +69,7 @@ func agentCheck() Check {
 
 // localAgentCheck says whether a local session's calls run the guest
 // agent's builtins: on Linux, with an agent bundled for this host.
-func localAgentCheck(goos, goarch string, bundled func(string) ([]byte, bool)) Check {
+func localAgentCheck(goos, goarch string, root bool, bundled func(string) ([]byte, bool)) Check {
 	const name = "guest agent"
 	if goos != "linux" {
 		return warnCheck(name, "serves Linux only: each call runs its tool's script")
@@ -78,7 +78,11 @@ func localAgentCheck(goos, goarch string, bundled func(string) ([]byte, bool)) C
 	if !ok {
 		return warnCheck(name, fmt.Sprintf("not bundled for linux/%s (built without make agent): each call runs its tool's bash script", goarch))
 	}
-	return okCheck(name, fmt.Sprintf("bundled for linux/%s (%d KiB): each call runs its builtin in the call's sandbox", goarch, len(bin)>>10))
+	where := "a session's calls run in its resident sandbox (from the process that created it; others run a sandbox per call)"
+	if !root {
+		where = "each call runs its builtin in a sandbox of its own (a resident sandbox per session needs host root)"
+	}
+	return okCheck(name, fmt.Sprintf("bundled for linux/%s (%d KiB): %s", goarch, len(bin)>>10, where))
 }
 
 func versionCheck(res *msb.Result, err error) Check {

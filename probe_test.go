@@ -40,13 +40,15 @@ func TestLocalAgentCheck(t *testing.T) {
 	none := func(string) ([]byte, bool) { return nil, false }
 	for _, c := range []struct {
 		goos    string
+		root    bool
 		bundled func(string) ([]byte, bool)
 		want    Check
 	}{
-		{"linux", elf, okCheck("guest agent", "bundled for linux/amd64 (4 KiB): each call runs its builtin in the call's sandbox")},
-		{"linux", none, warnCheck("guest agent", "not bundled for linux/amd64 (built without make agent): each call runs its tool's bash script")},
-		{"darwin", elf, warnCheck("guest agent", "serves Linux only: each call runs its tool's script")},
+		{"linux", true, elf, okCheck("guest agent", "bundled for linux/amd64 (4 KiB): a session's calls run in its resident sandbox (from the process that created it; others run a sandbox per call)")},
+		{"linux", false, elf, okCheck("guest agent", "bundled for linux/amd64 (4 KiB): each call runs its builtin in a sandbox of its own (a resident sandbox per session needs host root)")},
+		{"linux", true, none, warnCheck("guest agent", "not bundled for linux/amd64 (built without make agent): each call runs its tool's bash script")},
+		{"darwin", true, elf, warnCheck("guest agent", "serves Linux only: each call runs its tool's script")},
 	} {
-		assert.Equal(t, c.want, localAgentCheck(c.goos, "amd64", c.bundled), c.goos)
+		assert.Equal(t, c.want, localAgentCheck(c.goos, "amd64", c.root, c.bundled), c.goos)
 	}
 }

@@ -295,7 +295,7 @@ func probeIsolation(ctx context.Context, p *linuxPlatform, dirs hostDirs, canary
 	case !p.privileged && !yamaGuardsInit():
 		r.proc = partial("own pid namespace, but commands can ptrace the sandbox's init: it runs as their uid and Yama ptrace_scope is below 1")
 	default:
-		r.proc = full("own pid namespace: only the call's processes are visible, all die with it, and none can ptrace its init")
+		r.proc = full("own pid namespace: only the session's processes are visible (a sandbox per call: the call's), all die with their sandbox, and none can ptrace its init or the agent")
 	}
 	return r
 }
@@ -504,6 +504,14 @@ func (p *linuxPlatform) startResident(c call, stdin, stdout, stderr *os.File) (c
 			_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
 		}
 		killGroup(cmd.Process)
+		if fd < 0 {
+			// bwrap is gone, and its child follows it (--die-with-parent):
+			// the report, if bwrap wrote one, is in the pipe.
+			select {
+			case fd = <-initFD:
+			case <-time.After(stopTimeout):
+			}
+		}
 		if fd >= 0 {
 			waitPidfd(fd, stopTimeout)
 			unix.Close(fd)

@@ -114,7 +114,7 @@ func (s *Session) residentConn(ctx context.Context, c call) *agentchan.Conn {
 		if ctx.Err() == nil {
 			r.off = true
 		}
-		s.log.Info("local sandbox: no resident sandbox; one sandbox per call", "err", err)
+		s.log.Warn("local sandbox: no resident sandbox; one sandbox per call", "err", err)
 		return nil
 	}
 	r.cur = cur
