@@ -2,7 +2,6 @@ package local
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -45,8 +44,7 @@ type residentStarter interface {
 // resident is one running resident sandbox.
 type resident struct {
 	conn   *agentchan.Conn
-	cmd    *exec.Cmd
-	exited chan struct{} // closed once cmd was waited for
+	exited chan struct{} // closed once the sandbox's first process was waited for
 	stderr *tailBuffer
 	stop   func() // ends the sandbox and all in it; waits; idempotent
 }
@@ -124,36 +122,20 @@ func (s *Session) residentConn(ctx context.Context, c call) *agentchan.Conn {
 // startResident starts the sandbox and waits for its agent's hello.
 func (s *Session) startResident(ctx context.Context, c call) (*resident, error) {
 	starter := s.plat.(residentStarter)
-	inR, inW, err1 := os.Pipe()
-	outR, outW, err2 := os.Pipe()
-	if err := errors.Join(err1, err2); err != nil {
-		for _, f := range []*os.File{inR, inW, outR, outW} {
-			if f != nil {
-				f.Close()
-			}
-		}
+	// The agent's stdin, stdout and stderr.
+	p, err := pipes(3)
+	if err != nil {
 		return nil, err
 	}
+	inR, inW, outR, outW, errR, errW := p[0], p[1], p[2], p[3], p[4], p[5]
 	stderr := &tailBuffer{max: stderrTail}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		inR.Close()
-		inW.Close()
-		outR.Close()
-		outW.Close()
-		return nil, err
-	}
 	cmd, end, err := starter.startResident(c, inR, outW, errW)
-	inR.Close()
-	outW.Close()
-	errW.Close()
+	closeFiles(inR, outW, errW)
 	if err != nil {
-		inW.Close()
-		outR.Close()
-		errR.Close()
+		closeFiles(inW, outR, errR)
 		return nil, err
 	}
-	res := &resident{cmd: cmd, exited: make(chan struct{}), stderr: stderr}
+	res := &resident{exited: make(chan struct{}), stderr: stderr}
 	copied := make(chan struct{})
 	go func() {
 		defer close(copied)
@@ -169,8 +151,7 @@ func (s *Session) startResident(ctx context.Context, c call) (*resident, error) 
 		if conn != nil {
 			_ = conn.Close()
 		} else {
-			inW.Close()
-			outR.Close()
+			closeFiles(inW, outR)
 		}
 		// Nothing in the sandbox needs an orderly end: the workspace is on
 		// the host, and the agent's writes are atomic.
@@ -235,6 +216,27 @@ func (s *Session) runResident(ctx context.Context, conn *agentchan.Conn, c call,
 	}
 	// A killed call's status, as in a sandbox of one call.
 	return &session.Result{ExitCode: agentchan.KilledExitCode, Stdout: res.Stdout, Stderr: res.Stderr}, err
+}
+
+// pipes opens n pipes: their read ends at even indexes, write ends at
+// odd ones; none on error.
+func pipes(n int) ([]*os.File, error) {
+	var p []*os.File
+	for range n {
+		r, w, err := os.Pipe()
+		if err != nil {
+			closeFiles(p...)
+			return nil, err
+		}
+		p = append(p, r, w)
+	}
+	return p, nil
+}
+
+func closeFiles(fs ...*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
 }
 
 // tailBuffer keeps the last max bytes written to it.
