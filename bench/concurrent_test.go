@@ -111,15 +111,7 @@ func BenchmarkConcurrent(b *testing.B) {
 		leftG, leftP, leftState = max(leftG, g), max(leftP, p), max(leftState, state)
 		b.StartTimer()
 	}
-	ours.report(b, "")
-	execs.report(b, "exec-")
-	floors.report(b, "floor-")
-	b.ReportMetric(floors.rate()/ours.rate(), "time-x-floor")
-	b.ReportMetric(floors.rate()/execs.rate(), "exec-time-x-floor")
-	b.ReportMetric(float64(heap), "peak-heap-B")
-	b.ReportMetric(float64(rss), "peak-rss-B")
-	b.ReportMetric(float64(leftG), "goroutines-left")
-	b.ReportMetric(float64(leftP), "procs-left")
+	reportRow(b, &ours, &execs, &floors, "exec-", heap, rss, leftG, leftP)
 	b.ReportMetric(float64(leftState), "state-left")
 	if leftG != 0 || leftP != 0 || leftState != 0 {
 		b.Errorf("after every session closed: %d goroutines, %d processes and %d sandboxes or volumes more than before", leftG, leftP, leftState)
@@ -133,6 +125,21 @@ func seams[S session.Session](sessions []S) []session.Session {
 		out[i] = s
 	}
 	return out
+}
+
+// reportRow publishes a concurrency row: ours, the other transport's
+// phase under prefix, the floor, each side's time per call over the
+// floor's, this process's peak heap and RSS, and what was left.
+func reportRow(b *testing.B, ours, other, floors *phase, prefix string, heap, rss uint64, leftG, leftP int) {
+	ours.report(b, "")
+	other.report(b, prefix)
+	floors.report(b, "floor-")
+	b.ReportMetric(floors.rate()/ours.rate(), "time-x-floor")
+	b.ReportMetric(floors.rate()/other.rate(), prefix+"time-x-floor")
+	b.ReportMetric(float64(heap), "peak-heap-B")
+	b.ReportMetric(float64(rss), "peak-rss-B")
+	b.ReportMetric(float64(leftG), "goroutines-left")
+	b.ReportMetric(float64(leftP), "procs-left")
 }
 
 // mixCalls returns the j-th call of session i's share of mix.

@@ -146,15 +146,7 @@ func BenchmarkConcurrentLocal(b *testing.B) {
 		leftG, leftP = max(leftG, g), max(leftP, p)
 		b.StartTimer()
 	}
-	ours.report(b, "")
-	perCall.report(b, "per-call-")
-	floors.report(b, "floor-")
-	b.ReportMetric(floors.rate()/ours.rate(), "time-x-floor")
-	b.ReportMetric(floors.rate()/perCall.rate(), "per-call-time-x-floor")
-	b.ReportMetric(float64(heap), "peak-heap-B")
-	b.ReportMetric(float64(rss), "peak-rss-B")
-	b.ReportMetric(float64(leftG), "goroutines-left")
-	b.ReportMetric(float64(leftP), "procs-left")
+	reportRow(b, &ours, &perCall, &floors, "per-call-", heap, rss, leftG, leftP)
 	b.Logf("calls the resident sandboxes ran: %d of %d", resident, len(ours.lat))
 	if leftG != 0 || leftP != 0 {
 		b.Errorf("after every session closed: %d goroutines and %d processes more than before", leftG, leftP)

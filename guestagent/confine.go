@@ -42,18 +42,11 @@ func ServeInUserNS(rootID, user int, argv []string, files []*os.File) (int, erro
 	if err := cmd.Run(); err != nil {
 		var exit *exec.ExitError
 		if errors.As(err, &exit) {
-			return exitStatus(exit.ProcessState), nil
+			return waitStatus(exit.ProcessState), nil
 		}
 		return 0, err
 	}
 	return 0, nil
-}
-
-func exitStatus(ps *os.ProcessState) int {
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
-	}
-	return ps.ExitCode()
 }
 
 // LoadSeccomp reads a seccomp filter (an array of struct sock_filter, as

@@ -67,23 +67,33 @@ func EnterScope() error {
 }
 
 // StartScoped starts cmd from an OS thread of its own that first enters
-// the abstract-socket scope. The thread is never returned to the Go
-// scheduler: it stays, parked, until release, because bwrap's
-// --die-with-parent fires when the thread that started it ends, and then
-// ends with its goroutine, so no other goroutine ever runs restricted.
-func StartScoped(cmd *exec.Cmd) (release func(), err error) {
+// the abstract-socket scope (StartHeld with scoped).
+func StartScoped(cmd *exec.Cmd) (release func(), err error) { return StartHeld(cmd, true) }
+
+// StartHeld starts cmd from an OS thread of its own that stays, parked,
+// until release, because bwrap's --die-with-parent fires when the thread
+// that started it ends. With scoped, the thread first enters the
+// abstract-socket scope and is never returned to the Go scheduler: it ends
+// with its goroutine at release, so no other goroutine ever runs
+// restricted.
+func StartHeld(cmd *exec.Cmd, scoped bool) (release func(), err error) {
 	started := make(chan error, 1)
 	done := make(chan struct{})
 	go func() {
 		runtime.LockOSThread()
-		if err := EnterScope(); err != nil {
-			started <- err
-			return
+		if scoped {
+			if err := EnterScope(); err != nil {
+				started <- err
+				return
+			}
 		}
 		err := cmd.Start()
 		started <- err
 		if err == nil {
 			<-done
+		}
+		if !scoped {
+			runtime.UnlockOSThread()
 		}
 	}()
 	if err := <-started; err != nil {

@@ -70,9 +70,12 @@ type servedCounter struct {
 	n  Served
 }
 
-func (c *servedCounter) count(builtin string, fellBack bool) {
+func (c *servedCounter) count(builtin string, fellBack, resident bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if resident {
+		c.n.Resident++
+	}
 	switch {
 	case builtin != "":
 		if c.n.Builtins == nil {
@@ -85,14 +88,6 @@ func (c *servedCounter) count(builtin string, fellBack bool) {
 	default:
 		c.n.Scripts++
 	}
-}
-
-// countResident counts a call run in the resident sandbox.
-func (c *servedCounter) countResident(builtin string, fellBack bool) {
-	c.count(builtin, fellBack)
-	c.mu.Lock()
-	c.n.Resident++
-	c.mu.Unlock()
 }
 
 // Served returns how this session's calls have run so far (calls refused

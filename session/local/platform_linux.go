@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -478,11 +477,7 @@ func (p *linuxPlatform) startResident(c call, stdin, stdout, stderr *os.File) (c
 	setProcessGroup(cmd)
 	// bwrap dies with the thread that started it (--die-with-parent), so
 	// that thread is held for the sandbox's life.
-	start := startHeld
-	if scoped {
-		start = confine.StartScoped
-	}
-	held, err := start(cmd)
+	held, err := confine.StartHeld(cmd, scoped)
 	if err != nil {
 		infoR.Close()
 		return nil, nil, err
@@ -513,7 +508,7 @@ func (p *linuxPlatform) startResident(c call, stdin, stdout, stderr *os.File) (c
 			}
 		}
 		if fd >= 0 {
-			waitPidfd(fd, stopTimeout)
+			_, _ = waitPidfd(fd, time.Now().Add(stopTimeout))
 			unix.Close(fd)
 		}
 		held()
@@ -559,37 +554,6 @@ func parentOf(pid int) int {
 	}
 	ppid, _ := strconv.Atoi(f[1])
 	return ppid
-}
-
-// waitPidfd waits, at most d, for pidfd's process to exit.
-func waitPidfd(fd int, d time.Duration) {
-	deadline := time.Now().Add(d)
-	for {
-		left := int(time.Until(deadline).Milliseconds())
-		_, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, max(left, 0))
-		if err != unix.EINTR {
-			return
-		}
-	}
-}
-
-// startHeld starts cmd from a locked OS thread that lives until release.
-func startHeld(cmd *exec.Cmd) (release func(), err error) {
-	started := make(chan error, 1)
-	done := make(chan struct{})
-	go func() {
-		runtime.LockOSThread()
-		err := cmd.Start()
-		started <- err
-		if err == nil {
-			<-done
-		}
-		runtime.UnlockOSThread()
-	}()
-	if err := <-started; err != nil {
-		return nil, err
-	}
-	return func() { close(done) }, nil
 }
 
 // uidTaken reports whether /etc/passwd names uid.

@@ -44,7 +44,6 @@ type residentStarter interface {
 // resident is one running resident sandbox.
 type resident struct {
 	conn   *agentchan.Conn
-	exited chan struct{} // closed once the sandbox's first process was waited for
 	stderr *tailBuffer
 	stop   func() // ends the sandbox and all in it; waits; idempotent
 }
@@ -135,7 +134,8 @@ func (s *Session) startResident(ctx context.Context, c call) (*resident, error) 
 		closeFiles(inW, outR, errR)
 		return nil, err
 	}
-	res := &resident{exited: make(chan struct{}), stderr: stderr}
+	res := &resident{stderr: stderr}
+	exited := make(chan struct{}) // the sandbox's first process was waited for
 	copied := make(chan struct{})
 	go func() {
 		defer close(copied)
@@ -144,7 +144,7 @@ func (s *Session) startResident(ctx context.Context, c call) (*resident, error) 
 	}()
 	go func() {
 		_ = cmd.Wait()
-		close(res.exited)
+		close(exited)
 	}()
 	var conn *agentchan.Conn
 	res.stop = sync.OnceFunc(func() {
@@ -156,7 +156,7 @@ func (s *Session) startResident(ctx context.Context, c call) (*resident, error) 
 		// Nothing in the sandbox needs an orderly end: the workspace is on
 		// the host, and the agent's writes are atomic.
 		end()
-		<-res.exited
+		<-exited
 		// Every process of the sandbox is gone with its pid namespace, so
 		// nothing else holds the stderr pipe.
 		<-copied
@@ -199,7 +199,7 @@ func (s *Session) runResident(ctx context.Context, conn *agentchan.Conn, c call,
 	if cmd.Builtin != "" && conn.Offers(cmd.Builtin) {
 		req.Script, req.Builtin = "", cmd.Builtin
 	}
-	s.served.countResident(req.Builtin, cmd.Builtin != "" && req.Builtin == "")
+	s.served.count(req.Builtin, cmd.Builtin != "" && req.Builtin == "", true)
 	res, err := conn.Run(ctx, req, agentchan.Output{Stdout: opts.Stdout, Stderr: opts.Stderr})
 	if err == nil {
 		return &session.Result{ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr}, nil

@@ -113,7 +113,7 @@ func (s *Session) Shell(ctx context.Context, cmd session.Command, opts session.S
 	if err != nil {
 		return nil, err
 	}
-	s.served.count(builtin, cmd.Builtin != "" && builtin == "")
+	s.served.count(builtin, cmd.Builtin != "" && builtin == "", false)
 	s.emit(AuditStarted, nil)
 	res, err := run(cctx, runSpec{
 		cmd: l.cmd, marker: l.marker, start: l.start, stdin: opts.Stdin, stdout: opts.Stdout, stderr: opts.Stderr,

@@ -77,23 +77,28 @@ func killWorkspaceBinders(ws string, deadline time.Time) (int, error) {
 		}
 	}
 	for _, fd := range fds {
-		for {
-			// A pidfd turns readable when its process has exited.
-			left := int(time.Until(deadline).Milliseconds())
-			n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, max(left, 0))
-			if err == unix.EINTR {
-				continue
-			}
-			if err != nil {
-				return len(fds), err
-			}
-			if n == 0 {
-				return len(fds), fmt.Errorf("sandbox processes still running %s after SIGKILL", stopTimeout)
-			}
-			break
+		exited, err := waitPidfd(fd, deadline)
+		if err != nil {
+			return len(fds), err
+		}
+		if !exited {
+			return len(fds), fmt.Errorf("sandbox processes still running %s after SIGKILL", stopTimeout)
 		}
 	}
 	return len(fds), nil
+}
+
+// waitPidfd waits, until deadline, for pidfd's process to exit (a pidfd
+// turns readable then), and reports whether it did.
+func waitPidfd(fd int, deadline time.Time) (bool, error) {
+	for {
+		left := int(time.Until(deadline).Milliseconds())
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, max(left, 0))
+		if err == unix.EINTR {
+			continue
+		}
+		return n > 0, err
+	}
 }
 
 // bindsWorkspace reports whether pid's command line binds ws at the guest
