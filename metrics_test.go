@@ -2,6 +2,7 @@ package omasandbox_test
 
 import (
 	"context"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -11,7 +12,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	omasandbox "github.com/oma-sandbox/oma-sandbox"
+	"github.com/oma-sandbox/oma-sandbox/agentchan"
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
+	"github.com/oma-sandbox/oma-sandbox/internal/testutil"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/tools"
 )
@@ -48,58 +51,40 @@ func testMetrics(t *testing.T, backend string) {
 
 	var rm metricdata.ResourceMetrics
 	require.NoError(t, reader.Collect(ctx, &rm))
-	assert.Equal(t, int64(1), sumOf(t, rm, omasandbox.SessionsCreatedMetric, attribute.String("oma.backend", backend)))
-	assert.Equal(t, int64(1), sumOf(t, rm, omasandbox.SessionsOpenMetric, attribute.String("oma.backend", backend)))
+	assert.Equal(t, int64(1), testutil.SumOf(t, rm, omasandbox.SessionsCreatedMetric, attribute.String("oma.backend", backend)))
+	assert.Equal(t, int64(1), testutil.SumOf(t, rm, omasandbox.SessionsOpenMetric, attribute.String("oma.backend", backend)))
 	calls := histogramCounts(t, rm, tools.DurationMetric)
 	assert.Equal(t, map[string]uint64{
 		"write ok " + backend: 1, "read ok " + backend: 1, "read tool_error " + backend: 1, "bash ok " + backend: 1,
 	}, calls)
-	assert.Equal(t, int64(5), sumOf(t, rm, omasandbox.UploadedBytesMetric, attribute.String("oma.backend", backend)))
-	assert.Equal(t, int64(7), sumOf(t, rm, omasandbox.CollectedBytesMetric, attribute.String("oma.backend", backend)))
+	assert.Equal(t, int64(5), testutil.SumOf(t, rm, omasandbox.UploadedBytesMetric, attribute.String("oma.backend", backend)))
+	assert.Equal(t, int64(7), testutil.SumOf(t, rm, omasandbox.CollectedBytesMetric, attribute.String("oma.backend", backend)))
+	// The calls went to the guest agent: on its channel where the session
+	// has one (msb; local as root, its resident sandbox), else by a
+	// process each. Write and the reads are builtins, bash a script.
+	b := attribute.String("oma.backend", backend)
+	route := "channel"
+	if backend == "local" && os.Geteuid() != 0 {
+		route = "own"
+	}
+	r := attribute.String("oma.route", route)
+	opened := testutil.SumOf(t, rm, agentchan.ChannelEventsMetric, b, attribute.String("oma.event", string(agentchan.Opened)))
+	assert.Equal(t, int64(map[string]int{"channel": 1, "own": 0}[route]), opened, "channel opens")
+	assert.GreaterOrEqual(t, testutil.SumOf(t, rm, agentchan.CallsMetric, b, r, attribute.String("oma.ran", "builtin")), int64(3), "builtin calls")
+	assert.GreaterOrEqual(t, testutil.SumOf(t, rm, agentchan.CallsMetric, b, r, attribute.String("oma.ran", "script")), int64(1), "script calls")
+	assert.Zero(t, testutil.SumOf(t, rm, agentchan.CallsMetric, b, attribute.String("oma.ran", "script_fallback")), "fallbacks")
+	assert.Zero(t, testutil.SumOf(t, rm, agentchan.ChannelEventsMetric, b, attribute.String("oma.event", string(agentchan.Died))), "deaths")
 
 	require.NoError(t, s.Close(ctx))
 	require.NoError(t, reader.Collect(ctx, &rm))
-	assert.Equal(t, int64(0), sumOf(t, rm, omasandbox.SessionsOpenMetric, attribute.String("oma.backend", backend)), "closed")
+	assert.Equal(t, int64(0), testutil.SumOf(t, rm, omasandbox.SessionsOpenMetric, attribute.String("oma.backend", backend)), "closed")
 	if backend == "msb" {
 		for _, sub := range []string{"create", "remove"} {
-			assert.Equal(t, int64(1), sumOf(t, rm, msb.InvocationsMetric,
+			assert.Equal(t, int64(1), testutil.SumOf(t, rm, msb.InvocationsMetric,
 				attribute.String("oma.msb.subcommand", sub), attribute.String("oma.msb.outcome", msb.OutcomeOK)), sub)
 		}
-		assert.Positive(t, sumOf(t, rm, msb.InvocationsMetric, attribute.String("oma.msb.subcommand", "exec"), attribute.String("oma.msb.outcome", msb.OutcomeOK)))
+		assert.Positive(t, testutil.SumOf(t, rm, msb.InvocationsMetric, attribute.String("oma.msb.subcommand", "exec"), attribute.String("oma.msb.outcome", msb.OutcomeOK)))
 	}
-}
-
-// sumOf is the value of the sum instrument name at the data point whose
-// attributes include want.
-func sumOf(t *testing.T, rm metricdata.ResourceMetrics, name string, want ...attribute.KeyValue) int64 {
-	t.Helper()
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != name {
-				continue
-			}
-			sum, ok := m.Data.(metricdata.Sum[int64])
-			require.True(t, ok, "%s is a %T", name, m.Data)
-			var total int64
-			for _, dp := range sum.DataPoints {
-				if hasAll(dp.Attributes, want) {
-					total += dp.Value
-				}
-			}
-			return total
-		}
-	}
-	t.Fatalf("no instrument %s", name)
-	return 0
-}
-
-func hasAll(set attribute.Set, want []attribute.KeyValue) bool {
-	for _, kv := range want {
-		if v, ok := set.Value(kv.Key); !ok || v != kv.Value {
-			return false
-		}
-	}
-	return true
 }
 
 // histogramCounts are a histogram's counts by "tool result backend".

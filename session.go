@@ -290,9 +290,16 @@ func wrap(backend string, s session.Session, o Options) *Session {
 	w := &Session{backend: backend, sess: s, opts: o, uploads: &transfer.Quota{Limits: o.UploadLimits}, meters: o.sessionMeters(),
 		tb: tools.New(s, tools.Options{OperationTimeout: o.OperationTimeout, Logger: o.logger(),
 			TracerProvider: o.TracerProvider, MeterProvider: o.MeterProvider, Backend: backend})}
+	if m, ok := s.(measured); ok {
+		m.Measure(o.meterProvider())
+	}
 	w.held(context.Background(), 1)
 	return w
 }
+
+// measured is a backend session that records its own metrics (its
+// agent channel's events and how its calls ran).
+type measured interface{ Measure(metric.MeterProvider) }
 
 // Name identifies the session for Attach.
 func (s *Session) Name() string { return s.sess.Name() }

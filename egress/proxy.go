@@ -33,7 +33,7 @@ type Proxy struct {
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Refused, when set, is told of each refused destination and secret
 	// violation (audit).
-	Refused func(dest, reason string)
+	Refused func(*RefusedError)
 	// Secrets are substituted for their placeholders in the headers of
 	// plain HTTP requests to their hosts; a placeholder in a request to
 	// any other host refuses the request. CONNECT tunnels are not opened,
@@ -137,8 +137,25 @@ func (p *Proxy) handle(c net.Conn) {
 // RefusedError is a destination the policy does not allow.
 type RefusedError struct {
 	Dest   string
+	Kind   RefusalKind
 	Reason string
 }
+
+// RefusalKind classes a refusal, for counting; Reason says it in words.
+type RefusalKind string
+
+const (
+	// NotAllowed: the allowlist does not name the destination.
+	NotAllowed RefusalKind = "not_allowed"
+	// InvalidDest: no valid host name, or port 0.
+	InvalidDest RefusalKind = "invalid_destination"
+	// PrivateAddress: an allowed name resolved to a non-public address
+	// the allowlist does not name.
+	PrivateAddress RefusalKind = "private_address"
+	// SecretMisuse: a request carried a secret's placeholder to a host
+	// the secret may not go to.
+	SecretMisuse RefusalKind = "secret_misuse"
+)
 
 func (e *RefusedError) Error() string {
 	return "oma-sandbox egress: refused " + e.Dest + ": " + e.Reason
@@ -147,29 +164,26 @@ func (e *RefusedError) Error() string {
 // connect checks host:port and dials it.
 func (p *Proxy) connect(ctx context.Context, host string, port uint16) (net.Conn, error) {
 	dest := net.JoinHostPort(host, strconv.Itoa(int(port)))
-	refuse := func(reason string) error {
-		if p.Refused != nil {
-			p.Refused(dest, reason)
-		}
-		return &RefusedError{Dest: dest, Reason: reason}
+	refuse := func(kind RefusalKind, reason string) error {
+		return p.refuse(&RefusedError{Dest: dest, Kind: kind, Reason: reason})
 	}
 	if port == 0 {
-		return nil, refuse("port 0")
+		return nil, refuse(InvalidDest, "port 0")
 	}
 	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 	var addrs []netip.Addr
 	if a, err := netip.ParseAddr(host); err == nil {
 		if a.Zone() != "" || !p.Policy.AllowsAddr(a, port) {
-			return nil, refuse("not in the allowlist")
+			return nil, refuse(NotAllowed, "not in the allowlist")
 		}
 		addrs = []netip.Addr{a.Unmap()}
 	} else {
 		if checkName(canonicalName(host)) != nil {
-			return nil, refuse("not a valid host name")
+			return nil, refuse(InvalidDest, "not a valid host name")
 		}
 		if !p.Policy.AllowsName(host, port) {
-			return nil, refuse("not in the allowlist")
+			return nil, refuse(NotAllowed, "not in the allowlist")
 		}
 		resolved, err := p.resolve(ctx, host)
 		if err != nil {
@@ -178,7 +192,7 @@ func (p *Proxy) connect(ctx context.Context, host string, port uint16) (net.Conn
 		for _, a := range resolved {
 			a = a.Unmap()
 			if !isPublic(a) && !p.Policy.AllowsAddr(a, port) {
-				return nil, refuse("it resolves to " + a.String() + ", a non-public address the allowlist does not name")
+				return nil, refuse(PrivateAddress, "it resolves to "+a.String()+", a non-public address the allowlist does not name")
 			}
 			addrs = append(addrs, a)
 		}
@@ -327,11 +341,16 @@ func (p *Proxy) substitute(req *http.Request, host string, port uint16) error {
 
 func (p *Proxy) violation(s SecretValue, host string, port uint16) error {
 	dest := net.JoinHostPort(host, strconv.Itoa(int(port)))
-	reason := "the request carries secret " + s.Env + ", which may go to " + strings.Join(s.Hosts, ", ") + " only"
+	return p.refuse(&RefusedError{Dest: dest, Kind: SecretMisuse,
+		Reason: "the request carries secret " + s.Env + ", which may go to " + strings.Join(s.Hosts, ", ") + " only"})
+}
+
+// refuse tells Refused of e and returns it.
+func (p *Proxy) refuse(e *RefusedError) error {
 	if p.Refused != nil {
-		p.Refused(dest, reason)
+		p.Refused(e)
 	}
-	return &RefusedError{Dest: dest, Reason: reason}
+	return e
 }
 
 // requestTarget is the host and port a proxy request names.

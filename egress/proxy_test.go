@@ -59,9 +59,9 @@ func newProxy(t *testing.T) *proxyFixture {
 			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
 		},
 		Secrets: []SecretValue{{Secret: Secret{Env: "TOKEN", Hosts: []string{"127.0.0.1", "*.suffix.test"}}, Placeholder: "oma-secret-TOKEN-ph", Value: "s3cret"}},
-		Refused: func(dest, reason string) {
+		Refused: func(e *RefusedError) {
 			f.mu.Lock()
-			f.refused = append(f.refused, dest+": "+reason)
+			f.refused = append(f.refused, string(e.Kind)+" "+e.Dest+": "+e.Reason)
 			f.mu.Unlock()
 		},
 	}
@@ -256,6 +256,7 @@ func TestProxyEnforcesThePolicy(t *testing.T) {
 			{"example.invalid", 443, socksNotAllowed, ""},
 			{"rebind.test", f.portB, socksNotAllowed, ""},
 			{"::1", f.portA, socksNotAllowed, ""},
+			{"127.0.0.1", 0, socksNotAllowed, ""},
 		} {
 			code, body := f.viaSOCKS(t, tc.host, tc.port)
 			if code != tc.code || !strings.Contains(body, tc.body) {
@@ -270,8 +271,18 @@ func TestProxyEnforcesThePolicy(t *testing.T) {
 			t.Errorf("a name outside the allowlist was resolved: %v", f.resolved)
 		}
 	}
-	if len(f.refused) == 0 || !strings.Contains(strings.Join(f.refused, "\n"), "example.invalid:443: not in the allowlist") {
-		t.Errorf("refusals reported: %q", f.refused)
+	// Each refusal reaches Refused, classed.
+	refused := strings.Join(f.refused, "\n")
+	for _, want := range []string{
+		"not_allowed example.invalid:443: not in the allowlist",
+		"not_allowed " + b + ": not in the allowlist",
+		fmt.Sprintf("private_address rebind.test:%d: it resolves to 127.0.0.1", f.portB),
+		"secret_misuse " + c + ": the request carries secret TOKEN",
+		"invalid_destination 127.0.0.1:0: port 0",
+	} {
+		if !strings.Contains(refused, want) {
+			t.Errorf("refusals reported: %q, want one with %q", f.refused, want)
+		}
 	}
 }
 

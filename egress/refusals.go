@@ -14,13 +14,13 @@ type Refusals struct {
 	notes []string
 }
 
-// Add records that the proxy refused dest for reason.
-func (r *Refusals) Add(dest, reason string) {
+// Add records a refusal of the proxy.
+func (r *Refusals) Add(e *RefusedError) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
 	case len(r.notes) < MaxRefusals:
-		r.notes = append(r.notes, "egress refused "+dest+": "+reason)
+		r.notes = append(r.notes, "egress refused "+e.Dest+": "+e.Reason)
 	case len(r.notes) == MaxRefusals:
 		r.notes = append(r.notes, "egress refused more destinations")
 	}

@@ -14,7 +14,9 @@ func TestRefusalsAreBounded(t *testing.T) {
 	var r Refusals
 	var wg sync.WaitGroup
 	for i := range 1000 {
-		wg.Go(func() { r.Add(fmt.Sprintf("10.0.0.%d:80", i%250), "not allowed") })
+		wg.Go(func() {
+			r.Add(&RefusedError{Dest: fmt.Sprintf("10.0.0.%d:80", i%250), Kind: NotAllowed, Reason: "not allowed"})
+		})
 	}
 	wg.Wait()
 	notes := r.Notes()

@@ -6,7 +6,12 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/oma-sandbox/oma-sandbox/agentchan"
+	"github.com/oma-sandbox/oma-sandbox/egress"
 	"github.com/oma-sandbox/oma-sandbox/guestagent/bundle"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
@@ -66,11 +71,42 @@ type Served struct {
 }
 
 type servedCounter struct {
-	mu sync.Mutex
-	n  Served
+	mu     sync.Mutex
+	n      Served
+	meters atomic.Pointer[meters] // nil until Measure
+}
+
+// meters are the instruments Measure gives a session.
+type meters struct {
+	agent    *agentchan.Meters
+	refusals func(*egress.RefusedError)
+}
+
+// Measure records this session's calls, its resident sandbox's events
+// (agentchan.CallsMetric, agentchan.ChannelEventsMetric) and its egress
+// refusals (egress.RefusalsMetric) on mp's instruments.
+func (s *Session) Measure(mp metric.MeterProvider) {
+	s.served.meters.Store(&meters{agent: agentchan.NewMeters(mp, "local"), refusals: egress.CountRefusals(mp, "local")})
+}
+
+// event counts what happened to the session's resident sandbox.
+func (s *Session) event(e agentchan.Event) {
+	if m := s.served.meters.Load(); m != nil {
+		m.agent.Event(e)
+	}
+}
+
+// countRefusal counts an egress refusal of one of the session's calls.
+func (s *Session) countRefusal(e *egress.RefusedError) {
+	if m := s.served.meters.Load(); m != nil && m.refusals != nil {
+		m.refusals(e)
+	}
 }
 
 func (c *servedCounter) count(builtin string, fellBack, resident bool) {
+	if m := c.meters.Load(); m != nil {
+		m.agent.Call(resident, builtin, fellBack)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if resident {

@@ -49,7 +49,7 @@ type egressCall struct {
 // and points spec at it: the socket and relay bound in, the relay
 // wrapped around the command (after the start marker) and the proxy
 // variables set for the command.
-func startEgress(spec *bwrapSpec, name string, pol egress.Policy) (*egressCall, error) {
+func startEgress(spec *bwrapSpec, name string, pol egress.Policy, refused func(*egress.RefusedError)) (*egressCall, error) {
 	relay, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("egress relay: %w", err)
@@ -76,7 +76,12 @@ func startEgress(spec *bwrapSpec, name string, pol egress.Policy) (*egressCall, 
 		return nil, err
 	}
 	e := &egressCall{dir: dir, l: l, done: make(chan struct{})}
-	e.proxy = &egress.Proxy{Policy: pol, Refused: e.refused.Add, Secrets: secrets}
+	e.proxy = &egress.Proxy{Policy: pol, Secrets: secrets, Refused: func(r *egress.RefusedError) {
+		e.refused.Add(r)
+		if refused != nil {
+			refused(r)
+		}
+	}}
 	go func() {
 		defer close(e.done)
 		_ = e.proxy.Serve(l)

@@ -4,6 +4,7 @@ package local
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/oma-sandbox/oma-sandbox/egress"
 	"github.com/oma-sandbox/oma-sandbox/internal/testutil"
@@ -37,6 +40,8 @@ func TestAllowlistThroughTheHostProxy(t *testing.T) {
 		allow = append(allow, tg)
 	}
 	s := newTestSession(t, Options{Policy: Policy{Network: NetworkAllowlist, Allow: allow}})
+	reader := sdkmetric.NewManualReader()
+	s.Measure(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
 	res := sh(t, s, `
 echo "proxy=$HTTP_PROXY all=$ALL_PROXY"
 curl -sS --max-time 5 "http://127.0.0.1:$1/"; echo " [a http $?]"
@@ -66,6 +71,10 @@ echo done`, strconv.Itoa(a), strconv.Itoa(b), strconv.Itoa(c))
 	}
 	if !strings.Contains(string(res.Stderr), fmt.Sprintf("egress refused 127.0.0.1:%d: not in the allowlist", b)) {
 		t.Errorf("refusals not reported on stderr:\n%s", res.Stderr)
+	}
+	// Port b, and example.invalid by HTTP and by CONNECT.
+	if got := testutil.SumsBy(t, reader, egress.RefusalsMetric, "oma.kind"); !maps.Equal(got, map[string]int64{"not_allowed": 3}) {
+		t.Errorf("refusals counted: %v, want 3 not_allowed", got)
 	}
 }
 

@@ -103,7 +103,7 @@ func (p *linuxPlatform) launch(c call) (l *launched, err error) {
 	// fd 3 is the start marker (see run); the filter is the next one.
 	spec.SeccompFD = 4
 	if spec.Network == NetworkAllowlist {
-		eg, err := startEgress(&spec, c.name, c.policy.egress())
+		eg, err := startEgress(&spec, c.name, c.policy.egress(), c.refused)
 		if err != nil {
 			filter.Close()
 			return nil, fmt.Errorf("local sandbox %s: %v: %w", c.name, err, session.ErrCannotStart)

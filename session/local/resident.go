@@ -95,10 +95,12 @@ func (s *Session) residentConn(ctx context.Context, c call) *agentchan.Conn {
 		case <-cur.conn.Done():
 			r.cur = nil
 			r.deaths++
+			s.event(agentchan.Died)
 			s.log.Warn("local sandbox: resident sandbox died", "err", cur.conn.Err(), "agent_stderr", cur.stderr.String())
 			go cur.stop()
 			if r.deaths >= residentMaxDeaths {
 				r.off = true
+				s.event(agentchan.FellBack)
 				return nil
 			}
 		default:
@@ -110,10 +112,13 @@ func (s *Session) residentConn(ctx context.Context, c call) *agentchan.Conn {
 		// Only a cancelled call tries again on the next one.
 		if ctx.Err() == nil {
 			r.off = true
+			s.event(agentchan.OpenFailed)
+			s.event(agentchan.FellBack)
 		}
 		s.log.Warn("local sandbox: no resident sandbox; one sandbox per call", "err", err)
 		return nil
 	}
+	s.event(agentchan.Opened)
 	r.cur = cur
 	return cur.conn
 }

@@ -12,6 +12,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/oma-sandbox/oma-sandbox/agentchan"
+	"github.com/oma-sandbox/oma-sandbox/internal/testutil"
 
 	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
 	"github.com/oma-sandbox/oma-sandbox/session"
@@ -141,6 +145,40 @@ func TestResidentSandboxEnds(t *testing.T) {
 	startBackground(t, s, "oma-bg-close")
 	require.NoError(t, s.Close(ctx))
 	assert.Empty(t, procsWith("oma-bg-close"))
+}
+
+// TestResidentSandboxDeaths: when the agent of a resident sandbox dies
+// (killed from the host), the next call starts another sandbox, until the
+// last death residentMaxDeaths allows: from then on each call gets a
+// sandbox of its own. The metrics count each event and where calls ran.
+func TestResidentSandboxDeaths(t *testing.T) {
+	s := newResidentSession(t, Options{WorkspaceID: "ws", SessionID: "deaths"})
+	reader := sdkmetric.NewManualReader()
+	s.Measure(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	for range residentMaxDeaths {
+		require.Equal(t, "hi\n", rsh(t, s, "echo hi"))
+		agents := procsWith("oma-guest-agent\x00serve\x00")
+		require.Len(t, agents, 1)
+		pid, _, _ := strings.Cut(agents[0], ":")
+		n, err := strconv.Atoi(pid)
+		require.NoError(t, err)
+		s.res.mu.Lock()
+		conn := s.res.cur.conn
+		s.res.mu.Unlock()
+		require.NoError(t, syscall.Kill(n, syscall.SIGKILL))
+		select {
+		case <-conn.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the host did not see the agent die")
+		}
+	}
+	require.Equal(t, "after\n", rsh(t, s, "echo after"))
+	assert.Empty(t, procsWith("oma-guest-agent\x00serve\x00"), "no resident sandbox after the last death")
+	assert.Equal(t, map[string]int64{"opened": 3, "died": 3, "fell_back": 1},
+		testutil.SumsBy(t, reader, agentchan.ChannelEventsMetric, "oma.event"))
+	assert.Equal(t, map[string]int64{"channel": 3, "own": 1},
+		testutil.SumsBy(t, reader, agentchan.CallsMetric, "oma.route"))
+	assert.Equal(t, 3, s.Served().Resident)
 }
 
 // startBackground starts `sleep` named marker in the background of a

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/oma-sandbox/oma-sandbox/egress"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
@@ -40,6 +41,9 @@ type call struct {
 	// when argv runs one of its builtins ([agent, "builtin", NAME, ARGS...]);
 	// "" otherwise.
 	agent string
+	// refused, when set, is told of each refusal of the call's egress
+	// proxy.
+	refused func(*egress.RefusedError)
 }
 
 // launched is a call's prepared host process.
@@ -89,7 +93,7 @@ func (s *Session) Shell(ctx context.Context, cmd session.Command, opts session.S
 	limits := s.limits()
 	c := call{
 		name: s.rec.Name, dirs: s.dirs, policy: s.rec.Policy, limits: limits, env: s.env,
-		workdir: workdir, root: root,
+		workdir: workdir, root: root, refused: s.countRefusal,
 		argv: append([]string{"/bin/bash", "-c", cmd.Script, "bash"}, cmd.Args...),
 	}
 	agent, err := s.agent.hostPath()

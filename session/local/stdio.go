@@ -62,7 +62,8 @@ func (s *Session) OpenStdio(ctx context.Context, cmd session.Command, opts Stdio
 	limits := s.limits()
 	l, err := s.plat.launch(call{
 		name: s.rec.Name, dirs: s.dirs, policy: s.rec.Policy, limits: limits, env: s.env, workdir: workdir,
-		argv: append([]string{"/bin/bash", "-c", cmd.Script, "bash"}, cmd.Args...),
+		refused: s.countRefusal,
+		argv:    append([]string{"/bin/bash", "-c", cmd.Script, "bash"}, cmd.Args...),
 	})
 	if err != nil {
 		end()

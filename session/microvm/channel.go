@@ -94,7 +94,7 @@ func (s *Session) channelConn(ctx context.Context) *agentchan.Conn {
 	for ch.conn != nil {
 		select {
 		case <-ch.conn.Done():
-			conn, proc := ch.detachLocked(true)
+			conn, proc := s.diedLocked()
 			ch.mu.Unlock()
 			s.logger.Debug("guest agent channel died", "sandbox", s.names.Sandbox, "err", conn.Err())
 			s.shutdown(conn, proc)
@@ -113,12 +113,15 @@ func (s *Session) channelConn(ctx context.Context) *agentchan.Conn {
 		if ctx.Err() == nil && !errors.Is(err, errInspect) {
 			ch.mode = channelOff
 			ch.distrustAgentLocked()
+			s.event(agentchan.OpenFailed)
+			s.event(agentchan.FellBack)
 		}
 		s.logger.Debug("guest agent channel not opened; one msb exec per call", "sandbox", s.names.Sandbox, "err", err)
 		return nil
 	}
 	ch.conn, ch.proc, ch.mode = conn, proc, channelOpen
 	ch.inFlight++
+	s.event(agentchan.Opened)
 	go s.watchChannel(conn)
 	s.logger.Debug("guest agent channel open", "sandbox", s.names.Sandbox, "agent_pid", conn.AgentPID())
 	return conn
@@ -219,7 +222,7 @@ func (s *Session) watchChannel(conn *agentchan.Conn) {
 		s.ch.mu.Unlock() // closed on purpose, or already reaped
 		return
 	}
-	c, proc := s.ch.detachLocked(true)
+	c, proc := s.diedLocked()
 	s.ch.mu.Unlock()
 	s.logger.Debug("guest agent channel died", "sandbox", s.names.Sandbox, "err", conn.Err())
 	s.shutdown(c, proc)
@@ -240,6 +243,18 @@ func (ch *channel) detachLocked(died bool) (*agentchan.Conn, *msb.Process) {
 			ch.mode = channelOff
 			ch.distrustAgentLocked()
 		}
+	}
+	return conn, proc
+}
+
+// diedLocked takes a channel that died out of the session and counts
+// the death (and the fallback, when it was the last one allowed).
+// s.ch.mu must be held.
+func (s *Session) diedLocked() (*agentchan.Conn, *msb.Process) {
+	conn, proc := s.ch.detachLocked(true)
+	s.event(agentchan.Died)
+	if s.ch.mode == channelOff {
+		s.event(agentchan.FellBack)
 	}
 	return conn, proc
 }

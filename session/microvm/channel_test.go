@@ -13,10 +13,13 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
+	"github.com/oma-sandbox/oma-sandbox/agentchan"
 	"github.com/oma-sandbox/oma-sandbox/agentwire"
 	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
+	"github.com/oma-sandbox/oma-sandbox/internal/testutil"
 	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 )
@@ -47,6 +50,16 @@ func sh(t *testing.T, s *microvm.Session, script string) string {
 	require.NoError(t, err, script)
 	require.Equal(t, 0, res.ExitCode, "%s: %s", script, res.Stderr)
 	return string(res.Stdout)
+}
+
+// channelEvents gives s instruments on a manual reader and returns a
+// func that reads s's channel events back, by event.
+func channelEvents(t *testing.T, s *microvm.Session) func() map[string]int64 {
+	reader := sdkmetric.NewManualReader()
+	s.Measure(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	return func() map[string]int64 {
+		return testutil.SumsBy(t, reader, agentchan.ChannelEventsMetric, "oma.event")
+	}
 }
 
 // awaitNoChannel waits until no process of sandbox's channel runs.
@@ -173,6 +186,7 @@ func TestChannelFallback(t *testing.T) {
 			// sandbox has the agent.
 			s, err := microvm.Attach(o.Client, "", created.Name())
 			require.NoError(t, err)
+			events := channelEvents(t, s)
 			env.ResetLog(t)
 			start := time.Now()
 			assert.Equal(t, "hi\n", sh(t, s, "echo hi"))
@@ -182,6 +196,7 @@ func TestChannelFallback(t *testing.T) {
 			env.ResetLog(t)
 			assert.Equal(t, "hi\n", sh(t, s, "echo hi"))
 			assert.Equal(t, []string{"exec"}, commands(t, env), "then one exec per call")
+			assert.Equal(t, map[string]int64{"open_failed": 1, "fell_back": 1}, events())
 		})
 	}
 }
@@ -226,6 +241,7 @@ func TestChannelDeath(t *testing.T) {
 				o.AgentFile = fakeAgent(t, c.agent)
 			}
 			s := createSession(t, o)
+			events := channelEvents(t, s)
 
 			call := func() error {
 				done := make(chan error, 1)
@@ -279,6 +295,7 @@ func TestChannelDeath(t *testing.T) {
 			assert.Equal(t, "after\n", sh(t, s, "echo after"))
 			assert.Equal(t, []string{"exec"}, commands(t, env), "then one exec per call")
 			assert.Nil(t, env.Channel(s.Name()).Msb)
+			assert.Equal(t, map[string]int64{"opened": 2, "died": 2, "fell_back": 1}, events())
 
 			// Nor does one exec run the agent the channel gave up on: a
 			// call naming a builtin runs its script, counted as a fallback.

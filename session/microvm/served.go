@@ -3,6 +3,11 @@ package microvm
 import (
 	"maps"
 	"sync"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/oma-sandbox/oma-sandbox/agentchan"
 )
 
 // Served counts how a session's calls reached the guest. A test holds a
@@ -23,9 +28,19 @@ type Served struct {
 }
 
 type servedCounter struct {
-	mu sync.Mutex
-	n  Served
+	mu     sync.Mutex
+	n      Served
+	meters atomic.Pointer[agentchan.Meters] // nil until Measure
 }
+
+// Measure records this session's channel events and calls on mp's
+// instruments (agentchan.ChannelEventsMetric, agentchan.CallsMetric).
+func (s *Session) Measure(mp metric.MeterProvider) {
+	s.served.meters.Store(agentchan.NewMeters(mp, "msb"))
+}
+
+// event counts what happened to the session's channel.
+func (s *Session) event(e agentchan.Event) { s.served.meters.Load().Event(e) }
 
 // exec counts a call by one msb exec: builtin is the one the agent ran, ""
 // for a script; fellBack says the call named a builtin and ran its script
@@ -34,6 +49,7 @@ func (c *servedCounter) exec(builtin string, fellBack bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.n.Exec++
+	c.meters.Load().Call(false, builtin, fellBack)
 	c.builtin(builtin)
 	if fellBack {
 		c.n.ScriptFallbacks++
@@ -56,6 +72,7 @@ func (c *servedCounter) channel(builtin string, fellBack bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.n.Channel++
+	c.meters.Load().Call(true, builtin, fellBack)
 	c.builtin(builtin)
 	if fellBack {
 		c.n.ScriptFallbacks++
