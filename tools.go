@@ -215,28 +215,47 @@ type UploadFile struct {
 // Upload places files under the uploads root in one guest command.
 // Unsafe paths match ErrUnsafePath, and files past Options.UploadLimits
 // transfer.ErrTooLarge; nothing is placed then.
-func (s *Session) Upload(ctx context.Context, files ...UploadFile) (err error) {
-	ctx, span := s.beginTransfer(ctx, "upload")
-	var size int64
-	defer func() {
-		if err != nil {
-			size = 0 // nothing was placed
-		}
-		s.endTransfer(ctx, span, err, s.meters.uploaded, size, attrFiles.Int(len(files)))
-	}()
+func (s *Session) Upload(ctx context.Context, files ...UploadFile) error {
 	mounts := make([]transfer.Mount, 0, len(files))
 	for _, f := range files {
 		if path.IsAbs(f.Path) {
-			return fmt.Errorf("%w: upload path %q must be relative to the uploads root", ErrUnsafePath, f.Path)
+			return s.materialize(ctx, nil, nil, fmt.Errorf("%w: upload path %q must be relative to the uploads root", ErrUnsafePath, f.Path))
 		}
 		sum := sha256.Sum256(f.Content)
 		mounts = append(mounts, transfer.Mount{
 			Kind: transfer.Upload, Path: s.Paths().Uploads + "/" + f.Path,
 			Size: int64(len(f.Content)), SHA256: hex.EncodeToString(sum[:]), Content: bytes.NewReader(f.Content),
 		})
-		size += int64(len(f.Content))
 	}
-	return s.uploads.Materialize(ctx, s.sess, mounts)
+	return s.materialize(ctx, s.uploads, mounts, nil)
+}
+
+// Materialize places mounts (uploads and skills, each read from its
+// Content) in one guest command within q's limits, and records it as an
+// upload (its span and UploadedBytesMetric). Upload is Materialize of
+// in-memory files under the uploads root within Options.UploadLimits.
+func (s *Session) Materialize(ctx context.Context, q *transfer.Quota, mounts []transfer.Mount) error {
+	return s.materialize(ctx, q, mounts, nil)
+}
+
+// materialize is Materialize, or the span of an upload refused before it
+// started (refused).
+func (s *Session) materialize(ctx context.Context, q *transfer.Quota, mounts []transfer.Mount, refused error) (err error) {
+	ctx, span := s.beginTransfer(ctx, "upload")
+	var size int64
+	for _, m := range mounts {
+		size += m.Size
+	}
+	defer func() {
+		if err != nil {
+			size = 0 // nothing was placed
+		}
+		s.endTransfer(ctx, span, err, s.meters.uploaded, size, attrFiles.Int(len(mounts)))
+	}()
+	if refused != nil {
+		return refused
+	}
+	return q.Materialize(ctx, s.sess, mounts)
 }
 
 // CollectOptions and Collected are transfer's; see transfer.Collect.

@@ -42,6 +42,7 @@ type cli struct {
 	logLevel  string
 	logFormat string
 	logger    *slog.Logger
+	telemetry *telemetry // the OTLP export $OTEL_* asks for
 }
 
 // command is one subcommand. run gets the arguments after its name.
@@ -91,6 +92,12 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		if cmd.name == args[0] {
 			ctx, stop := signalContext(context.Background())
 			defer stop()
+			tel, err := startTelemetry(ctx, c)
+			if err != nil {
+				return c.exit(err)
+			}
+			defer tel.stop(c)
+			c.telemetry = tel
 			return c.exit(cmd.run(ctx, c, args[1:]))
 		}
 	}

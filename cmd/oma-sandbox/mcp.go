@@ -88,7 +88,7 @@ session or the server failed, 2 on a usage error.`)
 	var metrics http.Handler
 	if endpoint != nil {
 		var sdk *sdkmetric.MeterProvider
-		if sdk, metrics, err = newMetrics(); err != nil {
+		if sdk, metrics, err = c.newMetrics(ctx); err != nil {
 			return err
 		}
 		defer func() { _ = sdk.Shutdown(context.WithoutCancel(ctx)) }()
@@ -232,7 +232,7 @@ func (e *httpEndpoint) announce(w io.Writer, name string) error {
 func (c *cli) finishMCP(ctx context.Context, s *omasandbox.Session, outDir string, owned bool, err error) error {
 	if outDir != "" {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), mcpCollectTimeout)
-		res, cerr := collect(cctx, s.Sandbox(), outDir, transfer.CollectOptions{})
+		res, cerr := collect(cctx, s, outDir, transfer.CollectOptions{})
 		cancel()
 		if cerr == nil {
 			for _, f := range res.Files {

@@ -101,7 +101,7 @@ for a usage error, with nothing created; 128+N after signal N.`)
 	default:
 		return fmt.Errorf("run: %w", runErr)
 	}
-	res, err := collect(ctx, s.Sandbox(), *outDir, collectOpts)
+	res, err := collect(ctx, s, *outDir, collectOpts)
 	if err != nil {
 		unfinished = interrupted(ctx) == nil
 		return err

@@ -19,9 +19,9 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	omasandbox "github.com/oma-sandbox/oma-sandbox"
 	"github.com/oma-sandbox/oma-sandbox/egress"
 	"github.com/oma-sandbox/oma-sandbox/outputs"
-	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/transfer"
 )
 
@@ -76,7 +76,7 @@ array of {path, size, sha256}.`)
 		return &usageError{msg: fmt.Sprintf("--max-bytes %d: want a positive number of bytes", *maxBytes)}
 	}
 	q := &transfer.Quota{Limits: transfer.Limits{PerCall: *maxBytes, PerSession: *maxBytes}}
-	err = q.Materialize(ctx, s.Sandbox(), mounts)
+	err = s.Materialize(ctx, q, mounts)
 	for _, f := range files {
 		f.close()
 	}
@@ -226,7 +226,7 @@ non-printing characters is double-quoted with Go escapes), or with --json
 	if err != nil {
 		return err
 	}
-	res, err := collect(ctx, s.Sandbox(), *dest, opts)
+	res, err := collect(ctx, s, *dest, opts)
 	if err != nil {
 		return err
 	}
@@ -310,8 +310,8 @@ func (c *cli) reportRefused(res *transfer.Result) error {
 	return nil
 }
 
-func collect(ctx context.Context, s session.Session, dest string, o transfer.CollectOptions) (*transfer.Result, error) {
-	res, err := transfer.Collect(ctx, s, dest, o)
+func collect(ctx context.Context, s *omasandbox.Session, dest string, o transfer.CollectOptions) (*transfer.Result, error) {
+	res, err := s.CollectOutputs(ctx, dest, o)
 	if err != nil {
 		if sig := interrupted(ctx); sig != nil {
 			return nil, sig
