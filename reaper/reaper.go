@@ -62,6 +62,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/oma-sandbox/oma-sandbox/msb"
@@ -94,6 +95,10 @@ type Options struct {
 	Now func() time.Time
 	// Logger gets a line per removal and a summary; nil discards them.
 	Logger *slog.Logger
+	// MeterProvider gets the sweep's counts (SweepsMetric, RemovedMetric,
+	// FailedMetric); nil means otel.GetMeterProvider(), a no-op unless
+	// the program installed one.
+	MeterProvider metric.MeterProvider
 }
 
 // Skipped is a resource of ours that a sweep left in place, and why.
@@ -156,6 +161,13 @@ func Reap(ctx context.Context, client *msb.Client, opts Options) (*Report, error
 	if client == nil {
 		return nil, errors.New("reaper: nil msb client")
 	}
+	rep, err := reap(ctx, client, opts)
+	Record(context.WithoutCancel(ctx), opts.MeterProvider, sweepOf(opts.DryRun, rep, err))
+	return rep, err
+}
+
+// reap is Reap with its options checked.
+func reap(ctx context.Context, client *msb.Client, opts Options) (*Report, error) {
 	if opts.Prefix == "" {
 		opts.Prefix = session.DefaultPrefix
 	}

@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
+	"github.com/oma-sandbox/oma-sandbox/internal/testutil"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
@@ -151,7 +153,8 @@ func TestReapRemovalFault(t *testing.T) {
 	f.fail[pairs[7].Sandbox] = "internal error: vm did not stop"
 	f.fail[pairs[12].Volume] = "I/O error: read-only file system"
 
-	r, err := Reap(t.Context(), msb.NewClient(f), options)
+	opts, sums := measured()
+	r, err := Reap(t.Context(), msb.NewClient(f), opts)
 	if err == nil {
 		t.Fatal("Reap succeeded despite failed removals")
 	}
@@ -181,6 +184,30 @@ func TestReapRemovalFault(t *testing.T) {
 			t.Errorf("volume of the failed sandbox was still attempted: %q", argv)
 		}
 	}
+	sweepMetrics(t, sums, map[string]int64{"failed": 1}, map[string]int64{"sandbox": 19, "volume": 19}, map[string]int64{"sandbox": 1, "volume": 1})
+}
+
+// measured is options with a meter provider on a manual reader, and a
+// func that reads an instrument's sums back by the attribute key's value.
+func measured() (Options, func(t *testing.T, name, key string) map[string]int64) {
+	reader := sdkmetric.NewManualReader()
+	opts := options
+	opts.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	return opts, func(t *testing.T, name, key string) map[string]int64 { return testutil.SumsBy(t, reader, name, key) }
+}
+
+// sweepMetrics checks the sweeps by outcome, and the removed and failed
+// resources by kind.
+func sweepMetrics(t *testing.T, sums func(t *testing.T, name, key string) map[string]int64, sweeps, removed, failed map[string]int64) {
+	t.Helper()
+	for _, c := range []struct {
+		name, key string
+		want      map[string]int64
+	}{{SweepsMetric, "oma.outcome", sweeps}, {RemovedMetric, "oma.kind", removed}, {FailedMetric, "oma.kind", failed}} {
+		if got := sums(t, c.name, c.key); !maps.Equal(got, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
 }
 
 func TestReapDryRun(t *testing.T) {
@@ -191,12 +218,14 @@ func TestReapDryRun(t *testing.T) {
 	f.addVolume(orphan, stale)
 	before, beforeVolumes := f.sandboxNames(), f.volumeNames()
 
-	opts := options
+	opts, sums := measured()
 	opts.DryRun = true
 	r, err := Reap(t.Context(), msb.NewClient(f), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A dry run removes nothing, and counts nothing removed.
+	sweepMetrics(t, sums, map[string]int64{"ok": 1}, map[string]int64{}, map[string]int64{})
 	equal(t, "sandboxes left", f.sandboxNames(), before)
 	equal(t, "volumes left", f.volumeNames(), beforeVolumes)
 	if got := count(f.log()); !maps.Equal(got, map[string]int{"list": 1, "volume list": 1, "snapshot list": 1, "inspect": 1}) {

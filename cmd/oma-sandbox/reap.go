@@ -127,6 +127,8 @@ func (c *cli) sweep(ctx context.Context, run *reapRun, backend string, opts reap
 	rep, err := local.Reap(ctx, c.stateDir, opts.OlderThan, time.Now(), opts.DryRun)
 	counted := err == nil || len(rep.Failed) > 0
 	run.backends = append(run.backends, localSweep(rep, err, counted))
+	reaper.Record(context.WithoutCancel(ctx), opts.MeterProvider, reaper.Sweep{Backend: backendLocal, DryRun: opts.DryRun, OK: err == nil,
+		Removed: map[string]int{kindSession: len(rep.Removed)}, Failed: map[string]int{kindSession: len(rep.Failed)}})
 	if !counted {
 		return nil, nil, fmt.Errorf("reap local: %w", err)
 	}

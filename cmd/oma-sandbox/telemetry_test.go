@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -32,10 +33,11 @@ type collector struct {
 	spans   map[string][]*commonpb.KeyValue // span name → its attributes
 	service []string                        // each request's service.name
 	metrics []string
+	sums    map[string]int64 // an int sum's total, by "name attr=value,..."
 }
 
 func newCollector(t *testing.T) (*collector, string) {
-	c := &collector{spans: map[string][]*commonpb.KeyValue{}}
+	c := &collector{spans: map[string][]*commonpb.KeyValue{}, sums: map[string]int64{}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body io.Reader = r.Body
 		if r.Header.Get("Content-Encoding") == "gzip" {
@@ -78,6 +80,13 @@ func newCollector(t *testing.T) (*collector, string) {
 				for _, sm := range rm.ScopeMetrics {
 					for _, m := range sm.Metrics {
 						c.metrics = append(c.metrics, m.Name)
+						for _, dp := range m.GetSum().GetDataPoints() {
+							var attrs []string
+							for _, kv := range dp.Attributes {
+								attrs = append(attrs, kv.Key+"="+attr(dp.Attributes, kv.Key))
+							}
+							c.sums[m.Name+" "+strings.Join(attrs, ",")] += dp.GetAsInt()
+						}
 					}
 				}
 			}
@@ -263,4 +272,19 @@ func TestTelemetryUpload(t *testing.T) {
 	require.Contains(t, col.spans, "session upload")
 	assert.Equal(t, "5", attr(col.spans["session upload"], "oma.bytes"))
 	assert.Contains(t, col.metrics, "oma_sandbox.uploaded")
+}
+
+// TestTelemetryReap: a reap run exports its sweep's counts.
+func TestTelemetryReap(t *testing.T) {
+	col, url := newCollector(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", url)
+	global := []string{"--state-dir", t.TempDir()}
+	var out, errOut bytes.Buffer
+	require.Equal(t, 0, Main(slices.Concat(global, []string{"session", "create", "--backend", "local"}), nil, &out, &errOut), errOut.String())
+	time.Sleep(20 * time.Millisecond)
+	require.Equal(t, 0, Main(slices.Concat(global, []string{"reap", "--backend", "local", "--older-than", "10ms"}), nil, &out, &errOut), errOut.String())
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	assert.Equal(t, int64(1), col.sums["oma_sandbox.reaper.sweeps oma.backend=local,oma.outcome=ok"], "%v", col.sums)
+	assert.Equal(t, int64(1), col.sums["oma_sandbox.reaper.removed oma.backend=local,oma.kind=session"], "%v", col.sums)
 }
