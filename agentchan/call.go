@@ -8,6 +8,9 @@ import (
 	"math"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/oma-sandbox/oma-sandbox/agentwire"
 )
 
@@ -51,7 +54,7 @@ const KilledExitCode = 137
 // without waiting; the Result holds the output so far and
 // KilledExitCode), ErrCannotStart when the agent could not start it, and
 // ErrBroken when the channel died.
-func (c *Conn) Run(ctx context.Context, req Request, out Output) (*Result, error) {
+func (c *Conn) Run(ctx context.Context, req Request, out Output) (res *Result, err error) {
 	run, err := runFrame(req)
 	if err != nil {
 		return nil, err
@@ -64,6 +67,12 @@ func (c *Conn) Run(ctx context.Context, req Request, out Output) (*Result, error
 	if err := c.start(ctx, cl, run); err != nil {
 		return nil, err
 	}
+	// Two events on the caller's span (a tool call's), however much the
+	// call printed: its id on the channel and what the guest said of it.
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.AddEvent("agent call", trace.WithAttributes(attrCallID.Int64(int64(cl.id)), attrBuiltin.String(req.Builtin)))
+		defer func() { span.AddEvent("agent call ended", trace.WithAttributes(c.endAttrs(ctx, cl, res, err)...)) }()
+	}
 	defer func() {
 		// Whatever ended Run (even a panicking callback), the guest must
 		// not keep running a call nobody waits for.
@@ -75,7 +84,7 @@ func (c *Conn) Run(ctx context.Context, req Request, out Output) (*Result, error
 		go c.pumpStdin(cl, req.Stdin)
 	}
 
-	res := &Result{}
+	res = &Result{}
 	deliver := func(chunks []chunk) {
 		for _, ch := range chunks {
 			switch {
@@ -134,6 +143,31 @@ func (c *Conn) Run(ctx context.Context, req Request, out Output) (*Result, error
 		}
 		return res, nil
 	}
+}
+
+// endAttrs describe how cl ended, without a byte of what it printed.
+func (c *Conn) endAttrs(ctx context.Context, cl *call, res *Result, err error) []attribute.KeyValue {
+	c.mu.Lock()
+	total := cl.total
+	c.mu.Unlock()
+	outcome := "exited"
+	switch {
+	case errors.Is(err, ErrTimedOut):
+		outcome = "timed_out"
+	case errors.Is(err, ErrOutputOverflow):
+		outcome = "output_overflow"
+	case errors.Is(err, ErrCannotStart):
+		outcome = "cannot_start"
+	case ctx.Err() != nil && err != nil:
+		outcome = "cancelled"
+	case err != nil:
+		outcome = "channel_broken"
+	}
+	attrs := []attribute.KeyValue{attrOutcome.String(outcome), attrOutputBytes.Int64(total)}
+	if res != nil {
+		attrs = append(attrs, attrExitCode.Int(res.ExitCode))
+	}
+	return attrs
 }
 
 // start queues cl's run frame once the queue has room for it, and

@@ -45,6 +45,13 @@ var (
 	attrEvent   = attribute.Key("oma.event")
 	attrRoute   = attribute.Key("oma.route")
 	attrRan     = attribute.Key("oma.ran")
+
+	// The attributes of a call's span events (see Conn.Run).
+	attrCallID      = attribute.Key("oma.agent.call_id")
+	attrBuiltin     = attribute.Key("oma.agent.builtin")
+	attrOutcome     = attribute.Key("oma.agent.outcome")
+	attrOutputBytes = attribute.Key("oma.agent.output_bytes")
+	attrExitCode    = attribute.Key("oma.agent.exit_code")
 )
 
 // Meters records one session's channel events and calls. The zero value
