@@ -55,6 +55,10 @@ type residency struct {
 	off    bool // calls run in sandboxes of their own
 	cur    *resident
 	deaths int
+	// starting is closed when the start under way ends; nil when none
+	// is. The start runs without mu, so a call that waits for it can
+	// give up when its own context ends.
+	starting chan struct{}
 }
 
 // residentFor reports whether call c can run in the resident sandbox.
@@ -79,35 +83,59 @@ func (s *Session) mayBeResident() bool {
 
 // residentConn returns the running resident sandbox's channel, starting
 // the sandbox when none runs; nil means the call runs a sandbox of its
-// own (the session's resident sandbox is off, or could not start).
-func (s *Session) residentConn(ctx context.Context, c call) *agentchan.Conn {
+// own (the session's resident sandbox is off, or could not start). It
+// fails only when ctx ends while another call starts the sandbox.
+func (s *Session) residentConn(ctx context.Context, c call) (*agentchan.Conn, error) {
 	if !s.residentFor(c) {
-		return nil
+		return nil, nil
 	}
 	r := &s.res
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.off {
-		return nil
-	}
-	if cur := r.cur; cur != nil {
-		select {
-		case <-cur.conn.Done():
-			r.cur = nil
-			r.deaths++
-			s.event(agentchan.Died)
-			s.log.Warn("local sandbox: resident sandbox died", "err", cur.conn.Err(), "agent_stderr", cur.stderr.String())
-			go cur.stop()
-			if r.deaths >= residentMaxDeaths {
-				r.off = true
-				s.event(agentchan.FellBack)
-				return nil
-			}
-		default:
-			return cur.conn
+	for {
+		if r.off {
+			r.mu.Unlock()
+			return nil, nil
 		}
+		if cur := r.cur; cur != nil {
+			select {
+			case <-cur.conn.Done():
+				r.cur = nil
+				r.deaths++
+				s.event(agentchan.Died)
+				s.log.Warn("local sandbox: resident sandbox died", "err", cur.conn.Err(), "agent_stderr", cur.stderr.String())
+				go cur.stop()
+				if r.deaths >= residentMaxDeaths {
+					r.off = true
+					s.event(agentchan.FellBack)
+				}
+				continue
+			default:
+				r.mu.Unlock()
+				return cur.conn, nil
+			}
+		}
+		if r.starting == nil {
+			break
+		}
+		starting := r.starting
+		r.mu.Unlock()
+		select {
+		case <-starting:
+		case <-ctx.Done():
+			return nil, ctxError(ctx)
+		}
+		r.mu.Lock()
 	}
+	starting := make(chan struct{})
+	r.starting = starting
+	r.mu.Unlock()
+
 	cur, err := s.startResident(ctx, c)
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.starting = nil
+	close(starting)
 	if err != nil {
 		// Only a cancelled call tries again on the next one.
 		if ctx.Err() == nil {
@@ -116,11 +144,11 @@ func (s *Session) residentConn(ctx context.Context, c call) *agentchan.Conn {
 			s.event(agentchan.FellBack)
 		}
 		s.log.Warn("local sandbox: no resident sandbox; one sandbox per call", "err", err)
-		return nil
+		return nil, nil
 	}
 	s.event(agentchan.Opened)
 	r.cur = cur
-	return cur.conn
+	return cur.conn, nil
 }
 
 // startResident starts the sandbox and waits for its agent's hello.
@@ -180,10 +208,19 @@ func (s *Session) startResident(ctx context.Context, c call) (*resident, error) 
 // stopResident ends the resident sandbox, if one runs, and everything in
 // it; the next call that can use one starts another.
 func (s *Session) stopResident() {
-	s.res.mu.Lock()
-	cur := s.res.cur
-	s.res.cur = nil
-	s.res.mu.Unlock()
+	r := &s.res
+	r.mu.Lock()
+	// A start under way ends first (within residentHelloTimeout), so the
+	// sandbox it starts is the one stopped here.
+	for r.starting != nil {
+		starting := r.starting
+		r.mu.Unlock()
+		<-starting
+		r.mu.Lock()
+	}
+	cur := r.cur
+	r.cur = nil
+	r.mu.Unlock()
 	if cur != nil {
 		cur.stop()
 	}

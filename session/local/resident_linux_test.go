@@ -3,9 +3,11 @@ package local
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -222,4 +224,74 @@ func TestResidentCallLimits(t *testing.T) {
 	require.ErrorIs(t, err, session.ErrHostTimeout)
 	assert.Equal(t, "ok\n", rsh(t, s, `echo ok`))
 	assert.Equal(t, 4, s.Served().Resident)
+}
+
+// gatedStart holds every resident sandbox's start until gate closes.
+type gatedStart struct {
+	platform
+	rs   residentStarter
+	gate chan struct{}
+}
+
+func (p gatedStart) residentPossible() bool { return p.rs.residentPossible() }
+
+func (p gatedStart) startResident(c call, stdin, stdout, stderr *os.File) (*exec.Cmd, func(), error) {
+	<-p.gate
+	return p.rs.startResident(c, stdin, stdout, stderr)
+}
+
+// TestResidentStartWaitersKeepTheirDeadlines: while one call starts the
+// resident sandbox, another call waits for it only as long as its own
+// context allows; Pause waits for the start and ends the sandbox it
+// started; and the session serves on.
+func TestResidentStartWaitersKeepTheirDeadlines(t *testing.T) {
+	s := newResidentSession(t, Options{WorkspaceID: "ws", SessionID: "waiters"})
+	gate := make(chan struct{})
+	open := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(open)
+	s.plat = gatedStart{platform: s.plat, rs: s.plat.(residentStarter), gate: gate}
+
+	// The first call may see its sandbox ended by the Pause below, as
+	// any call that runs during a Pause may.
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.Shell(context.Background(), session.Command{Script: "echo first"}, session.ShellOptions{})
+		first <- err
+	}()
+	require.Eventually(t, func() bool {
+		s.res.mu.Lock()
+		defer s.res.mu.Unlock()
+		return s.res.starting != nil
+	}, 10*time.Second, 5*time.Millisecond, "the first call starts the sandbox")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	second := make(chan error, 1)
+	go func() {
+		_, err := s.Shell(ctx, session.Command{Script: "echo second"}, session.ShellOptions{})
+		second <- err
+	}()
+	select {
+	case err := <-second:
+		require.ErrorIs(t, err, session.ErrHostTimeout)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting call outlived its deadline by 5 s")
+	}
+
+	paused := make(chan error, 1)
+	go func() { paused <- s.Pause(context.Background()) }()
+	select {
+	case err := <-paused:
+		t.Fatalf("Pause returned (%v) while a start was under way", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	open()
+	require.NoError(t, <-paused)
+	select {
+	case <-first:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first call did not return after the Pause")
+	}
+	assert.Empty(t, procsWith("oma-guest-agent\x00serve\x00"), "Pause ended the sandbox the start made")
+	assert.Equal(t, "again\n", rsh(t, s, "echo again"))
 }

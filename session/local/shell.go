@@ -104,7 +104,11 @@ func (s *Session) Shell(ctx context.Context, cmd session.Command, opts session.S
 	guestTimeout := minPositive(opts.GuestTimeout, limits.WallTime)
 	rc := c
 	rc.agent = agent
-	if conn := s.residentConn(cctx, rc); conn != nil {
+	conn, err := s.residentConn(cctx, rc)
+	if err != nil {
+		return nil, err
+	}
+	if conn != nil {
 		res, err := s.runResident(cctx, conn, rc, cmd, opts, guestTimeout, maxOutput)
 		return res, wallTimeError(limits, opts, err)
 	}
