@@ -17,6 +17,13 @@
 # match it (an extended regular expression).
 set -euo pipefail
 
+# chunk_limit bounds one line of suite.tsv, in seconds: a test binary's
+# -test.timeout (Go then names the tests still running and dumps their
+# goroutines into the log), a script's timeout. A hang costs its line,
+# not the lane's whole time. The slowest lines take about 9 minutes under
+# emulation on a loaded host.
+chunk_limit=${OMA_VM_CHUNK_LIMIT:-1200}
+
 # tests_calling FILE... -- HELPER...: the top-level tests whose bodies call
 # one of the helpers, one a line.
 tests_calling() {
@@ -127,14 +134,15 @@ one() {
   set +e
   if [[ $args == ./* ]]; then
     # shellcheck disable=SC2086 # args is a command line of plain words
-    (cd "$dir" && $args) >"$log" 2>&1
+    (cd "$dir" && timeout "$chunk_limit" $args) >"$log" 2>&1
     rc=$?
+    if [ "$rc" = 124 ]; then echo "real-vm: $name: timed out after $chunk_limit s" >>"$log"; fi
     p=$((rc == 0)) f=$((rc != 0)) s=0
   else
     # Each top-level test's verdict, each benchmark's line and what a
     # failing test says, as they come.
     # shellcheck disable=SC2086 # envs and args are lists of plain words
-    (cd "$dir/$pkg" && env $envs "./$(basename "$pkg").test" -test.v -test.count=1 -test.timeout 60m $args) 2>&1 |
+    (cd "$dir/$pkg" && env $envs "./$(basename "$pkg").test" -test.v -test.count=1 -test.timeout "${chunk_limit}s" $args) 2>&1 |
       tee "$log" | grep --line-buffered -a -E $'^--- |^Benchmark.*ns/op|^ *[A-Za-z0-9_]*\\.go:[0-9]+: |^ +\t|^panic' |
       sed -u "s|^|real-vm: $name: |"
     rc=${PIPESTATUS[0]}
@@ -144,6 +152,10 @@ one() {
   fi
   set -e
   grep -a '^panic:' "$log" | sed "s|^|real-vm: $name: |" | head -5 || true
+  # A hang: which tests were still running (Go's own list), or the script.
+  awk '/^panic: test timed out/ { t = 1; next } t && /^\trunning tests:/ { r = 1; next } r && /^\t\t/ { sub(/^\t\t/, ""); print "still running: " $0; next } { r = 0 }' "$log" |
+    sed "s|^|real-vm: $name: |"
+  grep -a '^real-vm: .*: timed out after' "$log" || true
   if [ "$rc" -ne 0 ] || [ "$p" -eq 0 ] || [ "$s" -ne 0 ]; then ok=0; fi
   echo "real-vm: $name: $p passed, $f failed, $s skipped, exit $rc, $(($(date +%s) - start)) s"
   echo "$p $f $s $ok" >"$dir/results/$name.counts"
@@ -156,7 +168,9 @@ lane() {
   while IFS=$'\t' read -r lane name pkg args envs; do
     if [ "$lane" = "$want" ] && [ ! -f "$dir/results/$name.counts" ]; then
       one "$dir" "$name" "$pkg" "$args" "$envs"
-      if [ "$(cut -d' ' -f4 "$dir/results/$name.counts")" != 1 ] && [ ! -f "$dir/results/$name.first.log" ]; then
+      # (Not a line that hit chunk_limit: a hang would cost its time twice.)
+      if [ "$(cut -d' ' -f4 "$dir/results/$name.counts")" != 1 ] && [ ! -f "$dir/results/$name.first.log" ] &&
+        ! grep -aq -e '^panic: test timed out' -e '^real-vm: .*: timed out after' "$dir/results/$name.log"; then
         # Emulation makes a timing slip now and then: a chunk that failed
         # runs once more, and the log names it; its first log is kept.
         echo "real-vm: $name: failed ($(grep -a '^--- FAIL' "$dir/results/$name.log" | cut -d' ' -f3 | paste -sd' ')); once more"

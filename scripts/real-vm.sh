@@ -170,7 +170,7 @@ wait
 logs=${OMA_VM_LOGS:-$root/bin/real-vm-logs}
 rm -rf "$logs"
 mkdir -p "$logs"
-ok=1 passed=0 failed=0 skipped=0
+ok=1 passed=0 failed=0 skipped=0 unfinished=()
 for lane in 1 2; do
   e2fsck -fy "$work/l1-$lane.img" >/dev/null 2>&1 || true # replays the journal of a kernel that died
   # Each lane's logs into a directory of their own first: debugfs's rdump
@@ -183,6 +183,7 @@ for lane in 1 2; do
   summary=$( (grep -a '^real-vm: [0-9]* passed' "$work/console-$lane.log" || true) | tail -1 | tr -d '\r')
   if [ -z "$summary" ]; then
     ok=0 failed=$((failed + 1))
+    unfinished+=("$lane")
     say "lane $lane: the suite did not run to its end"
     continue
   fi
@@ -199,5 +200,11 @@ if [ "$ok" != 1 ]; then
     grep -a -B2 -A20 -- '--- FAIL\|^panic' "$f" | head -200 || true
   done
 fi
+# Last, where a reader of the output's end sees them: what an unfinished
+# lane was doing when it stopped (its boots, the line it was running).
+for lane in "${unfinished[@]}"; do
+  echo "----- lane $lane's last lines (console-$lane.log)"
+  grep -a '^real-vm: \|Kernel panic\|BUG: ' "$work/console-$lane.log" | grep -av ': --- PASS' | tail -25 | tr -d '\r' || true
+done
 echo "real-vm: $passed passed, $failed failed, $skipped skipped"
 [ "$ok" = 1 ]
