@@ -13,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
-	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -40,24 +39,23 @@ type telemetry struct {
 // OTEL_SDK_DISABLED=true) does not, and unset exports when an OTLP
 // endpoint for the signal is set.
 func otlpWanted(signal string) (bool, error) {
-	getenv := os.Getenv
-	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") {
+	if strings.EqualFold(os.Getenv("OTEL_SDK_DISABLED"), "true") {
 		return false, nil
 	}
 	name := "OTEL_" + signal + "_EXPORTER"
-	switch v := strings.TrimSpace(getenv(name)); v {
+	switch v := strings.TrimSpace(os.Getenv(name)); v {
 	case "otlp":
 	case "none":
 		return false, nil
 	case "":
-		if getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && getenv("OTEL_EXPORTER_OTLP_"+signal+"_ENDPOINT") == "" {
+		if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_"+signal+"_ENDPOINT") == "" {
 			return false, nil
 		}
 	default:
 		return false, &usageError{msg: fmt.Sprintf("$%s=%q: this build exports otlp or none", name, v)}
 	}
 	for _, p := range []string{"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_" + signal + "_PROTOCOL"} {
-		if v := getenv(p); v != "" && v != "http/protobuf" {
+		if v := os.Getenv(p); v != "" && v != "http/protobuf" {
 			return false, &usageError{msg: fmt.Sprintf("$%s=%q: this build exports OTLP over http/protobuf only", p, v)}
 		}
 	}
@@ -68,9 +66,13 @@ func otlpWanted(signal string) (bool, error) {
 // environment asks for, so the library's spans and metrics (which use the
 // globals unless given providers) are exported. A bad variable is a usage
 // error, before anything runs.
-func startTelemetry(ctx context.Context, c *cli) (*telemetry, error) {
+func startTelemetry(ctx context.Context, c *cli) (_ *telemetry, err error) {
 	t := &telemetry{}
-	var err error
+	defer func() {
+		if err != nil {
+			t.stop(c) // what started before the failure
+		}
+	}()
 	if t.traces, err = otlpWanted("TRACES"); err != nil {
 		return nil, err
 	}
@@ -96,7 +98,6 @@ func startTelemetry(ctx context.Context, c *cli) (*telemetry, error) {
 		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(t.res))
 		t.shutdown = append(t.shutdown, tp.Shutdown)
 		otel.SetTracerProvider(tp)
-		otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	}
 	if t.metrics {
 		reader, err := t.metricReader(ctx)
