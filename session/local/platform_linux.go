@@ -164,6 +164,28 @@ func (p *linuxPlatform) launch(c call) (l *launched, err error) {
 	return l, nil
 }
 
+// newLinuxPlatform finds the host tools a sandbox needs, running none of
+// them; nil and why when one is missing.
+func newLinuxPlatform(req probeRequest) (*linuxPlatform, string) {
+	name := req.bwrap
+	if name == "" {
+		name = "bwrap"
+	}
+	bw, err := exec.LookPath(name)
+	if err != nil {
+		return nil, "bubblewrap not found: " + err.Error()
+	}
+	p := &linuxPlatform{bwrap: bw, privileged: os.Geteuid() == 0, system: hostEntries(runtimeDirs), landlock: confine.LandlockABI()}
+	if p.privileged {
+		sp, err := exec.LookPath("setpriv")
+		if err != nil || !insideUsr(sp) {
+			return nil, "running as root needs setpriv under /usr to drop commands to uid 65534"
+		}
+		p.setpriv, _ = filepath.EvalSymlinks(sp)
+	}
+	return p, ""
+}
+
 func probeHost(ctx context.Context, req probeRequest) (Capabilities, platform) {
 	caps := Capabilities{Platform: "linux", Limits: map[string]Control{}, Modes: allModes, NetworkModes: []Network{NetworkDeny, NetworkUnrestricted, NetworkAllowlist}}
 	fail := func(why string) (Capabilities, platform) {
@@ -174,21 +196,9 @@ func probeHost(ctx context.Context, req probeRequest) (Capabilities, platform) {
 		caps.Resources = summarizeResources(caps.Limits)
 		return caps, nil
 	}
-	name := req.bwrap
-	if name == "" {
-		name = "bwrap"
-	}
-	bw, err := exec.LookPath(name)
-	if err != nil {
-		return fail("bubblewrap not found: " + err.Error())
-	}
-	p := &linuxPlatform{bwrap: bw, privileged: os.Geteuid() == 0, system: hostEntries(runtimeDirs), landlock: confine.LandlockABI()}
-	if p.privileged {
-		sp, err := exec.LookPath("setpriv")
-		if err != nil || !insideUsr(sp) {
-			return fail("running as root needs setpriv under /usr to drop commands to uid 65534")
-		}
-		p.setpriv, _ = filepath.EvalSymlinks(sp)
+	p, why := newLinuxPlatform(req)
+	if p == nil {
+		return fail(why)
 	}
 	tmp, err := os.MkdirTemp("", "oma-sandbox-probe-")
 	if err != nil {

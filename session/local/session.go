@@ -188,7 +188,8 @@ func Create(ctx context.Context, o Options) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	caps, plat := probeHost(ctx, probeRequest{bwrap: o.Bwrap, limits: o.Limits})
+	pr := probeFor(ctx, probeRequest{bwrap: o.Bwrap, limits: o.Limits}, "")
+	caps, plat := pr.caps, pr.plat
 	if err := admit(ctx, caps, o.Policy, o.Limits); err != nil {
 		return nil, err
 	}
@@ -212,6 +213,9 @@ func Create(ctx context.Context, o Options) (*Session, error) {
 	if err := createDirs(dirs, plat, rec); err != nil {
 		_ = safefs.RemoveAll(dirs.Root)
 		return nil, err
+	}
+	if err := pr.keep(dirs.Root); err != nil {
+		log.Warn("local sandbox: keeping the probe's proof (the next Attach probes again)", "err", err)
 	}
 	s := newSession(rec, dirs, caps, plat, log)
 	s.audit = o.Audit
@@ -255,8 +259,9 @@ func newSession(rec record, dirs hostDirs, caps Capabilities, plat platform, log
 	return s
 }
 
-// Attach opens a session created by Create, possibly in another process,
-// after probing the host again.
+// Attach opens a session created by Create, possibly in another process.
+// It probes the host again unless the proof the session keeps of its last
+// probe still holds (see proofFile).
 func Attach(ctx context.Context, stateDir, name string) (*Session, error) {
 	if !validName.MatchString(name) {
 		return nil, &PolicyError{Field: "session name", Value: name, Reason: "not a session name"}
@@ -278,11 +283,15 @@ func Attach(ctx context.Context, stateDir, name string) (*Session, error) {
 	if rec.Name != name {
 		return nil, fmt.Errorf("local sandbox: record of %s names %q: %w", name, rec.Name, session.ErrInvalid)
 	}
-	caps, plat := probeHost(ctx, probeRequest{bwrap: rec.Bwrap, limits: rec.Limits})
-	if err := admit(ctx, caps, rec.Policy, rec.Limits); err != nil {
+	// What Create or an earlier Attach proved of this host, while it holds.
+	pr := probeFor(ctx, probeRequest{bwrap: rec.Bwrap, limits: rec.Limits}, dirs.Root)
+	if err := admit(ctx, pr.caps, rec.Policy, rec.Limits); err != nil {
 		return nil, err
 	}
-	s := newSession(rec, dirs, caps, plat, slog.Default())
+	if err := pr.keep(dirs.Root); err != nil {
+		slog.Default().Warn("local sandbox: keeping the probe's proof (the next Attach probes again)", "session", name, "err", err)
+	}
+	s := newSession(rec, dirs, pr.caps, pr.plat, slog.Default())
 	// Its creator's resident sandbox is not this process's to share yet.
 	s.res.off = true
 	return s, nil
