@@ -78,7 +78,7 @@ func localAgentCheck(goos, goarch string, root bool, bundled func(string) ([]byt
 	if !ok {
 		return warnCheck(name, fmt.Sprintf("not bundled for linux/%s (built without make agent): each call runs its tool's bash script", goarch))
 	}
-	where := "a session's calls run in its resident sandbox (from the process that created it; others run a sandbox per call)"
+	where := "a session's calls, from every process, run in its resident sandbox"
 	if !root {
 		where = "each call runs its builtin in a sandbox of its own (a resident sandbox per session needs host root)"
 	}

@@ -44,7 +44,7 @@ func TestLocalAgentCheck(t *testing.T) {
 		bundled func(string) ([]byte, bool)
 		want    Check
 	}{
-		{"linux", true, elf, okCheck("guest agent", "bundled for linux/amd64 (4 KiB): a session's calls run in its resident sandbox (from the process that created it; others run a sandbox per call)")},
+		{"linux", true, elf, okCheck("guest agent", "bundled for linux/amd64 (4 KiB): a session's calls, from every process, run in its resident sandbox")},
 		{"linux", false, elf, okCheck("guest agent", "bundled for linux/amd64 (4 KiB): each call runs its builtin in a sandbox of its own (a resident sandbox per session needs host root)")},
 		{"linux", true, none, warnCheck("guest agent", "not bundled for linux/amd64 (built without make agent): each call runs its tool's bash script")},
 		{"darwin", true, elf, warnCheck("guest agent", "serves Linux only: each call runs its tool's script")},

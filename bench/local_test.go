@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 
 	"golang.org/x/sync/errgroup"
@@ -169,4 +171,51 @@ func workspaceBinders(state string) []int {
 		}
 	}
 	return out
+}
+
+// BenchmarkLocalCLI is one tool call through the one-shot CLI,
+// `oma-sandbox tool NAME TOOL JSON`, a process per call attaching to a
+// local session as root (ours: the call joins the session's resident
+// sandbox through its socket), side by side with the CLI's own start
+// ("start": `oma-sandbox tool --list`, which attaches to nothing) and the
+// floor (a fresh minimal bubblewrap sandbox running true).
+func BenchmarkLocalCLI(b *testing.B) {
+	bwrap, err := exec.LookPath("bwrap")
+	if err != nil {
+		b.Skipf("the local backend needs bwrap: %v", err)
+	}
+	cli := filepath.Join(b.TempDir(), "oma-sandbox")
+	if out, err := exec.Command("go", "build", "-o", cli, "../cmd/oma-sandbox").CombinedOutput(); err != nil {
+		b.Fatalf("building the CLI: %v\n%s", err, out)
+	}
+	state := b.TempDir()
+	run := func(args ...string) string {
+		out, err := exec.Command(cli, append([]string{"--state-dir", state}, args...)...).Output()
+		if err != nil {
+			b.Fatalf("oma-sandbox %q: %v", args, err)
+		}
+		return string(out)
+	}
+	name := strings.TrimSpace(run("session", "create", "--backend", "local"))
+	b.Cleanup(func() { run("session", "rm", name) })
+	run("tool", name, "write", `{"path":"notes.txt","content":"one\ntwo\n"}`)
+	floorArgv := []string{"--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "/usr/bin/true"}
+	for _, row := range []struct{ tool, input string }{
+		{"read", `{"path":"notes.txt"}`},
+		{"write", `{"path":"out.txt","content":"x\n"}`},
+		{"ls", `{}`},
+		{"bash", `{"command":"echo hi"}`},
+	} {
+		b.Run("tool="+row.tool, func(b *testing.B) {
+			s := newSideBySide(b)
+			for b.Loop() {
+				s.round(
+					variant{"ours", func() { run("tool", name, row.tool, row.input) }},
+					variant{"start", func() { run("tool", "--list") }},
+					variant{"floor", func() { check(b, exec.Command(bwrap, floorArgv...).Run()) }},
+				)
+			}
+			s.report()
+		})
+	}
 }

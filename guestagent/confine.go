@@ -22,7 +22,8 @@ import (
 // the caller is the sandbox's root, holding only CAP_SETUID and
 // CAP_SETGID to write the maps; the agent it starts holds capabilities
 // only over its own namespace, where its calls run as user.
-// files become the agent's descriptors 3, 4 and so on.
+// files become the agent's descriptors 3, 4 and so on, and are closed
+// here once it started.
 func ServeInUserNS(rootID, user int, argv []string, files []*os.File) (int, error) {
 	ids := []syscall.SysProcIDMap{{ContainerID: 0, HostID: rootID, Size: 1}, {ContainerID: user, HostID: user, Size: 1}}
 	self, err := os.Executable()
@@ -39,7 +40,16 @@ func ServeInUserNS(rootID, user int, argv []string, files []*os.File) (int, erro
 			Pdeathsig:  syscall.SIGKILL,
 		},
 	}
-	if err := cmd.Run(); err != nil {
+	err = cmd.Start()
+	// The agent holds its descriptors now; a listener left open here too
+	// would take connections after the agent died.
+	for _, f := range files {
+		f.Close()
+	}
+	if err == nil {
+		err = cmd.Wait()
+	}
+	if err != nil {
 		var exit *exec.ExitError
 		if errors.As(err, &exit) {
 			return waitStatus(exit.ProcessState), nil

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"strconv"
@@ -44,7 +45,7 @@ func ready(fd string) error {
 
 // serveInUserNS starts the agent again, serving, in a user namespace of
 // its own (guestagent.ServeInUserNS), and exits as it does.
-func serveInUserNS(spec, user, workdir string, seccompFD int, stderr io.Writer) int {
+func serveInUserNS(spec, user, workdir string, seccompFD, listenFD int, stderr io.Writer) int {
 	root, guest, ok := strings.Cut(spec, ":")
 	rootID, err1 := strconv.Atoi(root)
 	guestID, err2 := strconv.Atoi(guest)
@@ -58,12 +59,34 @@ func serveInUserNS(spec, user, workdir string, seccompFD int, stderr io.Writer) 
 		files = append(files, os.NewFile(uintptr(seccompFD), "seccomp"))
 		argv = append(argv, "--seccomp-fd=3")
 	}
+	if listenFD != 0 {
+		files = append(files, os.NewFile(uintptr(listenFD), "listener"))
+		argv = append(argv, "--listen-fd="+strconv.Itoa(2+len(files)))
+	}
 	code, err := guestagent.ServeInUserNS(rootID, guestID, argv, files)
 	if err != nil {
 		fmt.Fprintf(stderr, "oma-guest-agent: %v\n", err)
 		return 1
 	}
 	return code
+}
+
+// listener takes over descriptor fd, a listening unix socket.
+func listener(fd int) (net.Listener, error) {
+	if fd < 3 {
+		return nil, fmt.Errorf("--listen-fd=%d: want a descriptor number from 3", fd)
+	}
+	f := os.NewFile(uintptr(fd), "listener")
+	defer f.Close()
+	ln, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("--listen-fd=%d: %w", fd, err)
+	}
+	if _, ok := ln.(*net.UnixListener); !ok {
+		ln.Close()
+		return nil, fmt.Errorf("--listen-fd=%d: not a unix socket", fd)
+	}
+	return ln, nil
 }
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -97,6 +120,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	workdir := fs.String("default-workdir", "/workspace", "workdir of a call that names none")
 	userns := fs.String("userns", "", "ROOT:USER: serve as root of a new user namespace mapping 0 to host uid ROOT and USER to itself")
 	seccompFD := fs.Int("seccomp-fd", 0, "install the seccomp filter read from this descriptor before serving")
+	listenFD := fs.Int("listen-fd", 0, "serve each connection accepted on this listening unix socket as a channel, not stdin and stdout, until killed")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -105,7 +129,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *userns != "" {
-		return serveInUserNS(*userns, *user, *workdir, *seccompFD, stderr)
+		return serveInUserNS(*userns, *user, *workdir, *seccompFD, *listenFD, stderr)
 	}
 	if *seccompFD != 0 {
 		if err := guestagent.LoadSeccomp(*seccompFD); err != nil {
@@ -120,11 +144,28 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	signal.Notify(pipe, syscall.SIGPIPE)
 	defer signal.Stop(pipe)
 
-	s := &guestagent.Server{
-		In: stdin, Out: stdout, Log: stderr,
-		DefaultUser: *user, DefaultWorkdir: *workdir,
-		Etc: "/etc", Shell: "/bin/bash",
+	newServer := func(rw io.ReadWriter) *guestagent.Server {
+		return &guestagent.Server{
+			In: rw, Out: rw, Log: stderr,
+			DefaultUser: *user, DefaultWorkdir: *workdir,
+			Etc: "/etc", Shell: "/bin/bash",
+		}
 	}
+	if *listenFD != 0 {
+		ln, err := listener(*listenFD)
+		if err == nil {
+			err = guestagent.ServeConns(ln, 0, stderr, newServer)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "oma-guest-agent: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	s := newServer(struct {
+		io.Reader
+		io.Writer
+	}{stdin, stdout})
 	if err := s.Serve(); err != nil {
 		fmt.Fprintf(stderr, "oma-guest-agent: %v\n", err)
 		return 1

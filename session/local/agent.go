@@ -57,6 +57,15 @@ func (a *agent) hostPath() (string, error) {
 	return a.path, a.err
 }
 
+// present reports, without preparing it, whether calls may run the agent:
+// a call to a resident sandbox already running needs no copy of it here.
+func (a *agent) present() bool {
+	if a.off || runtime.GOOS != "linux" {
+		return false
+	}
+	return a.file != "" || bundle.Has(runtime.GOARCH)
+}
+
 // Served counts how a session's calls ran.
 type Served struct {
 	// Builtins counts, by name, the calls the guest agent ran.

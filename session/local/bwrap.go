@@ -49,7 +49,8 @@ type bwrapSpec struct {
 	// uploads and skills: uid 0 with only CAP_CHOWN, CAP_DAC_OVERRIDE and
 	// CAP_FOWNER when Privileged, else uid 0 of the user namespace.
 	Root bool
-	// Resident is a session's long-lived sandbox (see resident.go): its
+	// Resident is a session's long-lived sandbox (see resident.go), which
+	// outlives the process that starts it: its
 	// command, the guest agent, keeps only what it needs to start itself
 	// again in a user namespace of its own (oma-guest-agent serve
 	// --userns).
@@ -107,8 +108,12 @@ func dangerEntries() []hostEntry {
 }
 
 func (s bwrapSpec) args() []string {
-	a := []string{"--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-		"--hostname", "oma-sandbox"}
+	a := []string{"--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", "oma-sandbox"}
+	if !s.Resident {
+		// A call's sandbox ends with the call's host process; a resident
+		// one is the session's, ended by whichever process ends it.
+		a = append([]string{"--die-with-parent"}, a...)
+	}
 	if s.Network != NetworkUnrestricted && s.Mode != ModeDangerFullAccess {
 		a = append(a, "--unshare-net")
 	}

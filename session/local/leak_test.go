@@ -13,5 +13,8 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == probeArg {
 		os.Exit(sandboxProbe(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == residentHelperArg {
+		os.Exit(residentHelper(os.Args[2:]))
+	}
 	agenttest.MainNoLeaks(m)
 }

@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -445,16 +444,19 @@ func (p *linuxPlatform) residentPossible() bool { return p.privileged }
 
 // startResident starts a session's resident sandbox: bwrap over the
 // session's directories, as for one call, running `agent serve` in a
-// user namespace of its own with the guest user as its default user.
-// stdin and stdout carry the agent's frames; stderr its diagnostics. end
-// kills the sandbox and waits until nothing of it runs. The
-// seccomp filter of every call is the agent's, which it installs before it
-// reads a frame (the first process, which only waits for it, needs the
-// user namespace the filter refuses). Only host root can map the user
+// user namespace of its own with the guest user as its default user,
+// serving each connection accepted on ln (a listening unix socket) as a
+// channel; stderr takes its diagnostics. The sandbox does not end with
+// this process (nor with the thread that started it): it is a session's,
+// ended through the procs returned, by any process. The seccomp filter of
+// every call is the agent's, which it installs before it accepts a
+// connection (the first process, which only waits for it, needs the user
+// namespace the filter refuses). Only host root can map the user
 // namespace: elsewhere calls run in sandboxes of their own.
-func (p *linuxPlatform) startResident(c call, stdin, stdout, stderr *os.File) (cmd *exec.Cmd, end func(), err error) {
+func (p *linuxPlatform) startResident(c call, ln, stderr *os.File) (residentProcs, error) {
+	var procs residentProcs
 	if taken, err := uidTaken(residentHostUID); err != nil || taken {
-		return nil, nil, fmt.Errorf("uid %d is a host account's (or /etc/passwd is unreadable: %v)", residentHostUID, err)
+		return procs, fmt.Errorf("uid %d is a host account's (or /etc/passwd is unreadable: %v)", residentHostUID, err)
 	}
 	guest := strconv.Itoa(guestUID)
 	spec := bwrapSpec{
@@ -463,89 +465,75 @@ func (p *linuxPlatform) startResident(c call, stdin, stdout, stderr *os.File) (c
 		Workdir: guestWorkspace, Env: c.env, Privileged: true, Resident: true,
 		System: p.system, Agent: c.agent,
 		Command: []string{agentGuestPath, "serve", "--userns=" + strconv.Itoa(residentHostUID) + ":" + guest,
-			"--default-user", guest, "--default-workdir", guestWorkspace, "--seccomp-fd=3"},
+			"--default-user", guest, "--default-workdir", guestWorkspace, "--seccomp-fd=3", "--listen-fd=4"},
 	}
 	scoped := p.landlock >= confine.ScopeABI
 	filter, err := confine.FilterFile(confine.FilterOptions{DenyUnixSockets: !scoped && spec.Network == NetworkUnrestricted})
 	if err != nil {
-		return nil, nil, fmt.Errorf("seccomp filter: %w", err)
+		return procs, fmt.Errorf("seccomp filter: %w", err)
 	}
 	defer filter.Close()
 	infoR, infoW, err := os.Pipe()
 	if err != nil {
-		return nil, nil, err
+		return procs, err
 	}
-	defer infoW.Close()
-	argv := append([]string{p.bwrap, "--info-fd", "4"}, spec.args()...)
+	defer infoR.Close()
+	argv := append([]string{p.bwrap, "--info-fd", "5"}, spec.args()...)
 	if c.limits.FileSize > 0 {
 		argv = append([]string{p.prlimit, "--fsize=" + strconv.FormatInt(c.limits.FileSize, 10), "--"}, argv...)
 	}
-	cmd = &exec.Cmd{
+	cmd := &exec.Cmd{
 		Path: argv[0], Args: argv, Env: []string{"PATH=" + os.Getenv("PATH")},
-		Stdin: stdin, Stdout: stdout, Stderr: stderr, ExtraFiles: []*os.File{filter, infoW},
+		Stderr: stderr, ExtraFiles: []*os.File{filter, ln, infoW},
+		// A session of its own: no terminal's signal reaches it.
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
 	}
-	setProcessGroup(cmd)
-	// bwrap dies with the thread that started it (--die-with-parent), so
-	// that thread is held for the sandbox's life.
-	held, err := confine.StartHeld(cmd, scoped)
+	release, err := confine.StartHeld(cmd, scoped)
+	infoW.Close()
 	if err != nil {
-		infoR.Close()
-		return nil, nil, err
+		return procs, err
 	}
-	initFD := make(chan int, 1) // a pidfd of the sandbox's init, or -1
-	go func() {
-		defer infoR.Close()
-		initFD <- sandboxInit(infoR, cmd.Process.Pid)
-	}()
-	end = sync.OnceFunc(func() {
-		// The pid namespace, and everything in it, ends with its init;
-		// its parent, bwrap, exits then.
-		fd := -1
-		select {
-		case fd = <-initFD:
-		default:
-		}
-		if fd >= 0 {
-			_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
-		}
-		killGroup(cmd.Process)
-		if fd < 0 {
-			// bwrap is gone, and its child follows it (--die-with-parent):
-			// the report, if bwrap wrote one, is in the pipe.
-			select {
-			case fd = <-initFD:
-			case <-time.After(stopTimeout):
-			}
-		}
-		if fd >= 0 {
-			_, _ = waitPidfd(fd, time.Now().Add(stopTimeout))
-			unix.Close(fd)
-		}
-		held()
-	})
-	return cmd, end, nil
+	// Nothing dies with the starting thread: it may end now.
+	release()
+	go func() { _ = cmd.Wait() }() // while this process lives, it reaps bwrap
+	procs.Bwrap = procOf(cmd.Process.Pid)
+	pid, fd := sandboxInit(infoR, cmd.Process.Pid)
+	if fd < 0 {
+		_ = cmd.Process.Kill()
+		return procs, errors.New("bwrap reported no sandbox")
+	}
+	// Checked as bwrap's child: from here its start time names it.
+	procs.Init = procOf(pid)
+	unix.Close(fd)
+	if procs.Init.PID == 0 || procs.Bwrap.Start == 0 {
+		procs.end(time.Now().Add(stopTimeout))
+		_ = cmd.Process.Kill()
+		return procs, errors.New("the sandbox ended as it started")
+	}
+	return procs, nil
 }
 
-// sandboxInit reads bwrap's --info-fd report and returns a pidfd of the
-// sandbox's init (bwrap's child), or -1 when bwrap reported none.
-func sandboxInit(info io.Reader, bwrap int) int {
+// sandboxInit reads bwrap's --info-fd report and returns the pid of the
+// sandbox's init (bwrap's child) and a pidfd of it; -1 when bwrap
+// reported none.
+func sandboxInit(info io.Reader, bwrap int) (pid, fd int) {
 	var report struct {
 		ChildPID int `json:"child-pid"`
 	}
 	if err := json.NewDecoder(io.LimitReader(info, 4096)).Decode(&report); err != nil || report.ChildPID <= 0 {
-		return -1
+		return 0, -1
 	}
 	fd, err := unix.PidfdOpen(report.ChildPID, 0)
 	if err != nil {
-		return -1
+		return 0, -1
 	}
 	// The pid is bwrap's child, which bwrap, alive until its child ends,
 	// has not reaped: it is not a recycled pid.
 	if parentOf(report.ChildPID) != bwrap {
 		unix.Close(fd)
-		return -1
+		return 0, -1
 	}
-	return fd
+	return report.ChildPID, fd
 }
 
 // parentOf is pid's parent, from /proc; 0 when unknown.

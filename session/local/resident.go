@@ -2,9 +2,7 @@ package local
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
 	"sync"
 	"time"
 
@@ -14,15 +12,19 @@ import (
 
 // A session's resident sandbox is one sandbox that lives from the
 // session's first call to its Close, Pause or Poison and runs the guest
-// agent, which runs every call it is given as frames on its stdin and
-// stdout (package agentchan), as on msb: a call costs a frame, not a
-// sandbox, and a command's background processes outlive its call.
+// agent, which runs every call it is given as frames on a connection to
+// its socket (package agentchan), as on msb: a call costs a frame, not a
+// sandbox, and a command's background processes outlive its call. Like a
+// VM, it is the session's, not the process's that started it: any process
+// of the session's owner (another CLI call, Attach in a second program)
+// connects to the same sandbox, and it runs on after its starter exits
+// until Close, Pause, Poison or the reaper ends it, from any process.
 //
 // Calls a resident sandbox cannot run as a sandbox of their own would
 // still run one each: root's (uploads and skills), those of a session
 // whose policy it does not cover (danger-full-access, an egress
-// allowlist, cgroup limits), those of an attached session, and every call
-// on a host where it cannot start.
+// allowlist, cgroup limits), and every call on a host where it cannot
+// start.
 
 const (
 	// residentHelloTimeout bounds the wait for the agent's first frame.
@@ -30,22 +32,40 @@ const (
 	// residentMaxDeaths is how many resident sandboxes may die on their own
 	// before the session runs a sandbox per call for good.
 	residentMaxDeaths = 3
+	// residentDyingTimeout bounds the wait for a sandbox whose agent
+	// refused a channel to end.
+	residentDyingTimeout = time.Second
 )
 
 // residentStarter is a platform that can start a resident sandbox.
 type residentStarter interface {
 	// residentPossible tells whether this host can start one.
 	residentPossible() bool
-	// startResident starts the sandbox; end kills it and waits until
-	// nothing of it runs.
-	startResident(c call, stdin, stdout, stderr *os.File) (cmd *exec.Cmd, end func(), err error)
+	// startResident starts the sandbox, its agent serving each connection
+	// ln accepts, its stderr to stderr; the sandbox outlives this process
+	// and ends by the procs returned.
+	startResident(c call, ln, stderr *os.File) (residentProcs, error)
 }
 
-// resident is one running resident sandbox.
+// residentProcs are the processes whose end ends a resident sandbox, as
+// the session's directory records them for every process.
+type residentProcs struct {
+	Init  proc `json:"init"`  // the sandbox's pid 1
+	Bwrap proc `json:"bwrap"` // its parent
+}
+
+// proc names a process across processes: its pid and its start time, in
+// clock ticks since boot, which a recycled pid does not share.
+type proc struct {
+	PID   int    `json:"pid"`
+	Start uint64 `json:"start"`
+}
+
+// resident is this process's channel to the session's resident sandbox.
 type resident struct {
-	conn   *agentchan.Conn
-	stderr *tailBuffer
-	stop   func() // ends the sandbox and all in it; waits; idempotent
+	conn  *agentchan.Conn
+	procs residentProcs // the sandbox connected to
+	stop  func()        // ends the sandbox and all in it; waits; idempotent
 }
 
 // residency is a session's resident sandbox, started by the first call
@@ -64,7 +84,7 @@ type residency struct {
 // residentFor reports whether call c can run in the resident sandbox.
 func (s *Session) residentFor(c call) bool {
 	rs, ok := s.plat.(residentStarter)
-	return ok && rs.residentPossible() && c.agent != "" && !c.root &&
+	return ok && rs.residentPossible() && s.agent.present() && !c.root &&
 		c.policy.Mode != ModeDangerFullAccess && c.policy.Network != NetworkAllowlist && !c.limits.cgroupNeeded()
 }
 
@@ -77,8 +97,7 @@ func (s *Session) mayBeResident() bool {
 	if off {
 		return false
 	}
-	agent, _ := s.agent.hostPath()
-	return s.residentFor(call{agent: agent, policy: s.rec.Policy, limits: s.limits()})
+	return s.residentFor(call{policy: s.rec.Policy, limits: s.limits()})
 }
 
 // residentConn returns the running resident sandbox's channel, starting
@@ -100,11 +119,25 @@ func (s *Session) residentConn(ctx context.Context, c call) (*agentchan.Conn, er
 			select {
 			case <-cur.conn.Done():
 				r.cur = nil
-				r.deaths++
-				s.event(agentchan.Died)
-				s.log.Warn("local sandbox: resident sandbox died", "err", cur.conn.Err(), "agent_stderr", cur.stderr.String())
-				go cur.stop()
-				if r.deaths >= residentMaxDeaths {
+				// A sandbox another process ended on purpose (Pause, Close,
+				// Poison) is no longer the one recorded; one that died on its
+				// own still is.
+				died := readResident(s.dirs.Root) == cur.procs
+				if died {
+					r.deaths++
+					s.event(agentchan.Died)
+					s.log.Warn("local sandbox: resident sandbox died", "err", cur.conn.Err(), "agent_stderr", logTail(s.dirs.Root))
+				}
+				// What is left of it ends before another starts; calls
+				// meanwhile wait as for a start.
+				stopping := make(chan struct{})
+				r.starting = stopping
+				r.mu.Unlock()
+				cur.stop()
+				r.mu.Lock()
+				r.starting = nil
+				close(stopping)
+				if died && r.deaths >= residentMaxDeaths {
 					r.off = true
 					s.event(agentchan.FellBack)
 				}
@@ -151,62 +184,9 @@ func (s *Session) residentConn(ctx context.Context, c call) (*agentchan.Conn, er
 	return cur.conn, nil
 }
 
-// startResident starts the sandbox and waits for its agent's hello.
-func (s *Session) startResident(ctx context.Context, c call) (*resident, error) {
-	starter := s.plat.(residentStarter)
-	// The agent's stdin, stdout and stderr.
-	p, err := pipes(3)
-	if err != nil {
-		return nil, err
-	}
-	inR, inW, outR, outW, errR, errW := p[0], p[1], p[2], p[3], p[4], p[5]
-	stderr := &tailBuffer{max: stderrTail}
-	cmd, end, err := starter.startResident(c, inR, outW, errW)
-	closeFiles(inR, outW, errW)
-	if err != nil {
-		closeFiles(inW, outR, errR)
-		return nil, err
-	}
-	res := &resident{stderr: stderr}
-	exited := make(chan struct{}) // the sandbox's first process was waited for
-	copied := make(chan struct{})
-	go func() {
-		defer close(copied)
-		stderr.drain(errR)
-		errR.Close()
-	}()
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	var conn *agentchan.Conn
-	res.stop = sync.OnceFunc(func() {
-		if conn != nil {
-			_ = conn.Close()
-		} else {
-			closeFiles(inW, outR)
-		}
-		// Nothing in the sandbox needs an orderly end: the workspace is on
-		// the host, and the agent's writes are atomic.
-		end()
-		<-exited
-		// Every process of the sandbox is gone with its pid namespace, so
-		// nothing else holds the stderr pipe.
-		<-copied
-	})
-	hctx, cancel := context.WithTimeout(ctx, residentHelloTimeout)
-	conn, err = agentchan.Open(hctx, outR, inW)
-	cancel()
-	if err != nil {
-		res.stop()
-		return nil, fmt.Errorf("guest agent: %w (stderr: %s)", err, trimMsg(stderr.String()))
-	}
-	res.conn = conn
-	return res, nil
-}
-
-// stopResident ends the resident sandbox, if one runs, and everything in
-// it; the next call that can use one starts another.
+// stopResident ends the session's resident sandbox, whichever process
+// started it, and everything in it; the next call that can use one starts
+// another.
 func (s *Session) stopResident() {
 	r := &s.res
 	r.mu.Lock()
@@ -224,6 +204,7 @@ func (s *Session) stopResident() {
 	if cur != nil {
 		cur.stop()
 	}
+	s.endAnyResident()
 }
 
 // runResident runs one call on the resident sandbox's channel.
@@ -258,60 +239,4 @@ func (s *Session) runResident(ctx context.Context, conn *agentchan.Conn, c call,
 	}
 	// A killed call's status, as in a sandbox of one call.
 	return &session.Result{ExitCode: agentchan.KilledExitCode, Stdout: res.Stdout, Stderr: res.Stderr}, err
-}
-
-// pipes opens n pipes: their read ends at even indexes, write ends at
-// odd ones; none on error.
-func pipes(n int) ([]*os.File, error) {
-	var p []*os.File
-	for range n {
-		r, w, err := os.Pipe()
-		if err != nil {
-			closeFiles(p...)
-			return nil, err
-		}
-		p = append(p, r, w)
-	}
-	return p, nil
-}
-
-func closeFiles(fs ...*os.File) {
-	for _, f := range fs {
-		f.Close()
-	}
-}
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if len(t.b) > t.max {
-		t.b = append([]byte(nil), t.b[len(t.b)-t.max:]...)
-	}
-	return len(p), nil
-}
-
-// drain keeps what r gives until it ends.
-func (t *tailBuffer) drain(r *os.File) {
-	buf := make([]byte, 4096)
-	for {
-		k, err := r.Read(buf)
-		_, _ = t.Write(buf[:k])
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.b)
 }

@@ -1,7 +1,9 @@
 package local
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,6 +38,30 @@ func newResidentSession(t *testing.T, o Options) *Session {
 		t.Skip("no working bubblewrap sandbox here")
 	}
 	return s
+}
+
+// agentsOf lists the guest agents serving in s's sandboxes: those in the
+// pid namespace of a process binding s's workspace (other sessions', of
+// other tests and other packages' tests, run meanwhile).
+func agentsOf(s *Session) []string {
+	self, _ := os.Readlink("/proc/self/ns/pid")
+	ns := map[string]bool{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil && bindsWorkspace(pid, s.dirs.Workspace) {
+			if l, err := os.Readlink("/proc/" + e.Name() + "/ns/pid"); err == nil && l != self {
+				ns[l] = true
+			}
+		}
+	}
+	var out []string
+	for _, p := range procsWith("oma-guest-agent\x00serve\x00") {
+		pid, _, _ := strings.Cut(p, ":")
+		if l, err := os.Readlink("/proc/" + pid + "/ns/pid"); err == nil && ns[l] {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func rsh(t *testing.T, s *Session, script string) string {
@@ -95,13 +121,17 @@ echo done`
 		assert.Equal(t, "Seccomp:\t2\nNoNewPrivs:\t1\nCapEff:\t0000000000000000\ndone\n", sortStatus(rsh(t, s, probe)), "agent pid %s", pid)
 	}
 	// The host sees the serving agent as residentHostUID.
-	agents := procsWith("oma-guest-agent\x00serve\x00")
+	agents := agentsOf(s)
 	require.Len(t, agents, 1)
 	pid, _, _ := strings.Cut(agents[0], ":")
 	status, err := os.ReadFile("/proc/" + pid + "/status")
 	require.NoError(t, err)
 	assert.Contains(t, string(status), "\nUid:\t"+strconv.Itoa(residentHostUID)+"\t")
 	assert.Equal(t, "ok\n", rsh(t, s, `echo ok`), "the agent still serves")
+	// Nor can a command reach the agent's socket: the session's directory
+	// is not in the sandbox.
+	require.FileExists(t, filepath.Join(s.dirs.Root, residentSocket))
+	assert.Equal(t, "hidden\n", rsh(t, s, `[ -e '`+filepath.Join(s.dirs.Root, residentSocket)+`' ] && echo visible || echo hidden`))
 }
 
 // sortStatus puts the /proc status lines the probe printed in a fixed
@@ -136,13 +166,15 @@ func TestResidentSandboxEnds(t *testing.T) {
 		{"poison", func() error { return s.Poison(ctx, session.ErrGuestTimeout) }},
 		{"pause", func() error { return s.Pause(ctx) }},
 	} {
-		ns := rsh(t, s, `readlink /proc/self/ns/pid`)
+		// A file in the sandbox's own /tmp tells one sandbox from the next
+		// (a namespace's inode number may be reused at once).
+		rsh(t, s, `: > /tmp/old-sandbox`)
 		marker := "oma-bg-" + end.name
 		startBackground(t, s, marker)
 		require.NotEmpty(t, procsWith(marker), end.name)
 		require.NoError(t, end.do(), end.name)
 		assert.Empty(t, procsWith(marker), "%s left the background process running", end.name)
-		assert.NotEqual(t, ns, rsh(t, s, `readlink /proc/self/ns/pid`), "%s: the next call runs in a new sandbox", end.name)
+		assert.Equal(t, "new\n", rsh(t, s, `[ -e /tmp/old-sandbox ] && echo old || echo new`), "%s: the next call runs in a new sandbox", end.name)
 	}
 	startBackground(t, s, "oma-bg-close")
 	require.NoError(t, s.Close(ctx))
@@ -159,7 +191,7 @@ func TestResidentSandboxDeaths(t *testing.T) {
 	s.Measure(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
 	for range residentMaxDeaths {
 		require.Equal(t, "hi\n", rsh(t, s, "echo hi"))
-		agents := procsWith("oma-guest-agent\x00serve\x00")
+		agents := agentsOf(s)
 		require.Len(t, agents, 1)
 		pid, _, _ := strings.Cut(agents[0], ":")
 		n, err := strconv.Atoi(pid)
@@ -175,7 +207,7 @@ func TestResidentSandboxDeaths(t *testing.T) {
 		}
 	}
 	require.Equal(t, "after\n", rsh(t, s, "echo after"))
-	assert.Empty(t, procsWith("oma-guest-agent\x00serve\x00"), "no resident sandbox after the last death")
+	assert.Empty(t, agentsOf(s), "no resident sandbox after the last death")
 	assert.Equal(t, map[string]int64{"opened": 3, "died": 3, "fell_back": 1},
 		testutil.SumsBy(t, reader, agentchan.ChannelEventsMetric, "oma.event"))
 	assert.Equal(t, map[string]int64{"channel": 3, "own": 1},
@@ -191,12 +223,14 @@ func startBackground(t *testing.T, s *Session, marker string) {
 while [ ! -e /tmp/started ]; do sleep 0.01; done`)
 }
 
-// A session made with SandboxPerCall, and an attached one, run each call
-// in a sandbox of its own, whose processes end with it.
+// A session made with SandboxPerCall runs each call in a sandbox of its
+// own, whose processes end with it, and so does every process attached to
+// it.
 func TestSandboxPerCall(t *testing.T) {
 	s := newResidentSession(t, Options{WorkspaceID: "ws", SessionID: "percall", SandboxPerCall: true})
 	assert.True(t, s.ProcessesEndWithCall())
-	assert.NotEqual(t, rsh(t, s, `readlink /proc/self/ns/pid`), rsh(t, s, `readlink /proc/self/ns/pid`))
+	rsh(t, s, `: > /tmp/old-sandbox`)
+	assert.Equal(t, "new\n", rsh(t, s, `[ -e /tmp/old-sandbox ] && echo old || echo new`), "a call ran in another call's sandbox")
 	assert.Zero(t, s.Served().Resident)
 
 	a, err := Attach(context.Background(), filepath.Dir(s.dirs.Root), s.Name())
@@ -205,6 +239,114 @@ func TestSandboxPerCall(t *testing.T) {
 	assert.True(t, a.ProcessesEndWithCall())
 	rsh(t, a, `true`)
 	assert.Zero(t, a.Served().Resident)
+}
+
+// A session attached to in another Session (as in another process) joins
+// the resident sandbox its creator started, rather than starting one: a
+// background process either started is there for both, and ending the
+// session from the attached one ends the sandbox for both.
+func TestAttachedSessionsShareTheResidentSandbox(t *testing.T) {
+	s := newResidentSession(t, Options{WorkspaceID: "ws", SessionID: "shared"})
+	ns := rsh(t, s, `readlink /proc/self/ns/pid; : > /tmp/old-sandbox`)
+	startBackground(t, s, "oma-bg-shared")
+
+	a, err := Attach(context.Background(), filepath.Dir(s.dirs.Root), s.Name())
+	require.NoError(t, err)
+	a.agent = s.agent
+	assert.False(t, a.ProcessesEndWithCall())
+	assert.Equal(t, ns, rsh(t, a, `readlink /proc/self/ns/pid`), "the attached session started a sandbox of its own")
+	assert.Contains(t, rsh(t, a, `ps -eo args`), "oma-bg-shared")
+	assert.Equal(t, 2, a.Served().Resident)
+	assert.Len(t, agentsOf(s), 1, "one agent serves both")
+
+	require.NoError(t, a.Pause(context.Background()))
+	assert.Empty(t, procsWith("oma-bg-shared"), "pausing from the attached session left the sandbox running")
+	assert.Equal(t, "new\n", rsh(t, s, `[ -e /tmp/old-sandbox ] && echo old || echo new`), "the creator's next call starts a new sandbox")
+	s.res.mu.Lock()
+	defer s.res.mu.Unlock()
+	assert.Zero(t, s.res.deaths, "a sandbox ended on purpose counted as one that died")
+}
+
+// residentHelperArg makes the test binary attach to a session, start a
+// background process in its resident sandbox, say so, and then exit or,
+// with "hang", wait to be killed: a process that started the session's
+// sandbox and is gone.
+const residentHelperArg = "oma-sandbox-resident-helper"
+
+func residentHelper(args []string) int {
+	if len(args) != 5 {
+		return 2
+	}
+	state, name, agentFile, marker, then := args[0], args[1], args[2], args[3], args[4]
+	s, err := Attach(context.Background(), state, name)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	s.agent = &agent{file: agentFile}
+	res, err := s.Shell(context.Background(), session.Command{Script: `setsid bash -c "exec -a $1 sleep 300" >/dev/null 2>&1 </dev/null & echo $!`, Args: []string{marker}}, session.ShellOptions{})
+	if err != nil || res.ExitCode != 0 || s.Served().Resident != 1 {
+		fmt.Fprintln(os.Stderr, "the call did not run in a resident sandbox:", err)
+		return 1
+	}
+	fmt.Println("started")
+	if then == "hang" {
+		select {}
+	}
+	return 0
+}
+
+// runHelper runs residentHelper in a process of its own and returns once
+// it said it started; the process is still running with "hang".
+func runHelper(t *testing.T, s *Session, marker, then string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], residentHelperArg, filepath.Dir(s.dirs.Root), s.Name(), s.agent.file, marker, then)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	require.Equal(t, "started\n", line, "helper: %s", stderr.String())
+	return cmd
+}
+
+// The resident sandbox outlives the process that started it, as a VM
+// outlives the command that created it: a background process is there for
+// the next process's calls, and the session's Close, from any process,
+// ends it with everything in it.
+func TestResidentSandboxOutlivesItsStarter(t *testing.T) {
+	s := newResidentSession(t, Options{WorkspaceID: "ws", SessionID: "outlives"})
+	require.NoError(t, runHelper(t, s, "oma-bg-outlives", "exit").Wait())
+	require.NotEmpty(t, procsWith("oma-bg-outlives"), "the sandbox ended with the process that started it")
+	assert.Contains(t, rsh(t, s, `ps -eo args`), "oma-bg-outlives", "the next call ran in another sandbox")
+	assert.Equal(t, 1, s.Served().Resident)
+
+	// A process that never called ends it too.
+	a, err := Attach(context.Background(), filepath.Dir(s.dirs.Root), s.Name())
+	require.NoError(t, err)
+	require.NoError(t, a.Pause(context.Background()))
+	assert.Empty(t, procsWith("oma-bg-outlives"), "Pause from another process left the sandbox running")
+
+	require.NoError(t, runHelper(t, s, "oma-bg-outlives-2", "exit").Wait())
+	require.NoError(t, a.Close(context.Background()))
+	assert.Empty(t, procsWith("oma-bg-outlives-2"), "Close from another process left the sandbox running")
+}
+
+// A process killed while its session's sandbox runs leaves nothing the
+// reaper does not end.
+func TestReapEndsAResidentSandboxWhoseStarterWasKilled(t *testing.T) {
+	state := t.TempDir()
+	s := newResidentSession(t, Options{StateDir: state, WorkspaceID: "ws", SessionID: "killed"})
+	helper := runHelper(t, s, "oma-bg-killed", "hang")
+	require.NoError(t, helper.Process.Kill())
+	_ = helper.Wait()
+	require.NotEmpty(t, procsWith("oma-bg-killed"))
+	rep, err := Reap(context.Background(), state, 0, time.Now().Add(time.Hour), false)
+	require.NoError(t, err)
+	require.Len(t, rep.Removed, 1, "%+v", rep)
+	assert.Empty(t, procsWith("oma-bg-killed"), "the reaper left the sandbox running")
+	assert.Empty(t, procsWith(s.dirs.Workspace))
 }
 
 // A call's own timeout and output cap hold in the resident sandbox, and
@@ -235,9 +377,9 @@ type gatedStart struct {
 
 func (p gatedStart) residentPossible() bool { return p.rs.residentPossible() }
 
-func (p gatedStart) startResident(c call, stdin, stdout, stderr *os.File) (*exec.Cmd, func(), error) {
+func (p gatedStart) startResident(c call, ln, stderr *os.File) (residentProcs, error) {
 	<-p.gate
-	return p.rs.startResident(c, stdin, stdout, stderr)
+	return p.rs.startResident(c, ln, stderr)
 }
 
 // TestResidentStartWaitersKeepTheirDeadlines: while one call starts the
@@ -292,6 +434,6 @@ func TestResidentStartWaitersKeepTheirDeadlines(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the first call did not return after the Pause")
 	}
-	assert.Empty(t, procsWith("oma-guest-agent\x00serve\x00"), "Pause ended the sandbox the start made")
+	assert.Empty(t, agentsOf(s), "Pause ended the sandbox the start made")
 	assert.Equal(t, "again\n", rsh(t, s, "echo again"))
 }

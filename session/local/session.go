@@ -102,6 +102,9 @@ type record struct {
 	Bwrap     string            `json:"bwrap,omitempty"`
 	// Parent names the session this one was forked from.
 	Parent string `json:"parent,omitempty"`
+	// PerCall is Options.SandboxPerCall, which binds every process that
+	// attaches.
+	PerCall bool `json:"sandbox_per_call,omitempty"`
 }
 
 // hostDirs are a session's directories on the host. Commands reach only
@@ -202,6 +205,7 @@ func Create(ctx context.Context, o Options) (*Session, error) {
 		Version: recordV1, Name: sessionName(o.NamePrefix, o.WorkspaceID, o.SessionID, now),
 		WorkspaceID: o.WorkspaceID, SessionID: o.SessionID, CreatedAt: now,
 		Policy: o.Policy, Limits: o.Limits, OpTimeout: o.OperationTimeout, Env: env, Bwrap: o.Bwrap, Parent: o.parent,
+		PerCall: o.SandboxPerCall,
 	}
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("local sandbox: state directory: %w", err)
@@ -220,7 +224,6 @@ func Create(ctx context.Context, o Options) (*Session, error) {
 	s := newSession(rec, dirs, caps, plat, log)
 	s.audit = o.Audit
 	s.agent = agent
-	s.res.off = o.SandboxPerCall
 	return s, nil
 }
 
@@ -254,6 +257,7 @@ func createRecord(root string, rec record) error {
 func newSession(rec record, dirs hostDirs, caps Capabilities, plat platform, log *slog.Logger) *Session {
 	s := &Session{rec: rec, dirs: dirs, caps: caps, plat: plat, log: log.With("session", rec.Name),
 		calls: map[*context.CancelCauseFunc]struct{}{}, agent: &agent{}}
+	s.res.off = rec.PerCall
 	s.paths = plat.paths(dirs)
 	s.env = guestEnv(s.paths, rec.Env)
 	return s
@@ -291,10 +295,7 @@ func Attach(ctx context.Context, stateDir, name string) (*Session, error) {
 	if err := pr.keep(dirs.Root); err != nil {
 		slog.Default().Warn("local sandbox: keeping the probe's proof (the next Attach probes again)", "session", name, "err", err)
 	}
-	s := newSession(rec, dirs, pr.caps, pr.plat, slog.Default())
-	// Its creator's resident sandbox is not this process's to share yet.
-	s.res.off = true
-	return s, nil
+	return newSession(rec, dirs, pr.caps, pr.plat, slog.Default()), nil
 }
 
 // admit checks probe results against a policy; a probe cut short by ctx

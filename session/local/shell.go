@@ -96,21 +96,19 @@ func (s *Session) Shell(ctx context.Context, cmd session.Command, opts session.S
 		workdir: workdir, root: root, refused: s.countRefusal,
 		argv: append([]string{"/bin/bash", "-c", cmd.Script, "bash"}, cmd.Args...),
 	}
-	agent, err := s.agent.hostPath()
-	if err != nil {
-		return nil, err
-	}
 	maxOutput := minPositive(opts.MaxOutput, limits.OutputBytes, DefaultMaxOutput)
 	guestTimeout := minPositive(opts.GuestTimeout, limits.WallTime)
-	rc := c
-	rc.agent = agent
-	conn, err := s.residentConn(cctx, rc)
+	conn, err := s.residentConn(cctx, c)
 	if err != nil {
 		return nil, err
 	}
 	if conn != nil {
-		res, err := s.runResident(cctx, conn, rc, cmd, opts, guestTimeout, maxOutput)
+		res, err := s.runResident(cctx, conn, c, cmd, opts, guestTimeout, maxOutput)
 		return res, wallTimeError(limits, opts, err)
+	}
+	agent, err := s.agent.hostPath()
+	if err != nil {
+		return nil, err
 	}
 	builtin := ""
 	if cmd.Builtin != "" && agent != "" {

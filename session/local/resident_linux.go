@@ -1,0 +1,350 @@
+package local
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/oma-sandbox/oma-sandbox/agentchan"
+)
+
+// A resident sandbox is found, by any process of the session's owner,
+// through files in the session's directory, which no guest can reach:
+const (
+	residentSocket = "agent.sock"    // the agent's listening socket
+	residentRecord = "resident.json" // the residentProcs that end it
+	residentLock   = "resident.lock" // held while one starts or is ended
+	residentLog    = "agent.log"     // the agent's stderr
+)
+
+// procOf reads pid's start time; zero when pid is gone.
+func procOf(pid int) proc {
+	if start := startTime(pid); start != 0 {
+		return proc{PID: pid, Start: start}
+	}
+	return proc{}
+}
+
+func startTime(pid int) uint64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0
+	}
+	n, _ := strconv.ParseUint(f[19], 10, 64)
+	return n
+}
+
+// end SIGKILLs the sandbox's init, which takes its pid namespace and
+// everything in it along, and bwrap, each only while it is still the
+// process recorded, and waits until deadline for them to exit.
+func (r residentProcs) end(deadline time.Time) error {
+	var errs []error
+	for _, p := range []proc{r.Init, r.Bwrap} {
+		if p.PID <= 0 {
+			continue
+		}
+		fd, err := unix.PidfdOpen(p.PID, 0)
+		if err != nil {
+			continue // gone
+		}
+		// Checked through the pidfd's process: the pid may have been
+		// recycled before it was opened.
+		if startTime(p.PID) != p.Start {
+			unix.Close(fd)
+			continue
+		}
+		if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+			errs = append(errs, fmt.Errorf("stopping resident sandbox process %d: %w", p.PID, err))
+		} else if exited, err := waitPidfd(fd, deadline); err != nil || !exited {
+			errs = append(errs, fmt.Errorf("resident sandbox process %d still running after SIGKILL (%v)", p.PID, err))
+		}
+		unix.Close(fd)
+	}
+	return errors.Join(errs...)
+}
+
+// inDir calls fn with a short name for the session directory root
+// (/proc/self/fd/N), so that a socket's path there fits in a sockaddr
+// however deep root is.
+func inDir(root string, fn func(dir string) error) error {
+	fd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return fn("/proc/self/fd/" + strconv.Itoa(fd))
+}
+
+// listenResident makes the agent's listening socket, replacing any left
+// by a sandbox that ended.
+func listenResident(root string) (*os.File, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	err = inDir(root, func(dir string) error {
+		path := dir + "/" + residentSocket
+		if err := unix.Unlink(path); err != nil && !errors.Is(err, unix.ENOENT) {
+			return err
+		}
+		if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+			return err
+		}
+		return unix.Chmod(path, 0o600)
+	})
+	if err == nil {
+		err = unix.Listen(fd, 128)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("resident sandbox socket: %w", err)
+	}
+	return os.NewFile(uintptr(fd), residentSocket), nil
+}
+
+// errNoResident is a session with no agent listening.
+var errNoResident = errors.New("no resident sandbox")
+
+// dialResident connects to the session's agent: errNoResident when none
+// listens.
+func dialResident(ctx context.Context, root string) (net.Conn, error) {
+	var conn net.Conn
+	err := inDir(root, func(dir string) (err error) {
+		var d net.Dialer
+		conn, err = d.DialContext(ctx, "unix", dir+"/"+residentSocket)
+		return err
+	})
+	if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+		return nil, errNoResident
+	}
+	return conn, err
+}
+
+// lockResident takes the session's resident lock, across processes,
+// waiting while ctx allows; the lock ends with its holder, even killed.
+func lockResident(ctx context.Context, root string) (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(root, residentLock), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			f.Close()
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctxError(ctx)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// readResident reads the session's record of its resident sandbox; zero
+// when there is none (or none this user wrote).
+func readResident(root string) residentProcs {
+	var r residentProcs
+	f, err := openOwned(filepath.Join(root, residentRecord))
+	if err != nil {
+		return r
+	}
+	defer f.Close()
+	if json.NewDecoder(io.LimitReader(f, 4096)).Decode(&r) != nil {
+		return residentProcs{}
+	}
+	return r
+}
+
+func writeResident(root string, r residentProcs) error {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(root, residentRecord+".tmp")
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(root, residentRecord))
+}
+
+// endRecorded forgets the resident sandbox the session's record names and
+// ends it, if it still runs. The caller holds the resident lock.
+func endRecorded(root string) error {
+	procs := readResident(root)
+	if err := os.Remove(filepath.Join(root, residentRecord)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return procs.end(time.Now().Add(stopTimeout))
+}
+
+// exitsWithin reports whether p has exited, or does within d.
+func (p proc) exitsWithin(d time.Duration) bool {
+	fd, err := unix.PidfdOpen(p.PID, 0)
+	if err != nil {
+		return true
+	}
+	defer unix.Close(fd)
+	if startTime(p.PID) != p.Start {
+		return true
+	}
+	exited, _ := waitPidfd(fd, time.Now().Add(d))
+	return exited
+}
+
+// agentLog opens the file the agent's stderr goes to, emptied.
+func agentLog(root string) (*os.File, error) {
+	return os.OpenFile(filepath.Join(root, residentLog), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600)
+}
+
+// logTail is the end of the agent's stderr, for a diagnostic.
+func logTail(root string) string {
+	f, err := openOwned(filepath.Join(root, residentLog))
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() > stderrTail {
+		_, _ = f.Seek(fi.Size()-stderrTail, io.SeekStart)
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, stderrTail))
+	return string(b)
+}
+
+// startResident connects to the session's resident sandbox, starting it
+// when none runs, and waits for its agent's hello.
+func (s *Session) startResident(ctx context.Context, c call) (*resident, error) {
+	root := s.dirs.Root
+	hctx, cancel := context.WithTimeout(ctx, residentHelloTimeout)
+	defer cancel()
+	unlock, err := lockResident(hctx, root)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	for launched := false; ; {
+		nc, err := dialResident(hctx, root)
+		if errors.Is(err, errNoResident) && !launched {
+			nc, err = s.launchResident(hctx, c)
+			launched = true
+		}
+		if err != nil {
+			return nil, err
+		}
+		procs := readResident(root)
+		conn, err := agentchan.Open(hctx, nc, nc)
+		if err == nil {
+			return &resident{conn: conn, procs: procs, stop: sync.OnceFunc(func() {
+				_ = conn.Close()
+				s.endResident(procs)
+			})}, nil
+		}
+		nc.Close()
+		// A sandbox whose agent just died still takes connections until
+		// its last process holding the socket is gone: once it is, start
+		// another.
+		if launched || !procs.Init.exitsWithin(residentDyingTimeout) {
+			return nil, fmt.Errorf("guest agent: %w (stderr: %s)", err, trimMsg(logTail(root)))
+		}
+		if err := endRecorded(root); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// launchResident starts the session's resident sandbox, ending what an
+// earlier one left, records it, and connects to it. The caller holds the
+// resident lock.
+func (s *Session) launchResident(ctx context.Context, c call) (net.Conn, error) {
+	root := s.dirs.Root
+	agent, err := s.agent.hostPath()
+	if err != nil {
+		return nil, err
+	}
+	c.agent = agent
+	if err := endRecorded(root); err != nil {
+		return nil, err
+	}
+	stderr, err := agentLog(root)
+	if err != nil {
+		return nil, err
+	}
+	defer stderr.Close()
+	ln, err := listenResident(root)
+	if err != nil {
+		return nil, err
+	}
+	procs, err := s.plat.(residentStarter).startResident(c, ln, stderr)
+	// Only the sandbox holds the socket now: when it ends, nothing
+	// answers there.
+	ln.Close()
+	if err == nil {
+		err = writeResident(root, procs)
+	}
+	var nc net.Conn
+	if err == nil {
+		nc, err = dialResident(ctx, root)
+	}
+	if err != nil {
+		_ = procs.end(time.Now().Add(stopTimeout))
+		return nil, err
+	}
+	return nc, nil
+}
+
+// endResident ends the resident sandbox procs name and, when the record
+// still names it, forgets it first; a sandbox another process started
+// since is not touched.
+func (s *Session) endResident(procs residentProcs) {
+	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+	defer cancel()
+	if unlock, err := lockResident(ctx, s.dirs.Root); err == nil {
+		if readResident(s.dirs.Root) == procs {
+			_ = os.Remove(filepath.Join(s.dirs.Root, residentRecord))
+		}
+		unlock()
+	}
+	if err := procs.end(time.Now().Add(stopTimeout)); err != nil {
+		s.log.Warn("local sandbox: ending the resident sandbox", "err", err)
+	}
+}
+
+// endAnyResident ends the resident sandbox the session's record names,
+// whichever process started it.
+func (s *Session) endAnyResident() {
+	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+	defer cancel()
+	unlock, err := lockResident(ctx, s.dirs.Root)
+	if err != nil {
+		return
+	}
+	defer unlock()
+	if err := endRecorded(s.dirs.Root); err != nil {
+		s.log.Warn("local sandbox: ending the resident sandbox", "err", err)
+	}
+}

@@ -1,0 +1,22 @@
+//go:build !linux
+
+package local
+
+import (
+	"context"
+	"errors"
+	"runtime"
+)
+
+// Only Linux starts resident sandboxes (no platform here is a
+// residentStarter), so these are never reached with one running.
+
+func (s *Session) startResident(context.Context, call) (*resident, error) {
+	return nil, errors.New("no resident sandbox on " + runtime.GOOS)
+}
+
+func (s *Session) endAnyResident() {}
+
+func logTail(string) string { return "" }
+
+func readResident(string) residentProcs { return residentProcs{} }
