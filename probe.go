@@ -67,20 +67,21 @@ func agentCheck() Check {
 	return okCheck(name, fmt.Sprintf("bundled for linux/%s (%d KiB): calls travel over one channel per session", arch, len(bin)>>10))
 }
 
-// localAgentCheck says whether a local session's calls run the guest
-// agent's builtins: on Linux, with an agent bundled for this host.
+// localAgentCheck says how a local session's calls run the guest agent's
+// builtins: on Linux, with the agent bundled for this host or, in a build
+// without it, with this program serving as its own.
 func localAgentCheck(goos, goarch string, root bool, bundled func(string) ([]byte, bool)) Check {
 	const name = "guest agent"
 	if goos != "linux" {
 		return warnCheck(name, "serves Linux only: each call runs its tool's script")
 	}
-	bin, ok := bundled(goarch)
-	if !ok {
-		return warnCheck(name, fmt.Sprintf("not bundled for linux/%s (built without make agent): each call runs its tool's bash script", goarch))
-	}
 	where := "a session's calls, from every process, run in its resident sandbox"
 	if !root {
 		where = "each call runs its builtin in a sandbox of its own (a resident sandbox per session needs host root)"
+	}
+	bin, ok := bundled(goarch)
+	if !ok {
+		return okCheck(name, "not bundled for linux/"+goarch+" (built without make agent): this program serves as the agent; "+where)
 	}
 	return okCheck(name, fmt.Sprintf("bundled for linux/%s (%d KiB): %s", goarch, len(bin)>>10, where))
 }

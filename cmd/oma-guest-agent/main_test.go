@@ -13,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/oma-sandbox/oma-sandbox/guestagent"
 )
 
 // --ready-fd writes the start marker and closes the descriptor before the
@@ -27,7 +29,7 @@ func TestBuiltinReadyFD(t *testing.T) {
 	require.NoError(t, w.Close())
 	var stdout, stderr bytes.Buffer
 	fd := strconv.Itoa(dup)
-	code := run([]string{"builtin", "--ready-fd=" + fd, "no-such-builtin"}, strings.NewReader(""), &stdout, &stderr)
+	code := guestagent.Main([]string{"builtin", "--ready-fd=" + fd, "no-such-builtin"}, strings.NewReader(""), &stdout, &stderr)
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr.String(), `unknown builtin "no-such-builtin"`)
 	got, err := io.ReadAll(r) // EOF: the agent closed its end
@@ -36,7 +38,7 @@ func TestBuiltinReadyFD(t *testing.T) {
 
 	for _, bad := range []string{"x", "1", "-3"} {
 		stderr.Reset()
-		code = run([]string{"builtin", "--ready-fd=" + bad, "ls"}, strings.NewReader(""), &stdout, &stderr)
+		code = guestagent.Main([]string{"builtin", "--ready-fd=" + bad, "ls"}, strings.NewReader(""), &stdout, &stderr)
 		assert.Equal(t, 2, code, bad)
 		assert.Contains(t, stderr.String(), "--ready-fd="+bad+": want a descriptor number from 3", bad)
 	}
@@ -47,7 +49,7 @@ func TestBuiltinReadyFD(t *testing.T) {
 func TestServeConfinementFlags(t *testing.T) {
 	for _, bad := range []string{"x", "0:65534", "65534:65534", "1:", ":1", "-2:5"} {
 		var stdout, stderr bytes.Buffer
-		code := run([]string{"serve", "--userns=" + bad}, strings.NewReader(""), &stdout, &stderr)
+		code := guestagent.Main([]string{"serve", "--userns=" + bad}, strings.NewReader(""), &stdout, &stderr)
 		assert.Equal(t, 2, code, bad)
 		assert.Contains(t, stderr.String(), "--userns="+bad, bad)
 		assert.Empty(t, stdout.String(), bad)
@@ -62,7 +64,7 @@ func TestServeConfinementFlags(t *testing.T) {
 	require.NoError(t, err)
 	f.Close()
 	var stdout, stderr bytes.Buffer
-	code := run([]string{"serve", "--seccomp-fd=" + strconv.Itoa(fd)}, strings.NewReader(""), &stdout, &stderr)
+	code := guestagent.Main([]string{"serve", "--seccomp-fd=" + strconv.Itoa(fd)}, strings.NewReader(""), &stdout, &stderr)
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr.String(), "are not a filter")
 	assert.Empty(t, stdout.String(), "no hello before the filter is in place")

@@ -4,7 +4,6 @@ package bundle
 
 import (
 	"embed"
-	"io/fs"
 	"runtime"
 )
 
@@ -24,16 +23,6 @@ func Binary(goarch string) ([]byte, bool) {
 		return nil, false
 	}
 	return b, true
-}
-
-// Has reports, without reading it, whether this build embeds the agent
-// for linux/goarch.
-func Has(goarch string) bool {
-	if goarch != "amd64" && goarch != "arm64" {
-		return false
-	}
-	fi, err := fs.Stat(bin, "bin/oma-guest-agent-linux-"+goarch)
-	return err == nil && fi.Size() > 0
 }
 
 // GuestArch is the GOARCH of msb's guests on this host: msb runs guests of

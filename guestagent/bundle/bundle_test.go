@@ -13,14 +13,8 @@ func TestBinary(t *testing.T) {
 	if _, ok := Binary("../bin/README.md"); ok {
 		t.Fatal("Binary reached outside the binaries")
 	}
-	if Has("sparc") || Has("../bin/README.md") {
-		t.Fatal("Has found what Binary refuses")
-	}
 	for _, arch := range []string{"amd64", "arm64"} {
 		b, ok := Binary(arch)
-		if Has(arch) != ok {
-			t.Fatalf("Has(%s) = %v, Binary found one: %v", arch, Has(arch), ok)
-		}
 		if !ok {
 			t.Logf("no agent for %s in this build (make agent builds them)", arch)
 			continue

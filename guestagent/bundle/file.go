@@ -111,3 +111,65 @@ func verifyAgent(path string, sum [32]byte) (bool, error) {
 	}
 	return true, nil
 }
+
+// SelfCached returns the path of a private copy of the running program in
+// dir, for a program that serves as its own guest agent (a build without
+// the bundled one). The copy is execute-only (mode 0111): a sandbox's
+// commands can run it but not read it, and the program may hold what they
+// must not see. It is named by the program file's path, size and
+// modification time, so a rebuilt program gets a copy of its own; an
+// existing copy is reused when it is a regular file of ours, mode 0111, of
+// the program's size (the directory, closed to others, is checked first).
+func SelfCached(dir string) (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	src, err := os.Open(self)
+	if err != nil {
+		return "", err
+	}
+	defer src.Close()
+	fi, err := src.Stat()
+	if err != nil {
+		return "", err
+	}
+	id := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d\x00%d", self, fi.Size(), fi.ModTime().UnixNano()))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	if err := checkPrivateDir(dir); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "oma-sandbox-self-"+hex.EncodeToString(id[:16]))
+	if cur, err := os.Lstat(path); err == nil {
+		if cur.Mode().IsRegular() && cur.Mode().Perm() == 0o111 && ownedByUs(cur) && cur.Size() == fi.Size() {
+			return path, nil
+		}
+		if err := os.Remove(path); err != nil {
+			return "", err
+		}
+	}
+	tmp, err := os.CreateTemp(dir, ".self-*")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name()) // a no-op once renamed
+	_, err = io.Copy(tmp, src)
+	if err == nil {
+		err = tmp.Chmod(0o111)
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		return "", err
+	}
+	return path, nil
+}

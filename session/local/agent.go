@@ -30,8 +30,13 @@ type agent struct {
 	err  error
 }
 
+// bundled is the agent this build embeds (a variable for the tests of a
+// build without one).
+var bundled = bundle.Binary
+
 // hostPath finds (once) the agent's host path: "" runs scripts, on a
-// platform the agent does not serve or in a build without one.
+// platform the agent does not serve. Without an agent file or a bundled
+// agent, this program serves as its own (agent_linux.go).
 func (a *agent) hostPath() (string, error) {
 	a.once.Do(func() {
 		if a.off || runtime.GOOS != "linux" {
@@ -43,11 +48,15 @@ func (a *agent) hostPath() (string, error) {
 				a.err = fmt.Errorf("local sandbox: agent file: %w: %w", a.err, session.ErrInvalid)
 				return
 			}
-		} else if bin, _ = bundle.Binary(runtime.GOARCH); bin == nil {
-			return
+		} else {
+			bin, _ = bundled(runtime.GOARCH)
 		}
 		dir, err := bundle.CacheDir()
-		if err == nil {
+		switch {
+		case err != nil:
+		case bin == nil:
+			a.path, err = bundle.SelfCached(dir)
+		default:
 			a.path, err = bundle.Cached(dir, bin)
 		}
 		if err != nil {
@@ -57,13 +66,11 @@ func (a *agent) hostPath() (string, error) {
 	return a.path, a.err
 }
 
-// present reports, without preparing it, whether calls may run the agent:
-// a call to a resident sandbox already running needs no copy of it here.
+// present reports, without preparing it, whether calls may run the agent
+// (on Linux there is always one: this program, if no other): a call to a
+// resident sandbox already running needs no copy of it here.
 func (a *agent) present() bool {
-	if a.off || runtime.GOOS != "linux" {
-		return false
-	}
-	return a.file != "" || bundle.Has(runtime.GOARCH)
+	return !a.off && runtime.GOOS == "linux"
 }
 
 // Served counts how a session's calls ran.

@@ -22,6 +22,7 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/internal/testutil"
 
 	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
+	"github.com/oma-sandbox/oma-sandbox/guestagent/bundle"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
@@ -284,7 +285,11 @@ func residentHelper(args []string) int {
 		return 1
 	}
 	s.agent = &agent{file: agentFile}
-	res, err := s.Shell(context.Background(), session.Command{Script: `setsid bash -c "exec -a $1 sleep 300" >/dev/null 2>&1 </dev/null & echo $!`, Args: []string{marker}}, session.ShellOptions{})
+	// Returns once the background process runs (it names marker from its
+	// start: in its arguments, then as its name).
+	script := `setsid bash -c ': > /tmp/started-$1; exec -a "$1" sleep 300' bash "$1" >/dev/null 2>&1 </dev/null &
+while [ ! -e "/tmp/started-$1" ]; do sleep 0.01; done`
+	res, err := s.Shell(context.Background(), session.Command{Script: script, Args: []string{marker}}, session.ShellOptions{})
 	if err != nil || res.ExitCode != 0 || s.Served().Resident != 1 {
 		fmt.Fprintln(os.Stderr, "the call did not run in a resident sandbox:", err)
 		return 1
@@ -436,4 +441,39 @@ func TestResidentStartWaitersKeepTheirDeadlines(t *testing.T) {
 	}
 	assert.Empty(t, agentsOf(s), "Pause ended the sandbox the start made")
 	assert.Equal(t, "again\n", rsh(t, s, "echo again"))
+}
+
+// A build without the bundled agent (plain `go build`, `go install`) still
+// runs every call's builtin: the program serves as its own agent, from an
+// execute-only copy that a command can run but not read, in the resident
+// sandbox and in a sandbox per call alike.
+func TestAProgramWithoutTheBundledAgentServesAsItsOwn(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("a resident sandbox needs host root to map its agent's user namespace")
+	}
+	bundled = func(string) ([]byte, bool) { return nil, false }
+	t.Cleanup(func() { bundled = bundle.Binary })
+	write := session.Command{Script: "exit 99", Builtin: "write", Args: []string{"/workspace/f.txt", "", "/workspace", "f.txt"}}
+	for _, perCall := range []bool{false, true} {
+		s := newTestSession(t, Options{WorkspaceID: "ws", SessionID: "self", SandboxPerCall: perCall})
+		if s.caps.Backend == "" {
+			t.Skip("no working bubblewrap sandbox here")
+		}
+		res, err := s.Shell(context.Background(), write, session.ShellOptions{Stdin: strings.NewReader("body\n")})
+		require.NoError(t, err)
+		require.Equal(t, 0, res.ExitCode, "stderr %q", res.Stderr)
+		assert.Equal(t, "body\n", rsh(t, s, `cat /workspace/f.txt`))
+		assert.Equal(t, "unreadable\n", rsh(t, s, `cat /.oma-sandbox/agent >/dev/null 2>&1 && echo readable || echo unreadable`))
+		n := s.Served()
+		assert.Equal(t, map[string]int{"write": 1}, n.Builtins, "per call: %v", perCall)
+		assert.Zero(t, n.ScriptFallbacks)
+		if perCall {
+			assert.Zero(t, n.Resident)
+		} else {
+			assert.Equal(t, 3, n.Resident)
+		}
+		path, err := s.agent.hostPath()
+		require.NoError(t, err)
+		assert.Contains(t, filepath.Base(path), "oma-sandbox-self-")
+	}
 }

@@ -1,0 +1,175 @@
+//go:build linux
+
+package guestagent
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
+)
+
+// ProgramName is the name the agent runs under when it starts itself
+// again (serve --userns); a program linking session/local that is run
+// under it serves as the agent.
+const ProgramName = "oma-guest-agent"
+
+// ready writes R to descriptor fd and closes it: the local backend's sign
+// that the sandbox is up and the call starts (the marker its shell wrapper
+// writes for a script).
+func ready(fd string) error {
+	n, err := strconv.Atoi(fd)
+	if err != nil || n < 3 {
+		return fmt.Errorf("--ready-fd=%s: want a descriptor number from 3", fd)
+	}
+	f := os.NewFile(uintptr(n), "ready")
+	_, err = f.Write([]byte{'R'})
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("--ready-fd=%s: %w", fd, err)
+	}
+	return nil
+}
+
+// serveInUserNS starts the agent again, serving, in a user namespace of
+// its own (ServeInUserNS), and exits as it does.
+func serveInUserNS(spec, user, workdir string, seccompFD, listenFD int, stderr io.Writer) int {
+	root, guest, ok := strings.Cut(spec, ":")
+	rootID, err1 := strconv.Atoi(root)
+	guestID, err2 := strconv.Atoi(guest)
+	if !ok || err1 != nil || err2 != nil || rootID <= 0 || guestID <= 0 || rootID == guestID {
+		fmt.Fprintf(stderr, "oma-guest-agent: --userns=%s: want ROOT:USER, two distinct host uids above 0\n", spec)
+		return 2
+	}
+	argv := []string{ProgramName, "serve", "--default-user", user, "--default-workdir", workdir}
+	var files []*os.File
+	if seccompFD != 0 {
+		files = append(files, os.NewFile(uintptr(seccompFD), "seccomp"))
+		argv = append(argv, "--seccomp-fd=3")
+	}
+	if listenFD != 0 {
+		files = append(files, os.NewFile(uintptr(listenFD), "listener"))
+		argv = append(argv, "--listen-fd="+strconv.Itoa(2+len(files)))
+	}
+	code, err := ServeInUserNS(rootID, guestID, argv, files)
+	if err != nil {
+		fmt.Fprintf(stderr, "oma-guest-agent: %v\n", err)
+		return 1
+	}
+	return code
+}
+
+// listener takes over descriptor fd, a listening unix socket.
+func listener(fd int) (net.Listener, error) {
+	if fd < 3 {
+		return nil, fmt.Errorf("--listen-fd=%d: want a descriptor number from 3", fd)
+	}
+	f := os.NewFile(uintptr(fd), "listener")
+	defer f.Close()
+	ln, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("--listen-fd=%d: %w", fd, err)
+	}
+	if _, ok := ln.(*net.UnixListener); !ok {
+		ln.Close()
+		return nil, fmt.Errorf("--listen-fd=%d: not a unix socket", fd)
+	}
+	return ln, nil
+}
+
+// Main is oma-guest-agent's command line, `serve`, `builtin` and
+// `version` (docs/guest-agent.md), as cmd/oma-guest-agent runs it and as a
+// program that serves as its own agent does (ProgramName); it returns the
+// exit status.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "serve" {
+		switch {
+		case len(args) == 1 && args[0] == "version":
+			fmt.Fprintf(stdout, "oma-guest-agent protocol %d\n", agentwire.Version)
+			return 0
+		case len(args) >= 2 && args[0] == "builtin":
+			args = args[1:]
+			if fd, ok := strings.CutPrefix(args[0], "--ready-fd="); ok && len(args) >= 2 {
+				if err := ready(fd); err != nil {
+					fmt.Fprintf(stderr, "oma-guest-agent: %v\n", err)
+					return 2
+				}
+				args = args[1:]
+			}
+			code, err := RunBuiltin(args[0], args[1:], stdin, stdout, stderr)
+			if err != nil {
+				fmt.Fprintf(stderr, "oma-guest-agent: %v\n", err)
+				return 2
+			}
+			return code
+		}
+		fmt.Fprintln(stderr, "usage: oma-guest-agent serve [--default-user USER[:GROUP]] [--default-workdir DIR]\n       oma-guest-agent builtin [--ready-fd=N] NAME [ARG...]\n       oma-guest-agent version")
+		return 2
+	}
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	user := fs.String("default-user", "", "user of a call that names none (msb's config.user); empty: the agent's own")
+	workdir := fs.String("default-workdir", "/workspace", "workdir of a call that names none")
+	userns := fs.String("userns", "", "ROOT:USER: serve as root of a new user namespace mapping 0 to host uid ROOT and USER to itself")
+	seccompFD := fs.Int("seccomp-fd", 0, "install the seccomp filter read from this descriptor before serving")
+	listenFD := fs.Int("listen-fd", 0, "serve each connection accepted on this listening unix socket as a channel, not stdin and stdout, until killed")
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "oma-guest-agent: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if *userns != "" {
+		return serveInUserNS(*userns, *user, *workdir, *seccompFD, *listenFD, stderr)
+	}
+	if *seccompFD != 0 {
+		if err := LoadSeccomp(*seccompFD); err != nil {
+			fmt.Fprintf(stderr, "oma-guest-agent: %v\n", err)
+			return 1
+		}
+	}
+	// A write to a host that went away must fail, not kill the agent
+	// before it has killed its calls. Notify, unlike ignoring the signal,
+	// is not inherited by the commands.
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	defer signal.Stop(pipe)
+
+	newServer := func(rw io.ReadWriter) *Server {
+		return &Server{
+			In: rw, Out: rw, Log: stderr,
+			DefaultUser: *user, DefaultWorkdir: *workdir,
+			Etc: "/etc", Shell: "/bin/bash",
+		}
+	}
+	if *listenFD != 0 {
+		ln, err := listener(*listenFD)
+		if err == nil {
+			err = ServeConns(ln, 0, stderr, newServer)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "oma-guest-agent: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	s := newServer(struct {
+		io.Reader
+		io.Writer
+	}{stdin, stdout})
+	if err := s.Serve(); err != nil {
+		fmt.Fprintf(stderr, "oma-guest-agent: %v\n", err)
+		return 1
+	}
+	return 0
+}
