@@ -114,7 +114,7 @@ func TestBuiltinSupervisorParity(t *testing.T) {
 	}
 	cases := []parityCase{
 		{name: "status and output", command: `echo out; echo err >&2; printf 'no newline'; exit 7`},
-		{name: "environment", command: `env | grep -v '^_=' | sort; pwd; umask; id; ls -l /proc/$$/fd | awk '{print $1, $9, $10, $11}'; echo "$0 $- $SHLVL"; cat /proc/self/status | grep -E '^(Sig(Ign|Blk)|NoNewPrivs)'; ps -o sid=,pgid= -p $$ | awk '$1 == $2 {print "session leader"}'`},
+		{name: "environment", command: `env | grep -v '^_=' | sort; pwd; umask; id; fds=$(ls -l /proc/$$/fd); echo "$fds" | awk '{t = $11; sub(/:\[[0-9]+\]$/, "", t); print $1, $9, $10, t}'; echo "$0 $- $SHLVL"; cat /proc/self/status | grep -E '^(Sig(Ign|Blk)|NoNewPrivs)'; ps -o sid=,pgid= -p $$ | awk '$1 == $2 {print "session leader"}'`},
 		{name: "killed by a signal", command: `echo bye; kill -TERM $$`},
 		{name: "long output kept", command: `seq 1 3000`},
 		{name: "huge output", command: `head -c 3000000 /dev/zero | tr '\0' x; echo`},
