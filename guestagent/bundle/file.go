@@ -39,25 +39,7 @@ func Cached(dir string, bin []byte) (string, error) {
 	if ok, err := verifyAgent(path, sum); ok || err != nil {
 		return path, err
 	}
-	tmp, err := os.CreateTemp(dir, ".agent-*")
-	if err != nil {
-		return "", err
-	}
-	defer os.Remove(tmp.Name()) // a no-op once renamed
-	_, err = tmp.Write(bin)
-	if err == nil {
-		err = tmp.Chmod(0o755)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
+	if err := place(dir, path, bytes.NewReader(bin), 0o755); err != nil {
 		return "", err
 	}
 	return path, nil
@@ -150,14 +132,23 @@ func SelfCached(dir string) (string, error) {
 			return "", err
 		}
 	}
-	tmp, err := os.CreateTemp(dir, ".self-*")
-	if err != nil {
+	if err := place(dir, path, src, 0o111); err != nil {
 		return "", err
 	}
+	return path, nil
+}
+
+// place writes r to path atomically with mode: a temporary file in dir,
+// synced, then renamed over path.
+func place(dir, path string, r io.Reader, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(dir, ".agent-*")
+	if err != nil {
+		return err
+	}
 	defer os.Remove(tmp.Name()) // a no-op once renamed
-	_, err = io.Copy(tmp, src)
+	_, err = io.Copy(tmp, r)
 	if err == nil {
-		err = tmp.Chmod(0o111)
+		err = tmp.Chmod(mode)
 	}
 	if err == nil {
 		err = tmp.Sync()
@@ -168,8 +159,5 @@ func SelfCached(dir string) (string, error) {
 	if err == nil {
 		err = os.Rename(tmp.Name(), path)
 	}
-	if err != nil {
-		return "", err
-	}
-	return path, nil
+	return err
 }

@@ -538,20 +538,27 @@ func sandboxInit(info io.Reader, bwrap int) (pid, fd int) {
 
 // parentOf is pid's parent, from /proc; 0 when unknown.
 func parentOf(pid int) int {
+	ppid, _ := strconv.Atoi(statField(pid, 1))
+	return ppid
+}
+
+// statField is field n of /proc/PID/stat after the command name (0 is the
+// state); "" when pid is gone. The name, which the process chooses, may
+// hold spaces and parentheses: the fields start after its last ')'.
+func statField(pid, n int) string {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0
+		return ""
 	}
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0
+		return ""
 	}
 	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 2 {
-		return 0
+	if len(f) <= n {
+		return ""
 	}
-	ppid, _ := strconv.Atoi(f[1])
-	return ppid
+	return f[n]
 }
 
 // uidTaken reports whether /etc/passwd names uid.
