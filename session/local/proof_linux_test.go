@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -132,12 +133,45 @@ func TestRecallProofRefusesWhatItCannotTrust(t *testing.T) {
 			return write(t, big, 0o600), facts
 		},
 		"missing": func(t *testing.T) (string, []byte) { return t.TempDir(), facts },
+		// Opening a FIFO for reading would wait for a writer: the proof is
+		// opened without waiting, then refused as no regular file.
+		"a fifo": func(t *testing.T) (string, []byte) {
+			root := t.TempDir()
+			if err := syscall.Mkfifo(filepath.Join(root, proofFile), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return root, facts
+		},
+		"another user's": func(t *testing.T) (string, []byte) {
+			if os.Geteuid() != 0 {
+				t.Skip("needs root to give the proof to another user")
+			}
+			root := write(t, good, 0o600)
+			if err := os.Chown(filepath.Join(root, proofFile), 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+			return root, facts
+		},
 	}
 	for name, setup := range cases {
 		t.Run(name, func(t *testing.T) {
 			root, f := setup(t)
-			if got, ok := recallProof(root, f, now); ok {
-				t.Fatalf("recalled %+v", got)
+			type recalled struct {
+				caps Capabilities
+				ok   bool
+			}
+			done := make(chan recalled, 1)
+			go func() {
+				caps, ok := recallProof(root, f, now)
+				done <- recalled{caps, ok}
+			}()
+			select {
+			case got := <-done:
+				if got.ok {
+					t.Fatalf("recalled %+v", got.caps)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("recallProof still waits after 10 s")
 			}
 		})
 	}

@@ -477,3 +477,43 @@ func TestAProgramWithoutTheBundledAgentServesAsItsOwn(t *testing.T) {
 		assert.Contains(t, filepath.Base(path), "oma-sandbox-self-")
 	}
 }
+
+// TestEndRecordedSparesAProcessItDoesNotName plants a record naming a live
+// process of the host's by its pid, as a recycled pid would: ending the
+// recorded sandbox removes the record and spares the process; a record
+// that names it by its start time too ends it.
+func TestEndRecordedSparesAProcessItDoesNotName(t *testing.T) {
+	sleep := exec.Command("sleep", "60")
+	require.NoError(t, sleep.Start())
+	exited := make(chan struct{})
+	go func() {
+		sleep.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		sleep.Process.Kill()
+		<-exited
+	})
+	pid := sleep.Process.Pid
+	start := startTime(pid)
+	require.NotZero(t, start)
+
+	root := t.TempDir()
+	recycled := proc{PID: pid, Start: start + 1}
+	require.NoError(t, writeResident(root, residentProcs{Init: recycled, Bwrap: recycled}))
+	require.NoError(t, endRecorded(root))
+	assert.NoFileExists(t, filepath.Join(root, residentRecord))
+	select {
+	case <-exited:
+		t.Fatal("a process the record named only by a recycled pid was ended")
+	case <-time.After(200 * time.Millisecond):
+	}
+
+	require.NoError(t, writeResident(root, residentProcs{Init: proc{PID: pid, Start: start}}))
+	require.NoError(t, endRecorded(root))
+	select {
+	case <-exited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the recorded process still runs")
+	}
+}
