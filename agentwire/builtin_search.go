@@ -5,4 +5,5 @@ package agentwire
 const (
 	BuiltinGlobEnumerate = "glob-enumerate" // glob.NarrowedEnumerationScript
 	BuiltinGrepSearch    = "grep-search"    // grep.SearchScript
+	BuiltinSearchKill    = "search-kill"    // glob.CleanupScript (grep.CleanupScript too)
 )

@@ -31,6 +31,7 @@ var builtins = map[string]builtin{
 	agentwire.BuiltinCat:            builtinCat,
 	agentwire.BuiltinGlobEnumerate:  globEnumerate,
 	agentwire.BuiltinGrepSearch:     grepSearch,
+	agentwire.BuiltinSearchKill:     searchKill,
 	agentwire.BuiltinBashSupervisor: bashSupervisor,
 	agentwire.BuiltinBashKill:       bashKill,
 	agentwire.BuiltinRead:           builtinRead,

@@ -205,8 +205,12 @@ func ownerTag(pid int) (string, bool) {
 }
 
 // tagged lists the processes whose environment tags them with call id.
-func tagged(id string) []int {
-	want := []byte("\x00" + bashproto.OwnerEnv + "=" + id + "\x00")
+func tagged(id string) []int { return taggedWith(bashproto.OwnerEnv + "=" + id) }
+
+// taggedWith lists the processes, but this one, whose environment holds
+// entry (NAME=VALUE).
+func taggedWith(entry string) []int {
+	want := []byte("\x00" + entry + "\x00")
 	self := os.Getpid()
 	var pids []int
 	d, err := os.Open("/proc")

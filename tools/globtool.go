@@ -52,7 +52,7 @@ func runGlob(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error
 	found, err := t.runSearch(ctx, search{
 		tool:      "glob",
 		script:    session.Command{Script: script, Args: scriptArgs, Builtin: agentwire.BuiltinGlobEnumerate},
-		cleanup:   session.Command{Script: cleanup, Args: cleanupArgs},
+		cleanup:   session.Command{Script: cleanup, Args: cleanupArgs, Builtin: agentwire.BuiltinSearchKill},
 		readiness: glob.NewReadinessFilter(glob.EnumerationProtocol),
 		collector: collector,
 	})

@@ -82,7 +82,7 @@ func runGrep(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error
 	found, err := t.runSearch(ctx, search{
 		tool:      "grep",
 		script:    session.Command{Script: script, Args: scriptArgs, Builtin: agentwire.BuiltinGrepSearch},
-		cleanup:   session.Command{Script: cleanup, Args: cleanupArgs},
+		cleanup:   session.Command{Script: cleanup, Args: cleanupArgs, Builtin: agentwire.BuiltinSearchKill},
 		readiness: grep.NewReadinessFilter(),
 		collector: collector,
 	})

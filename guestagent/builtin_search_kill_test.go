@@ -1,0 +1,120 @@
+//go:build linux
+
+package guestagent
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
+	"github.com/oma-sandbox/oma-sandbox/glob"
+	"github.com/oma-sandbox/oma-sandbox/grep"
+)
+
+// startTagged starts, in a session of its own tagged env=token, a sh that
+// leaves a tagged sleep and an untagged one in its process group and then
+// sleeps itself; it returns the sh and a channel closed when it is reaped.
+func startTagged(t *testing.T, env, token string) (*exec.Cmd, <-chan struct{}) {
+	t.Helper()
+	cmd := exec.Command("/bin/sh", "-c", "sleep 60 & env -i /bin/sleep 60 & exec sleep 60")
+	cmd.Env = append(os.Environ(), env+"="+token)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(done)
+	}()
+	t.Cleanup(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	})
+	// Wait for the group's three processes.
+	for deadline := time.Now().Add(5 * time.Second); len(groupOf(cmd.Process.Pid)) < 3; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the tagged group never held three processes: %v", groupOf(cmd.Process.Pid))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return cmd, done
+}
+
+// groupOf lists the live processes of process group pgrp.
+func groupOf(pgrp int) []int {
+	var pids []int
+	for pid, st := range scanProcs() {
+		if st.pgrp == pgrp {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// The builtin ends what its script ends: every process tagged with the
+// token and every process of their groups, an untagged one too, and
+// nothing tagged with another token.
+func TestSearchKillParity(t *testing.T) {
+	script, _ := glob.CleanupScript(glob.OwnerEnv, "")
+	for _, env := range []string{glob.OwnerEnv, grep.OwnerEnv} {
+		for _, by := range []string{"builtin", "script"} {
+			t.Run(env+"/"+by, func(t *testing.T) {
+				token, other := "oma-test-kill-"+by, "oma-test-spare-"+by
+				target, ended := startTagged(t, env, token)
+				bystander, _ := startTagged(t, env, other)
+				var stdout, stderr bytes.Buffer
+				var code int
+				if by == "builtin" {
+					var err error
+					code, err = RunBuiltin(agentwire.BuiltinSearchKill, []string{env, token}, nil, &stdout, &stderr)
+					if err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					cmd := exec.Command("/bin/bash", "-c", script, "bash", env, token)
+					cmd.Stdout, cmd.Stderr = &stdout, &stderr
+					if err := cmd.Run(); err != nil {
+						code = cmd.ProcessState.ExitCode()
+					}
+				}
+				if code != 0 || stdout.Len() > 0 || stderr.Len() > 0 {
+					t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
+				}
+				select {
+				case <-ended:
+				case <-time.After(5 * time.Second):
+					t.Fatal("the tagged sh still runs")
+				}
+				// Killed is not yet gone: the group's last may take a moment.
+				for deadline := time.Now().Add(5 * time.Second); len(groupOf(target.Process.Pid)) > 0; time.Sleep(10 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatalf("left running in the tagged group: %v", groupOf(target.Process.Pid))
+					}
+				}
+				if n := len(groupOf(bystander.Process.Pid)); n != 3 {
+					t.Errorf("%d of 3 processes tagged with another token are left", n)
+				}
+			})
+		}
+	}
+}
+
+func TestSearchKillRefusesMalformedRequests(t *testing.T) {
+	for _, args := range [][]string{
+		{glob.OwnerEnv},
+		{"PATH", "x"},
+		{glob.OwnerEnv, ""},
+		{grep.OwnerEnv, "a\x00b"},
+	} {
+		var stderr bytes.Buffer
+		code, err := RunBuiltin(agentwire.BuiltinSearchKill, args, nil, &bytes.Buffer{}, &stderr)
+		if err != nil || code != 2 || stderr.Len() == 0 {
+			t.Errorf("%q: exit %d (%v), stderr %q; want 2 and a word", args, code, err, stderr.String())
+		}
+	}
+}
