@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/oma-sandbox/oma-sandbox/guestagent/bundle"
+	"github.com/oma-sandbox/oma-sandbox/guestagent/selfagent"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 )
@@ -55,16 +56,24 @@ func msbChecks(ctx context.Context, o DoctorOptions) []Check {
 	return append(out, imageCheck(image, explicit, err), agentCheck())
 }
 
-// agentCheck says whether this build carries the guest agent for the
-// guest's architecture (make agent embeds it).
+// agentCheck says how msb sessions get the guest agent: bundled for the
+// guest's architecture (make agent embeds it), or this program serving as
+// its own (a static Linux build of that architecture); else every call is
+// one msb exec running its tool's script, and the check says how to fix it.
 func agentCheck() Check {
+	return msbAgentCheck(bundle.GuestArch(), bundle.Binary, selfagent.Guest)
+}
+
+func msbAgentCheck(arch string, bundled func(string) ([]byte, bool), self func(string) (bool, string)) Check {
 	const name = "guest agent"
-	arch := bundle.GuestArch()
-	bin, ok := bundle.Binary(arch)
-	if !ok {
-		return warnCheck(name, fmt.Sprintf("not bundled for linux/%s (built without make agent): one msb exec per call, each running its tool's bash script", arch))
+	if bin, ok := bundled(arch); ok {
+		return okCheck(name, fmt.Sprintf("bundled for linux/%s (%d KiB): calls travel over one channel per session", arch, len(bin)>>10))
 	}
-	return okCheck(name, fmt.Sprintf("bundled for linux/%s (%d KiB): calls travel over one channel per session", arch, len(bin)>>10))
+	if ok, why := self(arch); !ok {
+		return warnCheck(name, fmt.Sprintf("not bundled for linux/%s, and this program cannot serve as its own in a guest (%s): "+
+			"one msb exec per call, each running its tool's bash script; build with make build, or with CGO_ENABLED=0", arch, why))
+	}
+	return okCheck(name, fmt.Sprintf("not bundled for linux/%s (built without make agent): this program, a static build, serves as the agent in the guest; calls travel over one channel per session", arch))
 }
 
 // localAgentCheck says how a local session's calls run the guest agent's

@@ -52,3 +52,18 @@ func TestLocalAgentCheck(t *testing.T) {
 		assert.Equal(t, c.want, localAgentCheck(c.goos, "amd64", c.root, c.bundled), c.goos)
 	}
 }
+
+func TestMsbAgentCheck(t *testing.T) {
+	elf := func(string) ([]byte, bool) { return make([]byte, 4096), true }
+	none := func(string) ([]byte, bool) { return nil, false }
+	static := func(string) (bool, string) { return true, "" }
+	cgo := func(string) (bool, string) { return false, "linked with the C library" }
+	assert.Equal(t, okCheck("guest agent", "bundled for linux/amd64 (4 KiB): calls travel over one channel per session"),
+		msbAgentCheck("amd64", elf, cgo))
+	assert.Equal(t, okCheck("guest agent", "not bundled for linux/amd64 (built without make agent): this program, a static build, serves as the agent in the guest; calls travel over one channel per session"),
+		msbAgentCheck("amd64", none, static))
+	got := msbAgentCheck("amd64", none, cgo)
+	assert.Equal(t, "warn", got.Status)
+	assert.Contains(t, got.Detail, "(linked with the C library)")
+	assert.Contains(t, got.Detail, "CGO_ENABLED=0")
+}

@@ -258,3 +258,27 @@ func sumValues(m map[string]int) int {
 	}
 	return n
 }
+
+func TestRealMSBProgramServesAsItsOwnAgent(t *testing.T) { ownAgent(t, realTarget(t)) }
+func TestFakeMSBProgramServesAsItsOwnAgent(t *testing.T) { ownAgent(t, fakeTarget(t)) }
+
+// ownAgent: a program that links the msb backend serves as the guest agent
+// when the guest starts it as one (package selfagent), as a build without
+// the bundled agent does: this test binary, placed as the agent, answers
+// the channel's calls and one exec's builtin. (The real-VM suite builds
+// it static, as such a build must be to run in any guest.)
+func ownAgent(t *testing.T, tg target) {
+	self, err := os.Executable()
+	require.NoError(t, err)
+	tg.agentFile = self
+	s := tg.create(t, "ownagent")
+	toolCall(t, s, "write", map[string]any{"path": "own.txt", "content": "served by the test binary\n"})
+	assert.Equal(t, "served by the test binary\n", toolCall(t, s, "read", map[string]any{"path": "own.txt"}))
+	assert.Equal(t, "hi\n", toolCall(t, s, "bash", map[string]any{"command": "echo hi"}))
+	requireOnChannel(t, s)
+	assert.Equal(t, map[string]int{"write": 1, "read": 1, "bash-supervisor": 1}, s.Served().Builtins)
+
+	s.DisableAgentChannel()
+	assert.Contains(t, toolCall(t, s, "ls", map[string]any{"path": "."}), "own.txt")
+	assert.Equal(t, 1, s.Served().Builtins["ls"], "%+v", s.Served())
+}

@@ -95,14 +95,17 @@ func verifyAgent(path string, sum [32]byte) (bool, error) {
 }
 
 // SelfCached returns the path of a private copy of the running program in
-// dir, for a program that serves as its own guest agent (a build without
-// the bundled one). The copy is execute-only (mode 0111): a sandbox's
-// commands can run it but not read it, and the program may hold what they
-// must not see. It is named by the program file's path, size and
-// modification time, so a rebuilt program gets a copy of its own; an
-// existing copy is reused when it is a regular file of ours, mode 0111, of
-// the program's size (the directory, closed to others, is checked first).
-func SelfCached(dir string) (string, error) {
+// dir, with mode, for a program that serves as its own guest agent (a
+// build without the bundled one). The local backend binds an
+// execute-only copy (0111): a sandbox's commands can run it but not read
+// it, and the program may hold what they must not see; msb, which reads
+// the copy to place it in the guest with its mode, gets one only its owner
+// may read and run (0500). A copy is named by the program file's path,
+// size and modification time and by its mode, so a rebuilt program gets a
+// copy of its own; an existing copy is reused when it is a regular file of
+// ours with that mode and the program's size (the directory, closed to
+// others, is checked first).
+func SelfCached(dir string, mode os.FileMode) (string, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return "", err
@@ -116,7 +119,7 @@ func SelfCached(dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	id := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d\x00%d", self, fi.Size(), fi.ModTime().UnixNano()))
+	id := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d\x00%d\x00%o", self, fi.Size(), fi.ModTime().UnixNano(), mode))
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
@@ -125,14 +128,14 @@ func SelfCached(dir string) (string, error) {
 	}
 	path := filepath.Join(dir, "oma-sandbox-self-"+hex.EncodeToString(id[:16]))
 	if cur, err := os.Lstat(path); err == nil {
-		if cur.Mode().IsRegular() && cur.Mode().Perm() == 0o111 && ownedByUs(cur) && cur.Size() == fi.Size() {
+		if cur.Mode().IsRegular() && cur.Mode().Perm() == mode && ownedByUs(cur) && cur.Size() == fi.Size() {
 			return path, nil
 		}
 		if err := os.Remove(path); err != nil {
 			return "", err
 		}
 	}
-	if err := place(dir, path, src, 0o111); err != nil {
+	if err := place(dir, path, src, mode); err != nil {
 		return "", err
 	}
 	return path, nil

@@ -13,11 +13,14 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/agentchan"
 	"github.com/oma-sandbox/oma-sandbox/egress"
 	"github.com/oma-sandbox/oma-sandbox/guestagent/bundle"
+	"github.com/oma-sandbox/oma-sandbox/guestagent/selfagent"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
-// agentGuestPath is where a sandbox sees the guest agent, as on msb.
-const agentGuestPath = "/.oma-sandbox/agent"
+// agentGuestPath is where a sandbox sees the guest agent, as on msb. The
+// package links selfagent: a build without the bundled agent serves as
+// its own, from an execute-only copy (agent.hostPath).
+const agentGuestPath = selfagent.GuestPath
 
 // agent is the guest agent a session's calls run their builtins with: a
 // private cached copy, bound read-only into each sandbox.
@@ -36,7 +39,7 @@ var bundled = bundle.Binary
 
 // hostPath finds (once) the agent's host path: "" runs scripts, on a
 // platform the agent does not serve. Without an agent file or a bundled
-// agent, this program serves as its own (agent_linux.go).
+// agent, this program serves as its own (selfagent).
 func (a *agent) hostPath() (string, error) {
 	a.once.Do(func() {
 		if a.off || runtime.GOOS != "linux" {
@@ -55,7 +58,7 @@ func (a *agent) hostPath() (string, error) {
 		switch {
 		case err != nil:
 		case bin == nil:
-			a.path, err = bundle.SelfCached(dir)
+			a.path, err = bundle.SelfCached(dir, 0o111)
 		default:
 			a.path, err = bundle.Cached(dir, bin)
 		}

@@ -5,26 +5,55 @@ import (
 	"os"
 
 	"github.com/oma-sandbox/oma-sandbox/guestagent/bundle"
+	"github.com/oma-sandbox/oma-sandbox/guestagent/selfagent"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
 // agentGuestPath is where create --copy-file places the guest agent.
-const agentGuestPath = "/.oma-sandbox/agent"
+const agentGuestPath = selfagent.GuestPath
 
-// agentBinary returns the agent Create places: the file o.AgentFile names,
-// else the binary bundled for the guest's architecture; nil when there is
-// none (a build without `make agent`).
-func agentBinary(o Options) ([]byte, error) {
+// The agent this build embeds and whether the program can serve as its
+// own in a guest: variables for the tests of a build without the one or
+// the other.
+var (
+	bundled   = bundle.Binary
+	selfGuest = selfagent.Guest
+)
+
+// agentPath returns the host path of the private copy of the agent Create
+// places: the file o.AgentFile names, else the agent bundled for the
+// guest's architecture, else this program when it can serve as its own in
+// the guest (a static Linux build of that architecture). Without any, it
+// returns "" and why. Only a named AgentFile that cannot be read, or a
+// cache that cannot be used, is an error.
+func agentPath(o Options) (path, none string, err error) {
+	arch := bundle.GuestArch()
+	var bin []byte
 	if o.AgentFile != "" {
-		b, err := os.ReadFile(o.AgentFile)
-		if err != nil {
-			return nil, fmt.Errorf("%w: agent file: %w", session.ErrInvalid, err)
+		if bin, err = os.ReadFile(o.AgentFile); err != nil {
+			return "", "", fmt.Errorf("%w: agent file: %w", session.ErrInvalid, err)
 		}
-		if len(b) == 0 {
-			return nil, fmt.Errorf("%w: agent file %s is empty", session.ErrInvalid, o.AgentFile)
+		if len(bin) == 0 {
+			return "", "", fmt.Errorf("%w: agent file %s is empty", session.ErrInvalid, o.AgentFile)
 		}
-		return b, nil
+	} else {
+		bin, _ = bundled(arch)
 	}
-	b, _ := bundle.Binary(bundle.GuestArch())
-	return b, nil
+	self, why := false, ""
+	if bin == nil {
+		if self, why = selfGuest(arch); !self {
+			return "", fmt.Sprintf("this build embeds no guest agent for linux/%s (make agent does) and cannot serve as its own: %s; "+
+				"build it with make build, or with CGO_ENABLED=0", arch, why), nil
+		}
+	}
+	dir, err := bundle.CacheDir()
+	if err != nil {
+		return "", "", err
+	}
+	if self {
+		path, err = bundle.SelfCached(dir, 0o500)
+	} else {
+		path, err = bundle.Cached(dir, bin)
+	}
+	return path, "", err
 }

@@ -23,3 +23,17 @@ func SetHelloTimeout(d time.Duration) (restore func()) {
 	helloTimeout = d
 	return func() { helloTimeout = old }
 }
+
+// WithoutBundledAgent makes Create find no bundled agent, and this program
+// able to serve as its own in a guest or not.
+func WithoutBundledAgent(selfServes bool) (restore func()) {
+	oldBundled, oldSelf := bundled, selfGuest
+	bundled = func(string) ([]byte, bool) { return nil, false }
+	selfGuest = func(string) (bool, string) {
+		if selfServes {
+			return true, ""
+		}
+		return false, "test: it cannot"
+	}
+	return func() { bundled, selfGuest = oldBundled, oldSelf }
+}

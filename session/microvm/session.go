@@ -14,7 +14,6 @@ import (
 
 	"github.com/oma-sandbox/oma-sandbox/egress"
 	"github.com/oma-sandbox/oma-sandbox/grep"
-	"github.com/oma-sandbox/oma-sandbox/guestagent/bundle"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
@@ -267,9 +266,10 @@ func Create(ctx context.Context, o Options) (*Session, error) {
 }
 
 // placeAgent adds the guest agent to the create, from a private cached
-// copy, and arms the channel; without an agent (NoAgent, a build without
-// one, an unusable cache) the session keeps one msb exec per call. Only a
-// named AgentFile that cannot be read is an error.
+// copy, and arms the channel; without an agent (NoAgent, a build that has
+// none and cannot serve as its own, an unusable cache) the session keeps
+// one msb exec per call, each running its tool's script, and says so in a
+// warning. Only a named AgentFile that cannot be read is an error.
 func (s *Session) placeAgent(o Options, c *msb.CreateOptions) error {
 	s.ch.mode, s.ch.agent = channelOff, agentAbsent
 	if o.NoAgent {
@@ -284,17 +284,15 @@ func (s *Session) placeAgent(o Options, c *msb.CreateOptions) error {
 		}
 		return nil
 	}
-	bin, err := agentBinary(o)
-	if err != nil || bin == nil {
+	path, none, err := agentPath(o)
+	switch {
+	case errors.Is(err, session.ErrInvalid):
 		return err
-	}
-	dir, err := bundle.CacheDir()
-	var path string
-	if err == nil {
-		path, err = bundle.Cached(dir, bin)
-	}
-	if err != nil {
-		o.Logger.Warn("guest agent not placed: one msb exec per call", "err", err)
+	case err != nil:
+		o.Logger.Warn("guest agent not placed: one msb exec per call, each running its tool's script", "err", err)
+		return nil
+	case path == "":
+		o.Logger.Warn("guest agent not placed: one msb exec per call, each running its tool's script", "reason", none)
 		return nil
 	}
 	c.CopyFiles = append(c.CopyFiles, msb.CopyFile{Src: path, Dst: agentGuestPath})

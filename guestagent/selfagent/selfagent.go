@@ -1,0 +1,10 @@
+// Package selfagent lets a program serve as its own guest agent: linked
+// in, it runs the agent (guestagent.Main) instead of the program when a
+// sandbox starts the program as the agent, so a build without the
+// bundled agent (guestagent/bundle) still runs every call's builtin. The
+// local backend on Linux always can; a guest of msb can when the program
+// is a static Linux binary of the guest's architecture (Guest).
+package selfagent
+
+// GuestPath is where a sandbox sees the guest agent, on msb and local alike.
+const GuestPath = "/.oma-sandbox/agent"
