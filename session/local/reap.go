@@ -39,7 +39,7 @@ func List(stateDir string) ([]Info, error) {
 	}
 	var out []Info
 	for _, e := range ents {
-		if !e.IsDir() || !validName.MatchString(e.Name()) {
+		if !e.IsDir() || !validName(e.Name()) {
 			continue
 		}
 		dir := filepath.Join(stateDir, e.Name())
@@ -92,7 +92,7 @@ func Reap(ctx context.Context, stateDir string, olderThan time.Duration, now tim
 	cutoff := now.Add(-olderThan)
 	var errs []error
 	for _, e := range ents {
-		if !e.IsDir() || !validName.MatchString(e.Name()) {
+		if !e.IsDir() || !validName(e.Name()) {
 			continue
 		}
 		if err := ctx.Err(); err != nil {

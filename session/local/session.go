@@ -267,7 +267,7 @@ func newSession(rec record, dirs hostDirs, caps Capabilities, plat platform, log
 // It probes the host again unless the proof the session keeps of its last
 // probe still holds (see proofFile).
 func Attach(ctx context.Context, stateDir, name string) (*Session, error) {
-	if !validName.MatchString(name) {
+	if !validName(name) {
 		return nil, &PolicyError{Field: "session name", Value: name, Reason: "not a session name"}
 	}
 	stateDir, err := resolveStateDir(stateDir)
