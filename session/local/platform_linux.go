@@ -467,8 +467,14 @@ func (p *linuxPlatform) startResident(c call, ln, stderr *os.File) (residentProc
 		Command: []string{agentGuestPath, "serve", "--userns=" + strconv.Itoa(residentHostUID) + ":" + guest,
 			"--default-user", guest, "--default-workdir", guestWorkspace, "--seccomp-fd=3", "--listen-fd=4"},
 	}
-	scoped := p.landlock >= confine.ScopeABI
-	filter, err := confine.FilterFile(confine.FilterOptions{DenyUnixSockets: !scoped && spec.Network == NetworkUnrestricted})
+	danger := c.policy.Mode == ModeDangerFullAccess
+	if danger {
+		spec.System = dangerEntries()
+	}
+	// As for a sandbox per call (launch): the host's abstract sockets are
+	// out of reach in every mode but danger-full-access.
+	scoped := !danger && p.landlock >= confine.ScopeABI
+	filter, err := confine.FilterFile(confine.FilterOptions{DenyUnixSockets: !scoped && !danger && spec.Network == NetworkUnrestricted})
 	if err != nil {
 		return procs, fmt.Errorf("seccomp filter: %w", err)
 	}

@@ -22,9 +22,8 @@ import (
 //
 // Calls a resident sandbox cannot run as a sandbox of their own would
 // still run one each: root's (uploads and skills), those of a session
-// whose policy it does not cover (danger-full-access, an egress
-// allowlist, cgroup limits), and every call on a host where it cannot
-// start.
+// whose policy it does not cover (an egress allowlist, cgroup limits),
+// and every call on a host where it cannot start.
 
 const (
 	// residentHelloTimeout bounds the wait for the agent's first frame.
@@ -85,7 +84,7 @@ type residency struct {
 func (s *Session) residentFor(c call) bool {
 	rs, ok := s.plat.(residentStarter)
 	return ok && rs.residentPossible() && s.agent.present() && !c.root &&
-		c.policy.Mode != ModeDangerFullAccess && c.policy.Network != NetworkAllowlist && !c.limits.cgroupNeeded()
+		c.policy.Network != NetworkAllowlist && !c.limits.cgroupNeeded()
 }
 
 // mayBeResident reports whether calls of this session may run in a

@@ -210,6 +210,12 @@ func TestDangerModeAudits(t *testing.T) {
 	if string(res.Stdout) != "host/workspace\n" || res.ExitCode != 4 {
 		t.Fatalf("danger mode: %q %q", res.Stdout, res.Stderr)
 	}
+	// A session's resident sandbox covers danger-full-access too, and its
+	// calls are audited as a sandbox's per call are.
+	rs, ok := s.plat.(residentStarter)
+	if want := ok && rs.residentPossible(); (s.Served().Resident == 1) != want {
+		t.Errorf("resident calls %d, want the resident sandbox: %v", s.Served().Resident, want)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if len(events) != 2 || events[0].Kind != AuditStarted || events[1].Kind != AuditCompleted || events[1].ExitCode != 4 ||

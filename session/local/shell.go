@@ -103,7 +103,9 @@ func (s *Session) Shell(ctx context.Context, cmd session.Command, opts session.S
 		return nil, err
 	}
 	if conn != nil {
+		s.emit(AuditStarted, nil)
 		res, err := s.runResident(cctx, conn, c, cmd, opts, guestTimeout, maxOutput)
+		s.emit(AuditCompleted, res)
 		return res, wallTimeError(limits, opts, err)
 	}
 	agent, err := s.agent.hostPath()
