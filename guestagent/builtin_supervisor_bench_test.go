@@ -1,0 +1,41 @@
+//go:build linux
+
+package guestagent
+
+import (
+	"bytes"
+	"io"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
+	"github.com/oma-sandbox/oma-sandbox/bashproto"
+)
+
+// BenchmarkBashSupervisor sets the bash builtin beside the bash it starts:
+// "bash" is that process alone (the command reader given `true`), "builtin"
+// the whole builtin around it; their difference is the supervisor's cost.
+func BenchmarkBashSupervisor(b *testing.B) {
+	b.Run("run=bash", func(b *testing.B) {
+		for b.Loop() {
+			cmd := exec.Command("/bin/bash", "-c", bashproto.CommandReader, "bash")
+			cmd.Stdin = strings.NewReader("true\n")
+			if err := cmd.Run(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("run=builtin", func(b *testing.B) {
+		dir := b.TempDir()
+		for b.Loop() {
+			_, args, stdin := bashproto.Script(bashproto.NewCall(), "true", time.Minute, bashproto.LogsIn(dir), bashproto.Limits{MaxLines: 2000, MaxBytes: 50 << 10})
+			var out bytes.Buffer
+			code, err := RunBuiltin(agentwire.BuiltinBashSupervisor, args, bytes.NewReader(stdin), &out, io.Discard)
+			if err != nil || code != 0 {
+				b.Fatalf("exit %d, %v: %q", code, err, out.String())
+			}
+		}
+	})
+}
