@@ -100,26 +100,31 @@ func verifyAgent(path string, sum [32]byte) (bool, error) {
 // execute-only copy (0111): a sandbox's commands can run it but not read
 // it, and the program may hold what they must not see; msb, which reads
 // the copy to place it in the guest with its mode, gets one only its owner
-// may read and run (0500). A copy is named by the program file's path,
+// may read and run (0500). The copy is of the program running, read
+// through /proc/self/exe where there is one: a program replaced on disk
+// since it started (an upgrade under a long-lived server) is not copied in
+// its place. A copy is named by that file's identity (device and inode),
 // size and modification time and by its mode, so a rebuilt program gets a
 // copy of its own; an existing copy is reused when it is a regular file of
 // ours with that mode and the program's size (the directory, closed to
 // others, is checked first).
 func SelfCached(dir string, mode os.FileMode) (string, error) {
-	self, err := os.Executable()
+	src, err := os.Open("/proc/self/exe")
 	if err != nil {
-		return "", err
-	}
-	src, err := os.Open(self)
-	if err != nil {
-		return "", err
+		self, err := os.Executable()
+		if err != nil {
+			return "", err
+		}
+		if src, err = os.Open(self); err != nil {
+			return "", err
+		}
 	}
 	defer src.Close()
 	fi, err := src.Stat()
 	if err != nil {
 		return "", err
 	}
-	id := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d\x00%d\x00%o", self, fi.Size(), fi.ModTime().UnixNano(), mode))
+	id := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d\x00%d\x00%o", fileIdentity(fi), fi.Size(), fi.ModTime().UnixNano(), mode))
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}

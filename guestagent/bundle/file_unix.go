@@ -3,6 +3,7 @@
 package bundle
 
 import (
+	"fmt"
 	"os"
 	"syscall"
 )
@@ -15,4 +16,13 @@ const openNoFollow = syscall.O_NOFOLLOW | syscall.O_NONBLOCK
 func ownedByUs(fi os.FileInfo) bool {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	return ok && int(st.Uid) == os.Geteuid()
+}
+
+// fileIdentity names the file fi describes: its device and inode.
+func fileIdentity(fi os.FileInfo) string {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("%d:%d", st.Dev, st.Ino)
 }
