@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 )
 
 // CacheDir is the private directory agent copies are kept in:
@@ -131,9 +133,12 @@ func SelfCached(dir string, mode os.FileMode) (string, error) {
 	if err := checkPrivateDir(dir); err != nil {
 		return "", err
 	}
-	path := filepath.Join(dir, "oma-sandbox-self-"+hex.EncodeToString(id[:16]))
+	path := filepath.Join(dir, selfPrefix+hex.EncodeToString(id[:16]))
+	now := time.Now()
 	if cur, err := os.Lstat(path); err == nil {
 		if cur.Mode().IsRegular() && cur.Mode().Perm() == mode && ownedByUs(cur) && cur.Size() == fi.Size() {
+			// Its time says when it was last asked for (pruneSelf).
+			_ = os.Chtimes(path, now, now)
 			return path, nil
 		}
 		if err := os.Remove(path); err != nil {
@@ -143,7 +148,37 @@ func SelfCached(dir string, mode os.FileMode) (string, error) {
 	if err := place(dir, path, src, mode); err != nil {
 		return "", err
 	}
+	pruneSelf(dir, path, now)
 	return path, nil
+}
+
+const (
+	selfPrefix = "oma-sandbox-self-"
+	// selfUnused is how long a copy of a program may go unasked for before
+	// the next copy placed removes it: every build of a program gets a
+	// copy of its own, some tens of MiB each.
+	selfUnused = 7 * 24 * time.Hour
+)
+
+// pruneSelf removes, from dir, the copies of programs other than keep that
+// no one asked for in selfUnused: regular files of ours only. A process
+// still using one places it again when it finds it gone (SelfCached, from
+// the program running).
+func pruneSelf(dir, keep string, now time.Time) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		p := filepath.Join(dir, e.Name())
+		if !strings.HasPrefix(e.Name(), selfPrefix) || p == keep {
+			continue
+		}
+		fi, err := os.Lstat(p)
+		if err == nil && fi.Mode().IsRegular() && ownedByUs(fi) && now.Sub(fi.ModTime()) > selfUnused {
+			_ = os.Remove(p)
+		}
+	}
 }
 
 // place writes r to path atomically with mode: a temporary file in dir,

@@ -12,6 +12,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // selfHelperEnv makes the test binary a helper that waits for a line on
@@ -88,5 +91,61 @@ func TestSelfCachedCopiesTheRunningProgram(t *testing.T) {
 	}
 	if fi.Mode().Perm() != 0o500 {
 		t.Errorf("mode %o, want 0500", fi.Mode().Perm())
+	}
+}
+
+// Placing a copy removes the copies of other programs no one asked for in
+// a week; a copy asked for again is kept (its time is renewed), and
+// nothing but copies of ours is touched.
+func TestSelfCachedPrunesCopiesUnaskedFor(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cache")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-selfUnused - time.Hour)
+	plant := func(name string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("x"), 0o500); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	stale := plant(selfPrefix + "stale")
+	other := plant("oma-guest-agent-0123") // a bundled agent's copy
+	link := filepath.Join(dir, selfPrefix+"link")
+	if err := os.Symlink(other, link); err != nil {
+		t.Fatal(err)
+	}
+	ts := []unix.Timespec{unix.NsecToTimespec(old.UnixNano()), unix.NsecToTimespec(old.UnixNano())}
+	if err := unix.UtimesNanoAt(unix.AT_FDCWD, link, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		t.Fatal(err)
+	}
+	recent := plant(selfPrefix + "recent")
+	if err := os.Chtimes(recent, time.Now(), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+
+	path, err := SelfCached(dir, 0o500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]bool{stale: false, other: true, link: true, recent: true, path: true} {
+		if _, err := os.Lstat(p); (err == nil) != want {
+			t.Errorf("%s: exists %v, want %v", filepath.Base(p), err == nil, want)
+		}
+	}
+
+	// Asked for again, the copy's time is renewed.
+	if err := os.Chtimes(path, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := SelfCached(dir, 0o500); err != nil || again != path {
+		t.Fatalf("asked again: %q, %v", again, err)
+	}
+	if fi, err := os.Stat(path); err != nil || time.Since(fi.ModTime()) > time.Minute {
+		t.Errorf("the copy asked for again was not renewed: %v %v", fi.ModTime(), err)
 	}
 }

@@ -1,7 +1,9 @@
 package local
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"runtime"
@@ -31,6 +33,9 @@ type agent struct {
 	once sync.Once
 	path string // host path of the cached copy; "" for none
 	err  error
+
+	mu   sync.Mutex // guards path once it is this program's copy
+	self bool       // path is this program's own copy (bundle.SelfCached)
 }
 
 // bundled is the agent this build embeds (a variable for the tests of a
@@ -59,6 +64,7 @@ func (a *agent) hostPath() (string, error) {
 		case err != nil:
 		case bin == nil:
 			a.path, err = bundle.SelfCached(dir, 0o111)
+			a.self = true
 		default:
 			a.path, err = bundle.Cached(dir, bin)
 		}
@@ -66,7 +72,23 @@ func (a *agent) hostPath() (string, error) {
 			a.err = fmt.Errorf("local sandbox: agent cache: %w: %w", err, session.ErrCannotStart)
 		}
 	})
-	return a.path, a.err
+	if !a.self || a.err != nil {
+		return a.path, a.err
+	}
+	// Another program's SelfCached prunes copies unasked for a while: a
+	// long-lived session places its own again.
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, err := os.Lstat(a.path); errors.Is(err, fs.ErrNotExist) {
+		dir, err := bundle.CacheDir()
+		if err == nil {
+			a.path, err = bundle.SelfCached(dir, 0o111)
+		}
+		if err != nil {
+			return "", fmt.Errorf("local sandbox: agent cache: %w: %w", err, session.ErrCannotStart)
+		}
+	}
+	return a.path, nil
 }
 
 // present reports, without preparing it, whether calls may run the agent

@@ -475,6 +475,15 @@ func TestAProgramWithoutTheBundledAgentServesAsItsOwn(t *testing.T) {
 		path, err := s.agent.hostPath()
 		require.NoError(t, err)
 		assert.Contains(t, filepath.Base(path), "oma-sandbox-self-")
+		if perCall {
+			// Pruned by another program: the next call places it again.
+			require.NoError(t, os.Remove(path))
+			assert.Equal(t, "body\n", rsh(t, s, `cat /workspace/f.txt`))
+			res, err := s.Shell(context.Background(), write, session.ShellOptions{Stdin: strings.NewReader("again\n")})
+			require.NoError(t, err)
+			require.Equal(t, 0, res.ExitCode, "stderr %q", res.Stderr)
+			assert.FileExists(t, path)
+		}
 	}
 }
 
