@@ -455,11 +455,12 @@ func TestBashWithoutRecordsKillsTheCommand(t *testing.T) {
 type wordlessCleanup struct {
 	session.Session
 	isCleanup func(session.Command) bool
+	wordless  int32 // how many cleanups end so; 0 means one
 	cleanups  atomic.Int32
 }
 
 func (w *wordlessCleanup) Shell(ctx context.Context, cmd session.Command, o session.ShellOptions) (*session.Result, error) {
-	if w.isCleanup(cmd) && w.cleanups.Add(1) == 1 {
+	if w.isCleanup(cmd) && w.cleanups.Add(1) <= max(w.wordless, 1) {
 		return &session.Result{ExitCode: 255}, nil
 	}
 	return w.Session.Shell(ctx, cmd, o)

@@ -139,19 +139,30 @@ func TestSearchUsesOperationTimeout(t *testing.T) {
 	})
 }
 
-// A search's cleanup that ends without a word is sent once more: the
-// search's processes die and the session stays usable.
+// A search's cleanup that ends without a word is sent again, twice at
+// most: the search's processes die and the session stays usable. A third
+// wordless end gives the session up.
 func TestSearchCleanupEndingWithoutAWordIsSentAgain(t *testing.T) {
-	s, _ := openMsb(t)
-	cleanup, _ := grep.CleanupScript("")
-	w := &wordlessCleanup{Session: s, isCleanup: func(c session.Command) bool { return c.Script == cleanup }}
-	tb := tools.New(w, tools.Options{OperationTimeout: time.Second})
-	sh(t, s, `mkfifo blocked`)
-	_, err := tb.Call(context.Background(), "grep", json.RawMessage(fmt.Sprintf(`{"pattern": "x", "path": %q}`, s.Paths().Workspace+"/blocked")), nil)
-	assert.EqualError(t, err, "Grep timed out after 1 seconds")
-	assert.EqualValues(t, 2, w.cleanups.Load(), "the cleanup was sent twice")
-	assert.False(t, s.Poisoned())
-	assert.Equal(t, "", sh(t, s, rgParent, s.Paths().Workspace+"/blocked"), "the search's rg is gone")
+	for _, wordless := range []int32{1, 2, 3} {
+		t.Run(fmt.Sprint(wordless), func(t *testing.T) {
+			s, _ := openMsb(t)
+			cleanup, _ := grep.CleanupScript("")
+			w := &wordlessCleanup{Session: s, wordless: wordless, isCleanup: func(c session.Command) bool { return c.Script == cleanup }}
+			tb := tools.New(w, tools.Options{OperationTimeout: time.Second})
+			sh(t, s, `mkfifo blocked`)
+			_, err := tb.Call(context.Background(), "grep", json.RawMessage(fmt.Sprintf(`{"pattern": "x", "path": %q}`, s.Paths().Workspace+"/blocked")), nil)
+			if wordless == 3 {
+				assert.ErrorContains(t, err, "grep cleanup: guest processes survived (exit 255)")
+				assert.EqualValues(t, 3, w.cleanups.Load(), "the cleanup was sent three times")
+				assert.True(t, s.Poisoned())
+				return
+			}
+			assert.EqualError(t, err, "Grep timed out after 1 seconds")
+			assert.EqualValues(t, wordless+1, w.cleanups.Load(), "the cleanup was sent until it had its say")
+			assert.False(t, s.Poisoned())
+			assert.Equal(t, "", sh(t, s, rgParent, s.Paths().Workspace+"/blocked"), "the search's rg is gone")
+		})
+	}
 }
 
 // Parallel calls of every kind on one session each get their own result;
