@@ -284,3 +284,16 @@ func FuzzParsePortForward(f *testing.F) {
 		}
 	})
 }
+
+// ValidateName is msb's name rule, the expression below, written out.
+func FuzzValidateName(f *testing.F) {
+	rule := regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+	for _, s := range []string{"", "a", ".a", "-a", "_a", "a.b-c_d", "a/b", "a b", "ä", strings.Repeat("a", 128), strings.Repeat("a", 129), "a\n", "A9"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		if got, want := ValidateName("name", name) == nil, rule.MatchString(name); got != want {
+			t.Fatalf("ValidateName(%q) accepts: %v, the rule says %v", name, got, want)
+		}
+	})
+}

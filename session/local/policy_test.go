@@ -4,7 +4,7 @@ import (
 	"errors"
 	"flag"
 	"github.com/oma-sandbox/oma-sandbox/egress"
-	"regexp"
+	"github.com/oma-sandbox/oma-sandbox/msb"
 	"strings"
 	"testing"
 	"time"
@@ -187,7 +187,7 @@ func TestSessionNames(t *testing.T) {
 		{"", "ws", "sess"}, {"", "", ""}, {"My Prefix!", "Work/Space", "../../etc"}, {"-x", long, long}, {"", "ÄÖÜ", "日本"},
 	} {
 		n := sessionName(c[0], c[1], c[2], now)
-		if !validName(n) {
+		if msb.ValidateName("session name", n) != nil {
 			t.Errorf("%q → invalid name %q", c, n)
 		}
 	}
@@ -233,17 +233,4 @@ func TestScrubEnv(t *testing.T) {
 	if err != nil || len(kept) != 2 || kept["EDITOR"] != "vi" || len(dropped) != 8 {
 		t.Fatalf("kept %v dropped %v err %v", kept, dropped, err)
 	}
-}
-
-// validName is the msb name rule written out; the expression is the rule.
-func FuzzValidName(f *testing.F) {
-	rule := regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-	for _, s := range []string{"", "a", ".a", "-a", "_a", "a.b-c_d", "a/b", "a b", "ä", strings.Repeat("a", 128), strings.Repeat("a", 129), "a\n", "A9"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, name string) {
-		if got, want := validName(name), rule.MatchString(name); got != want {
-			t.Fatalf("validName(%q) = %v, the rule says %v", name, got, want)
-		}
-	})
 }

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
@@ -39,7 +40,7 @@ func List(stateDir string) ([]Info, error) {
 	}
 	var out []Info
 	for _, e := range ents {
-		if !e.IsDir() || !validName(e.Name()) {
+		if !e.IsDir() || msb.ValidateName("session name", e.Name()) != nil {
 			continue
 		}
 		dir := filepath.Join(stateDir, e.Name())
@@ -92,7 +93,7 @@ func Reap(ctx context.Context, stateDir string, olderThan time.Duration, now tim
 	cutoff := now.Add(-olderThan)
 	var errs []error
 	for _, e := range ents {
-		if !e.IsDir() || !validName(e.Name()) {
+		if !e.IsDir() || msb.ValidateName("session name", e.Name()) != nil {
 			continue
 		}
 		if err := ctx.Err(); err != nil {

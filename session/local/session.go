@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/oma-sandbox/oma-sandbox/internal/safefs"
+	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
@@ -267,7 +268,8 @@ func newSession(rec record, dirs hostDirs, caps Capabilities, plat platform, log
 // It probes the host again unless the proof the session keeps of its last
 // probe still holds (see proofFile).
 func Attach(ctx context.Context, stateDir, name string) (*Session, error) {
-	if !validName(name) {
+	// msb's name rule, so a local session name is valid there too.
+	if msb.ValidateName("session name", name) != nil {
 		return nil, &PolicyError{Field: "session name", Value: name, Reason: "not a session name"}
 	}
 	stateDir, err := resolveStateDir(stateDir)
