@@ -89,13 +89,7 @@ func (p *linuxPlatform) launch(c call) (l *launched, err error) {
 		// relay runs its command without fd 3, so there the shell does.)
 		spec.Command = slices.Concat(c.argv[:2], []string{"--ready-fd=" + strconv.Itoa(markerFD)}, c.argv[2:])
 	}
-	// Abstract unix sockets of the host are out of reach in every mode but
-	// danger-full-access: scoped by Landlock where the kernel can, else,
-	// when the sandbox shares the host's network, no AF_UNIX sockets.
-	scoped := spec.Mode != ModeDangerFullAccess && p.landlock >= confine.ScopeABI
-	filter, err := confine.FilterFile(confine.FilterOptions{
-		DenyUnixSockets: !scoped && spec.Mode != ModeDangerFullAccess && spec.Network == NetworkUnrestricted,
-	})
+	filter, scoped, err := p.socketConfinement(spec)
 	if err != nil {
 		return nil, fmt.Errorf("local sandbox %s: seccomp filter: %v: %w", c.name, err, session.ErrCannotStart)
 	}
@@ -161,6 +155,18 @@ func (p *linuxPlatform) launch(c call) (l *launched, err error) {
 	}
 	cmd.Path, cmd.Args = argv[0], argv
 	return l, nil
+}
+
+// socketConfinement is the seccomp filter of a sandbox of spec, and
+// whether Landlock scopes its abstract unix sockets. The host's abstract
+// sockets are out of reach in every mode but danger-full-access: scoped
+// by Landlock where the kernel can, else, when the sandbox shares the
+// host's network, no AF_UNIX sockets at all.
+func (p *linuxPlatform) socketConfinement(spec bwrapSpec) (filter *os.File, scoped bool, err error) {
+	danger := spec.Mode == ModeDangerFullAccess
+	scoped = !danger && p.landlock >= confine.ScopeABI
+	filter, err = confine.FilterFile(confine.FilterOptions{DenyUnixSockets: !scoped && !danger && spec.Network == NetworkUnrestricted})
+	return filter, scoped, err
 }
 
 // newLinuxPlatform finds the host tools a sandbox needs, running none of
@@ -467,14 +473,10 @@ func (p *linuxPlatform) startResident(c call, ln, stderr *os.File) (residentProc
 		Command: []string{agentGuestPath, "serve", "--userns=" + strconv.Itoa(residentHostUID) + ":" + guest,
 			"--default-user", guest, "--default-workdir", guestWorkspace, "--seccomp-fd=3", "--listen-fd=4"},
 	}
-	danger := c.policy.Mode == ModeDangerFullAccess
-	if danger {
+	if c.policy.Mode == ModeDangerFullAccess {
 		spec.System = dangerEntries()
 	}
-	// As for a sandbox per call (launch): the host's abstract sockets are
-	// out of reach in every mode but danger-full-access.
-	scoped := !danger && p.landlock >= confine.ScopeABI
-	filter, err := confine.FilterFile(confine.FilterOptions{DenyUnixSockets: !scoped && !danger && spec.Network == NetworkUnrestricted})
+	filter, scoped, err := p.socketConfinement(spec)
 	if err != nil {
 		return procs, fmt.Errorf("seccomp filter: %w", err)
 	}
