@@ -22,13 +22,9 @@ func init() {
 	}
 }
 
-var static = sync.OnceValues(func() (bool, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return false, err
-	}
-	return isStatic(self)
-})
+// static reads the program running, as bundle.SelfCached copies it: not
+// what lies at its path now.
+var static = sync.OnceValues(func() (bool, error) { return isStatic("/proc/self/exe") })
 
 // isStatic reports whether the ELF file at path needs no dynamic loader.
 func isStatic(path string) (bool, error) {

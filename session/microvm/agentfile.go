@@ -23,37 +23,35 @@ var (
 // agentPath returns the host path of the private copy of the agent Create
 // places: the file o.AgentFile names, else the agent bundled for the
 // guest's architecture, else this program when it can serve as its own in
-// the guest (a static Linux build of that architecture). Without any, it
-// returns "" and why. Only a named AgentFile that cannot be read, or a
-// cache that cannot be used, is an error.
-func agentPath(o Options) (path, none string, err error) {
+// the guest (a static Linux build of that architecture). An AgentFile
+// that cannot be read is session.ErrInvalid; any other error says why
+// there is no agent to place.
+func agentPath(o Options) (string, error) {
 	arch := bundle.GuestArch()
 	var bin []byte
 	if o.AgentFile != "" {
+		var err error
 		if bin, err = os.ReadFile(o.AgentFile); err != nil {
-			return "", "", fmt.Errorf("%w: agent file: %w", session.ErrInvalid, err)
+			return "", fmt.Errorf("%w: agent file: %w", session.ErrInvalid, err)
 		}
 		if len(bin) == 0 {
-			return "", "", fmt.Errorf("%w: agent file %s is empty", session.ErrInvalid, o.AgentFile)
+			return "", fmt.Errorf("%w: agent file %s is empty", session.ErrInvalid, o.AgentFile)
 		}
 	} else {
 		bin, _ = bundled(arch)
 	}
-	self, why := false, ""
 	if bin == nil {
-		if self, why = selfGuest(arch); !self {
-			return "", fmt.Sprintf("this build embeds no guest agent for linux/%s (make agent does) and cannot serve as its own: %s; "+
-				"build it with make build, or with CGO_ENABLED=0", arch, why), nil
+		if ok, why := selfGuest(arch); !ok {
+			return "", fmt.Errorf("this build embeds no guest agent for linux/%s (make agent does) and cannot serve as its own: %s; "+
+				"build it with make build, or with CGO_ENABLED=0", arch, why)
 		}
 	}
 	dir, err := bundle.CacheDir()
 	if err != nil {
-		return "", "", err
+		return "", err
 	}
-	if self {
-		path, err = bundle.SelfCached(dir, 0o500)
-	} else {
-		path, err = bundle.Cached(dir, bin)
+	if bin == nil {
+		return bundle.SelfCached(dir, 0o500)
 	}
-	return path, "", err
+	return bundle.Cached(dir, bin)
 }

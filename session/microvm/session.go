@@ -284,15 +284,12 @@ func (s *Session) placeAgent(o Options, c *msb.CreateOptions) error {
 		}
 		return nil
 	}
-	path, none, err := agentPath(o)
-	switch {
-	case errors.Is(err, session.ErrInvalid):
+	path, err := agentPath(o)
+	if errors.Is(err, session.ErrInvalid) {
 		return err
-	case err != nil:
+	}
+	if err != nil {
 		o.Logger.Warn("guest agent not placed: one msb exec per call, each running its tool's script", "err", err)
-		return nil
-	case path == "":
-		o.Logger.Warn("guest agent not placed: one msb exec per call, each running its tool's script", "reason", none)
 		return nil
 	}
 	c.CopyFiles = append(c.CopyFiles, msb.CopyFile{Src: path, Dst: agentGuestPath})
