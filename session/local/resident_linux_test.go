@@ -102,7 +102,18 @@ func TestResidentSandboxOutlivesCalls(t *testing.T) {
 // neither signal, trace nor read it; and the command runs under the
 // seccomp filter and without capabilities.
 func TestResidentAgentOutOfReach(t *testing.T) {
-	s := newResidentSession(t, Options{WorkspaceID: "ws", SessionID: "reach"})
+	for name, pol := range map[string]Policy{
+		"workspace-write": {},
+		// The host's file system is the sandbox's; the session's
+		// directory, closed to the guest user, still keeps the socket.
+		"danger-full-access": {Mode: ModeDangerFullAccess, AllowDangerous: true},
+	} {
+		t.Run(name, func(t *testing.T) { residentAgentOutOfReach(t, pol) })
+	}
+}
+
+func residentAgentOutOfReach(t *testing.T, pol Policy) {
+	s := newResidentSession(t, Options{WorkspaceID: "ws", SessionID: "reach", Policy: pol})
 	out := rsh(t, s, `for p in /proc/[0-9]*; do
   case "$(tr '\0' ' ' < $p/cmdline 2>/dev/null)" in "/.oma-sandbox/agent serve "*|"oma-guest-agent serve "*) echo "${p#/proc/}";; esac
 done`)
@@ -130,7 +141,7 @@ echo done`
 	assert.Contains(t, string(status), "\nUid:\t"+strconv.Itoa(residentHostUID)+"\t")
 	assert.Equal(t, "ok\n", rsh(t, s, `echo ok`), "the agent still serves")
 	// Nor can a command reach the agent's socket: the session's directory
-	// is not in the sandbox.
+	// is not in the sandbox, or (danger-full-access) not open to it.
 	require.FileExists(t, filepath.Join(s.dirs.Root, residentSocket))
 	assert.Equal(t, "hidden\n", rsh(t, s, `[ -e '`+filepath.Join(s.dirs.Root, residentSocket)+`' ] && echo visible || echo hidden`))
 }
