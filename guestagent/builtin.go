@@ -268,6 +268,12 @@ func setThreadIdentity(id identity, groups []int) error {
 // It is what `oma-guest-agent builtin` does, for the tests that hold each
 // builtin to its script.
 func RunBuiltin(name string, args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	return runBuiltin(name, args, stdin, stdout, stderr, nil)
+}
+
+// runBuiltin is RunBuiltin with the channel that ends the call when it
+// closes (nil: nothing does).
+func runBuiltin(name string, args []string, stdin io.Reader, stdout, stderr io.Writer, killed <-chan struct{}) (int, error) {
 	fn := builtins[name]
 	if fn == nil {
 		return 0, fmt.Errorf("unknown builtin %q", name)
@@ -279,6 +285,6 @@ func RunBuiltin(name string, args []string, stdin io.Reader, stdout, stderr io.W
 	return fn(&builtinCall{
 		Args: args, Stdin: stdin, Stdout: stdout, Stderr: stderr,
 		User:    identity{uint32(os.Geteuid()), uint32(os.Getegid())},
-		Workdir: dir, Env: os.Environ(),
+		Workdir: dir, Env: os.Environ(), Killed: killed,
 	}), nil
 }

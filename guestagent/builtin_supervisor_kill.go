@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
 	"github.com/oma-sandbox/oma-sandbox/bashproto"
 )
 
@@ -98,8 +99,10 @@ func supervisorsGone(sups []*supervision, procs map[int]uint64) bool {
 	return true
 }
 
-// supervisorProcesses finds the script supervisors of call id by their
-// argv, as the kill script does, with their start times read before it.
+// supervisorProcesses finds the supervisors of call id that run as
+// processes of their own by their argv, with their start times read
+// before it: the script's, and the builtin's run by `AGENT builtin` (one
+// msb exec per call), which ends on SIGUSR1 as the script's does.
 func supervisorProcesses(id string) map[int]uint64 {
 	d, err := os.Open("/proc")
 	if err != nil {
@@ -123,9 +126,22 @@ func supervisorProcesses(id string) map[int]uint64 {
 			continue
 		}
 		argv := bytes.Split(b, []byte{0})
-		if len(argv) > 4 && string(argv[3]) == bashproto.SupervisorName && string(argv[4]) == id {
+		if len(argv) > 4 && string(argv[3]) == bashproto.SupervisorName && string(argv[4]) == id || builtinSupervisorOf(argv, id) {
 			pids[pid] = st.start
 		}
 	}
 	return pids
+}
+
+// builtinSupervisorOf tells whether argv is `AGENT builtin [--ready-fd=N]
+// bash-supervisor ID ...` for call id.
+func builtinSupervisorOf(argv [][]byte, id string) bool {
+	if len(argv) < 3 || string(argv[1]) != "builtin" {
+		return false
+	}
+	rest := argv[2:]
+	if bytes.HasPrefix(rest[0], []byte("--ready-fd=")) {
+		rest = rest[1:]
+	}
+	return len(rest) > 1 && string(rest[0]) == agentwire.BuiltinBashSupervisor && string(rest[1]) == id
 }

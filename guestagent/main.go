@@ -3,15 +3,19 @@
 package guestagent
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/oma-sandbox/oma-sandbox/agentwire"
 )
@@ -98,14 +102,20 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return 0
 		case len(args) >= 2 && args[0] == "builtin":
 			args = args[1:]
-			if fd, ok := strings.CutPrefix(args[0], "--ready-fd="); ok && len(args) >= 2 {
+			fd, readyFD := strings.CutPrefix(args[0], "--ready-fd=")
+			if readyFD && len(args) >= 2 {
 				if err := ready(fd); err != nil {
 					fmt.Fprintf(stderr, "oma-guest-agent: %v\n", err)
 					return 2
 				}
 				args = args[1:]
 			}
-			code, err := RunBuiltin(args[0], args[1:], stdin, stdout, stderr)
+			if args[0] == agentwire.BuiltinBashSupervisor && !readyFD {
+				if code, ran := inOwnSession(args, stdin, stdout, stderr); ran {
+					return code
+				}
+			}
+			code, err := runBuiltin(args[0], args[1:], stdin, stdout, stderr, killedBySIGUSR1())
 			if err != nil {
 				fmt.Fprintf(stderr, "oma-guest-agent: %v\n", err)
 				return 2
@@ -172,4 +182,52 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// killedBySIGUSR1 closes when the process gets SIGUSR1: a builtin run as a
+// process of its own (one msb exec per call) ends on it as one the agent
+// serves ends on a kill frame. The host's bash-kill sends it to the
+// supervisor of a call it cut short, which then kills the command's whole
+// tree, escaped processes too. So that the supervisor lives until then, a
+// write to a host that went away fails instead of killing it by SIGPIPE.
+func killedBySIGUSR1() <-chan struct{} {
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	killed := make(chan struct{})
+	go func() {
+		<-usr1
+		close(killed)
+	}()
+	return killed
+}
+
+// inOwnSession puts a bash supervisor run as a process of its own (one msb
+// exec per call) into a session of its own, as the script's `setsid -w`
+// did: a host that kills the msb exec that started it, with its whole
+// process group, leaves the supervisor alive for bash-kill, which asks it
+// to kill the command's tree, escaped processes too. A process group
+// leader cannot start a session: it runs the builtin again as a child that
+// can, waits for it and reports ran. A call with a ready descriptor (the
+// local backend's, whose sandbox ends with the call) needs none of this.
+func inOwnSession(args []string, stdin io.Reader, stdout, stderr io.Writer) (code int, ran bool) {
+	if _, err := syscall.Setsid(); err == nil {
+		return 0, false
+	}
+	if sid, err := unix.Getsid(0); err == nil && sid == os.Getpid() {
+		return 0, false // already a session's leader
+	}
+	cmd := exec.Command("/proc/self/exe", append([]string{"builtin"}, args...)...)
+	cmd.Args[0] = os.Args[0] // as selfagent knows the agent
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Run(); err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return waitStatus(exit.ProcessState), true
+		}
+		fmt.Fprintf(stderr, "oma-guest-agent: %v\n", err)
+		return 2, true
+	}
+	return 0, true
 }

@@ -1,0 +1,71 @@
+//go:build linux
+
+package guestagent
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
+	"github.com/oma-sandbox/oma-sandbox/bashproto"
+	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
+)
+
+// A bash supervisor run as a process of its own (one msb exec per call)
+// outlives a host that kills the exec's whole process group, and kills the
+// command's tree, a daemon that escaped without the owner tag too, when
+// bash-kill asks. As a group leader, which cannot start a session in
+// place, it runs again as a child that can.
+func TestBashSupervisorProcessOutlivesItsExec(t *testing.T) {
+	agent := agenttest.AgentBinary(t)
+	for _, leader := range []bool{false, true} {
+		t.Run(map[bool]string{false: "group member", true: "group leader"}[leader], func(t *testing.T) {
+			dir := t.TempDir()
+			pidsFile := filepath.Join(dir, "pids")
+			call := bashproto.NewCall()
+			_, args, stdin := bashproto.Script(call, treeCommand+"sleep 100", 60*time.Second,
+				bashproto.Logs{Live: dir + "/live", Kept: dir + "/kept"}, bashproto.Limits{MaxLines: 2000, MaxBytes: 50 << 10})
+			// The exec: a shell that leads its group, as msb exec's process
+			// does, with the supervisor in it as a member or as the leader.
+			argv := append([]string{agent, "builtin", agentwire.BuiltinBashSupervisor}, args...)
+			var exec0 *exec.Cmd
+			if leader {
+				exec0 = exec.Command(argv[0], argv[1:]...)
+			} else {
+				exec0 = exec.Command("/bin/bash", append([]string{"-c", `"$@"; exit $?`, "exec"}, argv...)...)
+			}
+			exec0.Args[0] = "oma-guest-agent"
+			if !leader {
+				exec0.Args[0] = "bash"
+			}
+			exec0.Stdin = bytes.NewReader(stdin)
+			exec0.Env = append(os.Environ(), "PIDS="+pidsFile)
+			exec0.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			require.NoError(t, exec0.Start())
+			pids := waitForPids(t, pidsFile, 4)
+
+			require.NoError(t, syscall.Kill(-exec0.Process.Pid, syscall.SIGKILL), "the host kills the exec")
+			_ = exec0.Wait()
+			for _, pid := range pids {
+				assert.True(t, liveProcess(pid), "pid %d died with the exec", pid)
+			}
+
+			kill := exec.Command(agent, "builtin", agentwire.BuiltinBashKill, call.ID)
+			kill.Args[0] = "oma-guest-agent"
+			out, err := kill.CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			for _, pid := range pids {
+				assert.Eventually(t, func() bool { return !liveProcess(pid) }, 5*time.Second, 10*time.Millisecond,
+					"pid %d survived bash-kill", pid)
+			}
+		})
+	}
+}
