@@ -58,8 +58,9 @@ func msbChecks(ctx context.Context, o DoctorOptions) []Check {
 
 // agentCheck says how msb sessions get the guest agent: bundled for the
 // guest's architecture (make agent embeds it), or this program serving as
-// its own (a static Linux build of that architecture); else every call is
-// one msb exec running its tool's script, and the check says how to fix it.
+// its own (a static Linux build of that architecture); else msb sessions
+// are refused, since the agent runs every tool call, and the check fails
+// saying how to fix it.
 func agentCheck() Check {
 	return msbAgentCheck(bundle.GuestArch(), bundle.Binary, selfagent.Guest)
 }
@@ -70,8 +71,8 @@ func msbAgentCheck(arch string, bundled func(string) ([]byte, bool), self func(s
 		return okCheck(name, fmt.Sprintf("bundled for linux/%s (%d KiB): calls travel over one channel per session", arch, len(bin)>>10))
 	}
 	if ok, why := self(arch); !ok {
-		return warnCheck(name, fmt.Sprintf("not bundled for linux/%s, and this program cannot serve as its own in a guest (%s): "+
-			"one msb exec per call, each running its tool's bash script; build with make build, or with CGO_ENABLED=0", arch, why))
+		return failCheck(name, fmt.Sprintf("not bundled for linux/%s, and this program cannot serve as its own in a guest (%s): "+
+			"every msb session is refused, the agent running every tool call; build with make build, or with CGO_ENABLED=0", arch, why))
 	}
 	return okCheck(name, fmt.Sprintf("not bundled for linux/%s (built without make agent): this program, a static build, serves as the agent in the guest; calls travel over one channel per session", arch))
 }
@@ -82,7 +83,7 @@ func msbAgentCheck(arch string, bundled func(string) ([]byte, bool), self func(s
 func localAgentCheck(goos, goarch string, root bool, bundled func(string) ([]byte, bool)) Check {
 	const name = "guest agent"
 	if goos != "linux" {
-		return warnCheck(name, "serves Linux only: each call runs its tool's script")
+		return failCheck(name, "serves Linux only, and it runs every tool call: no local session runs on "+goos)
 	}
 	where := "a session's calls, from every process, run in its resident sandbox"
 	if !root {

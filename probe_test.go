@@ -47,7 +47,7 @@ func TestLocalAgentCheck(t *testing.T) {
 		{"linux", true, elf, okCheck("guest agent", "bundled for linux/amd64 (4 KiB): a session's calls, from every process, run in its resident sandbox")},
 		{"linux", false, elf, okCheck("guest agent", "bundled for linux/amd64 (4 KiB): each call runs its builtin in a sandbox of its own (a resident sandbox per session needs host root)")},
 		{"linux", true, none, okCheck("guest agent", "not bundled for linux/amd64 (built without make agent): this program serves as the agent; a session's calls, from every process, run in its resident sandbox")},
-		{"darwin", true, elf, warnCheck("guest agent", "serves Linux only: each call runs its tool's script")},
+		{"darwin", true, elf, failCheck("guest agent", "serves Linux only, and it runs every tool call: no local session runs on darwin")},
 	} {
 		assert.Equal(t, c.want, localAgentCheck(c.goos, "amd64", c.root, c.bundled), c.goos)
 	}
@@ -63,7 +63,7 @@ func TestMsbAgentCheck(t *testing.T) {
 	assert.Equal(t, okCheck("guest agent", "not bundled for linux/amd64 (built without make agent): this program, a static build, serves as the agent in the guest; calls travel over one channel per session"),
 		msbAgentCheck("amd64", none, static))
 	got := msbAgentCheck("amd64", none, cgo)
-	assert.Equal(t, "warn", got.Status)
+	assert.Equal(t, "fail", got.Status, "msb is not usable")
 	assert.Contains(t, got.Detail, "(linked with the C library)")
 	assert.Contains(t, got.Detail, "CGO_ENABLED=0")
 }

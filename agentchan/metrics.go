@@ -17,8 +17,8 @@ const (
 	// CallsMetric counts the calls that reached the guest, by oma.route
 	// ("channel": the agent's channel; "own": a process of their own, an
 	// msb exec or a local sandbox per call) and oma.ran ("builtin": the
-	// agent's builtin; "script"; "script_fallback": a script where the
-	// session expected the agent's builtin).
+	// agent's builtin, as every tool call is; "script": a command of the
+	// caller's own, such as session exec's).
 	CallsMetric = "oma_sandbox.agent.calls"
 )
 
@@ -86,9 +86,8 @@ func (m *Meters) Event(e Event) {
 }
 
 // Call counts a call: onChannel says it ran on the channel, builtin names
-// the agent's builtin that ran it ("" for a script), fellBack says it
-// named a builtin and ran its script.
-func (m *Meters) Call(onChannel bool, builtin string, fellBack bool) {
+// the agent's builtin that ran it ("" for a script).
+func (m *Meters) Call(onChannel bool, builtin string) {
 	if m == nil || m.calls == nil {
 		return
 	}
@@ -96,11 +95,8 @@ func (m *Meters) Call(onChannel bool, builtin string, fellBack bool) {
 	if onChannel {
 		route = "channel"
 	}
-	switch {
-	case builtin != "":
+	if builtin != "" {
 		ran = "builtin"
-	case fellBack:
-		ran = "script_fallback"
 	}
 	m.calls.Add(context.Background(), 1, metric.WithAttributes(m.backend, attrRoute.String(route), attrRan.String(ran)))
 }

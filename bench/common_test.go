@@ -90,7 +90,7 @@ func sessionOptions(client *msb.Client, agentFile string) microvm.Options {
 		SessionID:   "s" + strconv.FormatInt(sessionSeq.Add(1), 10),
 		Image:       image,
 		AgentFile:   agentFile,
-		NoAgent:     agentFile == "",
+		NoChannel:   agentFile == "",
 	}
 }
 

@@ -14,7 +14,7 @@ import (
 func realVMSession(b *testing.B, client *msb.Client, channel bool) *microvm.Session {
 	b.Helper()
 	o := sessionOptions(client, "")
-	o.Image, o.NoAgent, o.OperationTimeout = microvm.DefaultImage, !channel, realvm.OperationTimeout
+	o.Image, o.NoChannel, o.OperationTimeout = microvm.DefaultImage, !channel, realvm.OperationTimeout
 	s, err := microvm.Create(context.Background(), o)
 	check(b, err)
 	b.Cleanup(func() { check(b, s.Close(context.Background())) })
@@ -36,7 +36,7 @@ func BenchmarkRealVMToolCall(b *testing.B) {
 	execTB, _ := toolFixture(b, client, execSess)
 	channelAndExecRows(b, client, chanSess, execSess, chanTB, execTB, nil)
 	served := chanSess.Served()
-	if served.Exec > 0 || served.ScriptFallbacks > 0 {
+	if served.Exec > 0 {
 		b.Fatalf("a channel call fell back: %+v", served)
 	}
 }
@@ -50,7 +50,7 @@ func BenchmarkRealVMSession(b *testing.B) {
 	lifetime := func(channel bool) func() {
 		return func() {
 			o := sessionOptions(client, "")
-			o.Image, o.NoAgent, o.OperationTimeout = microvm.DefaultImage, !channel, realvm.OperationTimeout
+			o.Image, o.NoChannel, o.OperationTimeout = microvm.DefaultImage, !channel, realvm.OperationTimeout
 			s, err := microvm.Create(context.Background(), o)
 			check(b, err)
 			mustShell(b, s, "true")

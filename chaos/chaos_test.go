@@ -437,7 +437,7 @@ func runSession(tg target, rec *recorder, k int, rng *rand.Rand) {
 		sess, err = microvm.Create(ctx, microvm.Options{
 			Client: client, WorkspaceID: "chaos", SessionID: "s" + strconv.Itoa(k), Image: tg.image,
 			OperationTimeout: tm.opTimeout, StartupTimeout: tm.startupTimeout,
-			AgentFile: tg.agent, NoAgent: !withChannel,
+			AgentFile: tg.agent, NoChannel: !withChannel,
 		})
 		return err
 	})

@@ -66,7 +66,7 @@ func TestKnownIssues(t *testing.T) {
 		t.Helper()
 		s, err := microvm.Create(ctx, microvm.Options{
 			Client: msb.NewClient(&msb.CLI{Path: env.Bin}), WorkspaceID: "known", SessionID: "s", Image: "debian",
-			NoAgent: true, // the faults below hit msb exec invocations
+			NoChannel: true, // the faults below hit msb exec invocations
 		})
 		if err != nil {
 			t.Fatal(err)

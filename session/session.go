@@ -39,10 +39,15 @@ var (
 	// ErrChannelBroken reports that the msb backend's guest-agent channel
 	// died under a call (the agent or its msb exec ended, the agent broke
 	// the protocol, the sandbox stopped): the call's outcome is unknown.
-	// The session reopens the channel once, then uses one msb exec per call.
+	// The session reopens the channel once, then uses one msb exec per call
+	// (each running the agent's builtin).
 	ErrChannelBroken = errors.New("guest agent channel broken")
-	ErrNotFound      = errors.New("sandbox not found")
-	ErrInvalid       = errors.New("invalid session option")
+	// ErrNoAgent reports that a session has no guest agent, the program
+	// that runs every tool call: a build that embeds none and cannot serve
+	// as its own, or a sandbox made without one.
+	ErrNoAgent  = errors.New("no guest agent")
+	ErrNotFound = errors.New("sandbox not found")
+	ErrInvalid  = errors.New("invalid session option")
 	// ErrGone reports that a session's sandbox disappeared while the
 	// session was in use (session rm or the reaper, from another process).
 	// Nothing is left to poison or recover; it also matches ErrNotFound.

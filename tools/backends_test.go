@@ -130,7 +130,6 @@ func newLocal(t *testing.T, perCall bool) (session.Session, func() int) {
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() {
-		require.Zero(t, s.Served().ScriptFallbacks, "a call ran its script where the agent has a builtin: %+v", s.Served())
 		require.NoError(t, s.Close(context.Background()))
 	})
 	c := &countingSession{Session: s}
@@ -160,7 +159,7 @@ func openMsb(t *testing.T) (session.Session, func() int) {
 	runner := &countingRunner{inner: &msb.CLI{Path: env.Bin}}
 	s, err := microvm.Create(context.Background(), microvm.Options{
 		Client: msb.NewClient(runner), WorkspaceID: "ws-" + strings.ToLower(t.Name()), SessionID: "s1", Image: "debian",
-		NoAgent: true,
+		NoChannel: true,
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() {

@@ -35,7 +35,7 @@ import (
 // none, and bashproto's tests pin what the shell supervisor still does.
 func forEachBashBackend(t *testing.T, fn func(t *testing.T, s session.Session, calls func() int)) {
 	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
-		if onBackend(t, "msb-channel") || onBackend(t, "local") || onBackend(t, "local-per-call") {
+		if !onBackend(t, "host") {
 			requireSupervisorIs(t, s, "agent") // the agent's file name in the sandbox
 		} else {
 			requireSupervisorIs(t, s, "perl")

@@ -20,7 +20,7 @@ func msbSession(t *testing.T) (*fakemsbtest.Env, *microvm.Session, *tools.Toolbo
 	s, err := microvm.Create(context.Background(), microvm.Options{
 		Client: msb.NewClient(&msb.CLI{Path: env.Bin}), WorkspaceID: "ws", SessionID: "s", Image: "debian",
 		// The faults these tests inject hit msb exec invocations.
-		NoAgent: true,
+		NoChannel: true,
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close(context.Background()) })

@@ -362,7 +362,7 @@ func TestCollect100MiBFitsItsDeadline(t *testing.T) {
 	env := fakemsbtest.New(t)
 	s, err := microvm.Create(context.Background(), microvm.Options{
 		Client: msb.NewClient(&msb.CLI{Path: env.Bin}), WorkspaceID: "w", SessionID: "big", Image: "debian",
-		NoAgent: true,
+		NoChannel: true,
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, s.Close(context.Background())) })

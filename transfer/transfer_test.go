@@ -96,10 +96,7 @@ func openMsb(t *testing.T, channel bool) session.Session {
 	env := fakemsbtest.New(t)
 	o := microvm.Options{
 		Client: msb.NewClient(&msb.CLI{Path: env.Bin}), WorkspaceID: "w", SessionID: "s", Image: "debian",
-		NoAgent: !channel,
-	}
-	if channel {
-		o.AgentFile = agenttest.AgentBinary(t)
+		NoChannel: !channel, AgentFile: agenttest.AgentBinary(t),
 	}
 	s, err := microvm.Create(context.Background(), o)
 	require.NoError(t, err)

@@ -15,7 +15,8 @@ import (
 )
 
 func main() {
-	hello, err := agentwire.Append(nil, &agentwire.Hello{Version: agentwire.Version, PID: os.Getpid()})
+	// It claims the builtin the host's write runs, as any forgery would.
+	hello, err := agentwire.Append(nil, &agentwire.Hello{Version: agentwire.Version, PID: os.Getpid(), Builtins: []string{agentwire.BuiltinWrite}})
 	if err != nil {
 		panic(err)
 	}

@@ -55,20 +55,19 @@ var idle struct {
 	byChannel map[bool]*kept
 }
 
-// Open gives t a session on the Shared VM with the default image: over the
-// guest agent bundled into the test binary (make agent) when channel is
-// set, else one msb exec per call. A session boots a microVM, which takes
+// Open gives t a session on the Shared VM with the default image and the
+// guest agent bundled into the test binary (make agent): its calls go over
+// the agent's channel when channel is set, else by one msb exec each. A session boots a microVM, which takes
 // seconds under emulation, so a test that passed hands its session on to
 // the next test of the process, reset as Create left it (resetScript); one
 // that failed, or whose session was poisoned or closed, has it closed and
 // the next test gets a new one. The test's cleanup checks that every call
-// it made went the way asked: a silent fallback to one exec per call, or
-// to a script where the agent has a builtin, or a plain msb exec on the
-// channel's session, fails it. calls counts the test's round trips: msb
+// it made went the way asked: a silent fallback to one exec per call, or a
+// plain msb exec on the channel's session, fails it. calls counts the test's round trips: msb
 // invocations, or calls on the channel.
 func Open(t *testing.T, channel bool) (s *microvm.Session, calls func() int) {
 	t.Helper()
-	if _, ok := bundle.Binary(bundle.GuestArch()); channel && !ok {
+	if _, ok := bundle.Binary(bundle.GuestArch()); !ok {
 		t.Fatal("no guest agent is bundled into this test binary: run make agent before building it")
 	}
 	k := takeIdle(t, channel)
@@ -78,7 +77,6 @@ func Open(t *testing.T, channel bool) (s *microvm.Session, calls func() int) {
 		now := k.s.Served()
 		now.Exec -= served.Exec
 		now.Channel -= served.Channel
-		now.ScriptFallbacks -= served.ScriptFallbacks
 		for name, n := range served.Builtins {
 			now.Builtins[name] -= n
 		}
@@ -91,7 +89,6 @@ func Open(t *testing.T, channel bool) (s *microvm.Session, calls func() int) {
 			require.Len(t, k.runner.started(), starts, "a channel opened in a session without the agent")
 		} else {
 			require.Zero(t, n.Exec, "a call fell back to one msb exec: %+v", n)
-			require.Zero(t, n.ScriptFallbacks, "a call ran its script where the agent has a builtin: %+v", n)
 			for _, argv := range k.runner.ran()[runs:] {
 				require.NotEqual(t, "exec", argv[0], "a call left the channel: %q", argv)
 			}
@@ -139,9 +136,12 @@ func takeIdle(t *testing.T, channel bool) *kept {
 	client := msb.NewClient(runner)
 	s, err := microvm.Create(context.Background(), microvm.Options{
 		Client: client, WorkspaceID: workspaceID, SessionID: "s1",
-		NoAgent: !channel, OperationTimeout: OperationTimeout,
+		OperationTimeout: OperationTimeout,
 	})
 	require.NoError(t, err)
+	if !channel {
+		s.DisableAgentChannel()
+	}
 	return &kept{s: s, runner: runner, client: client}
 }
 

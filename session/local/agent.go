@@ -28,7 +28,6 @@ const agentGuestPath = selfagent.GuestPath
 // private cached copy, bound read-only into each sandbox.
 type agent struct {
 	file string // Options.AgentFile; "" means the bundled agent
-	off  bool   // Options.NoAgent
 
 	once sync.Once
 	path string // host path of the cached copy; "" for none
@@ -42,14 +41,10 @@ type agent struct {
 // build without one).
 var bundled = bundle.Binary
 
-// hostPath finds (once) the agent's host path: "" runs scripts, on a
-// platform the agent does not serve. Without an agent file or a bundled
-// agent, this program serves as its own (selfagent).
+// hostPath finds (once) the agent's host path. Without an agent file or a
+// bundled agent, this program serves as its own (selfagent).
 func (a *agent) hostPath() (string, error) {
 	a.once.Do(func() {
-		if a.off || runtime.GOOS != "linux" {
-			return
-		}
 		var bin []byte
 		if a.file != "" {
 			if bin, a.err = os.ReadFile(a.file); a.err != nil {
@@ -91,21 +86,13 @@ func (a *agent) hostPath() (string, error) {
 	return a.path, nil
 }
 
-// present reports, without preparing it, whether calls may run the agent
-// (on Linux there is always one: this program, if no other): a call to a
-// resident sandbox already running needs no copy of it here.
-func (a *agent) present() bool {
-	return !a.off && runtime.GOOS == "linux"
-}
-
 // Served counts how a session's calls ran.
 type Served struct {
 	// Builtins counts, by name, the calls the guest agent ran.
 	Builtins map[string]int
-	// Scripts is the calls bash ran; ScriptFallbacks those of them that
-	// named a builtin, run as scripts because the session has no agent.
-	Scripts         int
-	ScriptFallbacks int
+	// Scripts is the calls bash ran: commands of the caller's own, such
+	// as session exec's.
+	Scripts int
 	// Resident is the calls (of those above) the session's resident
 	// sandbox ran; the others ran sandboxes of their own.
 	Resident int
@@ -144,27 +131,23 @@ func (s *Session) countRefusal(e *egress.RefusedError) {
 	}
 }
 
-func (c *servedCounter) count(builtin string, fellBack, resident bool) {
+func (c *servedCounter) count(builtin string, resident bool) {
 	if m := c.meters.Load(); m != nil {
-		m.agent.Call(resident, builtin, fellBack)
+		m.agent.Call(resident, builtin)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if resident {
 		c.n.Resident++
 	}
-	switch {
-	case builtin != "":
-		if c.n.Builtins == nil {
-			c.n.Builtins = map[string]int{}
-		}
-		c.n.Builtins[builtin]++
-	case fellBack:
+	if builtin == "" {
 		c.n.Scripts++
-		c.n.ScriptFallbacks++
-	default:
-		c.n.Scripts++
+		return
 	}
+	if c.n.Builtins == nil {
+		c.n.Builtins = map[string]int{}
+	}
+	c.n.Builtins[builtin]++
 }
 
 // Served returns how this session's calls have run so far (calls refused

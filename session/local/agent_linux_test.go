@@ -60,13 +60,26 @@ func TestCallsRunTheAgentsBuiltins(t *testing.T) {
 	assert.Contains(t, strings.Split(fields[5], ","), "ro", "mount options of %s: %q", agentGuestPath, cmdErr.Text)
 }
 
-// Without an agent a call runs its script, and is counted as a fallback.
-func TestNoAgentRunsScripts(t *testing.T) {
-	s := newTestSession(t, Options{WorkspaceID: "ws", SessionID: "noagent", NoAgent: true})
-	res, err := s.Shell(context.Background(), session.Command{Script: "echo script", Builtin: "cat"}, session.ShellOptions{})
+// A builtin the resident sandbox's agent does not offer (an older agent,
+// started by another program) runs in a sandbox of its own, by this
+// program's agent, which answers for it.
+func TestABuiltinTheResidentAgentLacksRunsPerCall(t *testing.T) {
+	s := newTestSession(t, Options{WorkspaceID: "ws", SessionID: "lacks"})
+	if s.caps.Backend == "" {
+		t.Skip("no working bubblewrap sandbox here")
+	}
+	assert.Equal(t, "hi\n", rsh(t, s, "echo hi"))
+	resident := s.Served().Resident
+	if resident == 0 {
+		t.Skip("no resident sandbox on this host")
+	}
+	res, err := s.Shell(context.Background(), session.Command{Builtin: "no-such-builtin"}, session.ShellOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, "script\n", string(res.Stdout))
-	assert.Equal(t, Served{Scripts: 1, ScriptFallbacks: 1}, s.Served())
+	assert.NotZero(t, res.ExitCode)
+	assert.Contains(t, string(res.Stderr), "no-such-builtin", "the per-call agent's answer")
+	n := s.Served()
+	assert.Equal(t, resident, n.Resident, "not run by the resident sandbox")
+	assert.Equal(t, 1, n.Builtins["no-such-builtin"])
 }
 
 // An agent file that cannot be read is refused at Create, which names it

@@ -30,8 +30,8 @@ func none(detail string) Control    { return Control{EvidenceNone, detail} }
 // ran. Resources summarises Limits, which holds one Control per limit key
 // (wall-time, output, memory, processes, cpu, file-size).
 type Capabilities struct {
-	Platform   string // linux, darwin, windows
-	Backend    string // bubblewrap, seatbelt, broker, or "" when none works
+	Platform   string // runtime.GOOS
+	Backend    string // bubblewrap, or "" when none works
 	Filesystem Control
 	Network    Control
 	Process    Control

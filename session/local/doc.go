@@ -25,12 +25,9 @@
 // abstract unix sockets out of reach, which matters when the sandbox
 // shares the host's network.
 //
-// macOS runs each call under sandbox-exec with a generated Seatbelt
-// profile. There is no path remapping, so Paths reports the host paths
-// and the tools follow it. Windows runs each call through an external
-// broker (brambo-windows-sandbox-broker) confined to the session's
-// directories; without a broker that passes its self-test every session
-// is refused.
+// The backend runs on Linux only: every tool call is a builtin of the
+// guest agent, which needs Linux. On other systems every session is
+// refused and doctor says why (macOS has msb's microVMs; Windows, WSL2).
 //
 // Each call is its own sandbox: no process outlives its Shell call, and
 // on Linux the call's pid namespace takes detached descendants with it.

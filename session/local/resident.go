@@ -83,7 +83,7 @@ type residency struct {
 // residentFor reports whether call c can run in the resident sandbox.
 func (s *Session) residentFor(c call) bool {
 	rs, ok := s.plat.(residentStarter)
-	return ok && rs.residentPossible() && s.agent.present() && !c.root &&
+	return ok && rs.residentPossible() && !c.root &&
 		c.policy.Network != NetworkAllowlist && !c.limits.cgroupNeeded()
 }
 
@@ -218,10 +218,10 @@ func (s *Session) runResident(ctx context.Context, conn *agentchan.Conn, c call,
 		Script: cmd.Script, Args: cmd.Args, Stdin: opts.Stdin, Workdir: c.workdir,
 		Timeout: guestTimeout, MaxOutput: maxOutput,
 	}
-	if cmd.Builtin != "" && conn.Offers(cmd.Builtin) {
+	if cmd.Builtin != "" {
 		req.Script, req.Builtin = "", cmd.Builtin
 	}
-	s.served.count(req.Builtin, cmd.Builtin != "" && req.Builtin == "", true)
+	s.served.count(req.Builtin, true)
 	res, err := conn.Run(ctx, req, agentchan.Output{Stdout: opts.Stdout, Stderr: opts.Stderr})
 	if err == nil {
 		return &session.Result{ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr}, nil

@@ -53,9 +53,6 @@ type Options struct {
 	// architecture) whose builtins the tools' calls run; "" means the one
 	// bundled into this build. Linux only.
 	AgentFile string
-	// NoAgent runs every call as its bash script, as a build without an
-	// agent does.
-	NoAgent bool
 	// SandboxPerCall runs every call in a sandbox of its own, as calls
 	// of an attached session run, instead of the session's resident
 	// sandbox (resident.go).
@@ -197,7 +194,7 @@ func Create(ctx context.Context, o Options) (*Session, error) {
 	if err := admit(ctx, caps, o.Policy, o.Limits); err != nil {
 		return nil, err
 	}
-	agent := &agent{file: o.AgentFile, off: o.NoAgent}
+	agent := &agent{file: o.AgentFile}
 	if _, err := agent.hostPath(); err != nil {
 		return nil, err
 	}

@@ -58,7 +58,7 @@ type launched struct {
 }
 
 // Shell runs `/bin/bash -c SCRIPT bash ARGS...`, or, when the command
-// names a builtin and the session has the guest agent, that builtin: as a
+// names a builtin, the guest agent's builtin: as a
 // call to the agent in the session's resident sandbox where one applies,
 // else in a fresh sandbox over the session's directories (the builtin as
 // `agent builtin NAME ARGS...`). A non-zero exit is in Result.ExitCode. A call
@@ -102,26 +102,25 @@ func (s *Session) Shell(ctx context.Context, cmd session.Command, opts session.S
 	if err != nil {
 		return nil, err
 	}
-	if conn != nil {
+	// A resident sandbox another process started may run an older agent;
+	// a builtin it lacks runs in a sandbox of its own, with this program's.
+	if conn != nil && (cmd.Builtin == "" || conn.Offers(cmd.Builtin)) {
 		s.emit(AuditStarted, nil)
 		res, err := s.runResident(cctx, conn, c, cmd, opts, guestTimeout, maxOutput)
 		s.emit(AuditCompleted, res)
 		return res, wallTimeError(limits, opts, err)
 	}
-	agent, err := s.agent.hostPath()
-	if err != nil {
-		return nil, err
-	}
-	builtin := ""
-	if cmd.Builtin != "" && agent != "" {
-		builtin, c.agent = cmd.Builtin, agent
-		c.argv = append([]string{agentGuestPath, "builtin", builtin}, cmd.Args...)
+	if cmd.Builtin != "" {
+		if c.agent, err = s.agent.hostPath(); err != nil {
+			return nil, err
+		}
+		c.argv = append([]string{agentGuestPath, "builtin", cmd.Builtin}, cmd.Args...)
 	}
 	l, err := s.plat.launch(c)
 	if err != nil {
 		return nil, err
 	}
-	s.served.count(builtin, cmd.Builtin != "" && builtin == "", false)
+	s.served.count(cmd.Builtin, false)
 	s.emit(AuditStarted, nil)
 	res, err := run(cctx, runSpec{
 		cmd: l.cmd, marker: l.marker, start: l.start, stdin: opts.Stdin, stdout: opts.Stdout, stderr: opts.Stderr,

@@ -42,8 +42,8 @@ func agentPath(o Options) (string, error) {
 	}
 	if bin == nil {
 		if ok, why := selfGuest(arch); !ok {
-			return "", fmt.Errorf("this build embeds no guest agent for linux/%s (make agent does) and cannot serve as its own: %s; "+
-				"build it with make build, or with CGO_ENABLED=0", arch, why)
+			return "", fmt.Errorf("%w: this build embeds none for linux/%s (make agent does) and cannot serve as its own: %s; "+
+				"build it with make build, or with CGO_ENABLED=0", session.ErrNoAgent, arch, why)
 		}
 	}
 	dir, err := bundle.CacheDir()

@@ -53,9 +53,6 @@ type channel struct {
 	// resume its inspect.
 	known   *sandboxFacts
 	started bool
-	// agent is what calls by one exec each know of the agent in the
-	// sandbox (see execbuiltin.go).
-	agent agentPresence
 	// gone answers, once per dead channel, whether it died with its
 	// sandbox (see sandboxGone); deadConn is the channel it is for.
 	deadConn *agentchan.Conn
@@ -112,7 +109,6 @@ func (s *Session) channelConn(ctx context.Context) *agentchan.Conn {
 	if err != nil {
 		if ctx.Err() == nil && !errors.Is(err, errInspect) {
 			ch.mode = channelOff
-			ch.distrustAgentLocked()
 			s.event(agentchan.OpenFailed)
 			s.event(agentchan.FellBack)
 		}
@@ -140,7 +136,6 @@ func (s *Session) openChannel(ctx context.Context) (*agentchan.Conn, *msb.Proces
 	case err != nil:
 		return nil, nil, err
 	case !facts.agent:
-		s.ch.agent = agentAbsent
 		return nil, nil, fmt.Errorf("sandbox was created without the guest agent")
 	}
 	argv := []string{agentGuestPath, "serve"}
@@ -241,7 +236,6 @@ func (ch *channel) detachLocked(died bool) (*agentchan.Conn, *msb.Process) {
 		ch.deaths++
 		if ch.deaths >= 2 {
 			ch.mode = channelOff
-			ch.distrustAgentLocked()
 		}
 	}
 	return conn, proc
@@ -333,10 +327,14 @@ func (s *Session) runChannel(ctx context.Context, conn *agentchan.Conn, cmd sess
 		User: opts.User, Workdir: workdir,
 		Timeout: opts.GuestTimeout, MaxOutput: opts.MaxOutput,
 	}
-	if cmd.Builtin != "" && conn.Offers(cmd.Builtin) {
+	if cmd.Builtin != "" {
+		if !conn.Offers(cmd.Builtin) {
+			return nil, fmt.Errorf("%w: the agent in sandbox %s does not offer %q: it is older than this program (placed by an older one, or a fork of an older session's disk)",
+				session.ErrNoAgent, s.names.Sandbox, cmd.Builtin)
+		}
 		req.Script, req.Builtin = "", cmd.Builtin
 	}
-	s.served.channel(req.Builtin, cmd.Builtin != "" && req.Builtin == "")
+	s.served.channel(req.Builtin)
 	res, err := conn.Run(ctx, req, agentchan.Output{Stdout: opts.Stdout, Stderr: opts.Stderr})
 	var out *session.Result
 	if res != nil {

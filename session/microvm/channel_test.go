@@ -29,7 +29,7 @@ import (
 func channelOptions(t *testing.T, env *fakemsbtest.Env, agent string) microvm.Options {
 	t.Setenv("XDG_CACHE_HOME", t.TempDir())
 	o := options(env)
-	o.NoAgent = false
+	o.NoChannel = false
 	o.AgentFile = agent
 	if agent == "" {
 		o.AgentFile = agenttest.AgentBinary(t)
@@ -153,15 +153,18 @@ func TestChannelCacheReuseAndRepair(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "keep me", string(data), "its target untouched")
 
+	// An open cache places no agent, and so there is no session.
 	require.NoError(t, os.Chmod(dir, 0o777))
 	env.ResetLog(t)
-	createAndClose("fourth")
-	assert.NotContains(t, argvs(t, env)[0], "--copy-file", "an open cache places no agent")
+	o.SessionID = "fourth"
+	_, err = microvm.Create(context.Background(), o)
+	require.ErrorContains(t, err, "it must be closed to group and others")
+	assert.Empty(t, argvs(t, env), "msb was not asked for anything")
 }
 
-// TestChannelFallback: a sandbox without the agent (created before it, or
-// with NoAgent), an agent that fails at once, and one that never says
-// hello all leave the session on one msb exec per call, quickly.
+// TestChannelFallback: a sandbox without the agent (made by other means),
+// an agent that fails at once, and one that never says hello all leave
+// the session on one msb exec per call, quickly.
 func TestChannelFallback(t *testing.T) {
 	defer microvm.SetHelloTimeout(500 * time.Millisecond)()
 	for _, c := range []struct {
@@ -180,12 +183,16 @@ func TestChannelFallback(t *testing.T) {
 			if c.agent != "" {
 				o.AgentFile = fakeAgent(t, c.agent)
 			}
-			o.NoAgent = c.noAgent
-			created := createSession(t, o)
 			// Attached: a session object that does not know whether the
 			// sandbox has the agent.
-			s, err := microvm.Attach(o.Client, "", created.Name())
-			require.NoError(t, err)
+			var s *microvm.Session
+			if c.noAgent {
+				s = bareSandbox(t, env)
+			} else {
+				var err error
+				s, err = microvm.Attach(o.Client, "", createSession(t, o).Name())
+				require.NoError(t, err)
+			}
 			events := channelEvents(t, s)
 			env.ResetLog(t)
 			start := time.Now()
@@ -297,13 +304,13 @@ func TestChannelDeath(t *testing.T) {
 			assert.Nil(t, env.Channel(s.Name()).Msb)
 			assert.Equal(t, map[string]int64{"opened": 2, "died": 2, "fell_back": 1}, events())
 
-			// Nor does one exec run the agent the channel gave up on: a
-			// call naming a builtin runs its script, counted as a fallback.
+			if c.agent != "" {
+				return
+			}
+			// A call naming a builtin runs it by one exec of the agent.
 			env.ResetLog(t)
-			fallbacks := s.Served().ScriptFallbacks
-			assert.Equal(t, `0 "script ran in /workspace\n"`, globCall(t, s, ""))
-			assert.Equal(t, []string{"/bin/bash"}, execArgv0s(t, env, 0))
-			assert.Equal(t, fallbacks+1, s.Served().ScriptFallbacks)
+			assert.Equal(t, `0 "MARK\x00"`, globCall(t, s, ""))
+			assert.Equal(t, []string{"/.oma-sandbox/agent"}, execArgv0s(t, env, 0))
 		})
 	}
 }
@@ -572,27 +579,34 @@ func TestChannelWorkdirParity(t *testing.T) {
 	}
 }
 
-// TestChannelBuiltins: a Command's builtin runs in the agent when its hello
-// offers the name, and its script runs otherwise; one exec per call always
-// runs the script. The script here differs from the builtin on purpose, to
-// tell which ran.
+// TestChannelBuiltins: a Command's builtin runs in the agent, over the
+// channel or by one exec of its own; a builtin the channel's agent does
+// not offer (an older agent's) fails with session.ErrNoAgent and runs
+// nothing else.
 func TestChannelBuiltins(t *testing.T) {
 	env, exec, channel := execAndChannelSessions(t)
-	run := func(s *microvm.Session, builtin string) string {
+	run := func(s *microvm.Session, builtin string) (string, error) {
 		t.Helper()
 		res, err := s.Shell(context.Background(), session.Command{
-			Script:  `echo "script ran in $2"`,
 			Args:    []string{"tok", "/workspace", "MARK", "0", "", ""},
 			Builtin: builtin,
 		}, session.ShellOptions{})
-		require.NoError(t, err)
-		return fmt.Sprintf("%d %q", res.ExitCode, res.Stdout)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%d %q", res.ExitCode, res.Stdout), nil
 	}
-	assert.Equal(t, `0 "MARK\x00"`, run(channel, agentwire.BuiltinGlobEnumerate), "an offered builtin, over the channel")
-	assert.Equal(t, `0 "script ran in /workspace\n"`, run(channel, "not-offered"), "a builtin the agent lacks")
-	assert.Equal(t, `0 "script ran in /workspace\n"`, run(exec, agentwire.BuiltinGlobEnumerate), "one exec per call")
+	out, err := run(channel, agentwire.BuiltinGlobEnumerate)
+	require.NoError(t, err)
+	assert.Equal(t, `0 "MARK\x00"`, out, "an offered builtin, over the channel")
+	_, err = run(channel, "not-offered")
+	require.ErrorIs(t, err, session.ErrNoAgent, "a builtin the agent lacks")
+	assert.Contains(t, err.Error(), `does not offer "not-offered"`)
+	out, err = run(exec, agentwire.BuiltinGlobEnumerate)
+	require.NoError(t, err)
+	assert.Equal(t, `0 "MARK\x00"`, out, "one exec per call")
 	require.Len(t, env.Channel(channel.Name()).Agents, 1, "the calls went over one channel")
-	assert.Equal(t, microvm.Served{Channel: 2, Builtins: map[string]int{agentwire.BuiltinGlobEnumerate: 1}, ScriptFallbacks: 1},
+	assert.Equal(t, microvm.Served{Channel: 1, Builtins: map[string]int{agentwire.BuiltinGlobEnumerate: 1}},
 		channel.Served(), "the channel session's calls, as counted")
-	assert.Equal(t, microvm.Served{Exec: 1}, exec.Served(), "the exec session's call, as counted")
+	assert.Equal(t, microvm.Served{Exec: 1, Builtins: map[string]int{agentwire.BuiltinGlobEnumerate: 1}}, exec.Served(), "the exec session's call, as counted")
 }

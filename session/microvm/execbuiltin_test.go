@@ -12,16 +12,15 @@ import (
 
 	"github.com/oma-sandbox/oma-sandbox/agentwire"
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
+	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 )
 
-// globCall runs glob's builtin (whose script here differs on purpose, to
-// tell which ran) with stdin, and returns its outcome.
+// globCall runs glob's builtin with stdin, and returns its outcome.
 func globCall(t *testing.T, s *microvm.Session, stdin string) string {
 	t.Helper()
 	res, err := s.Shell(context.Background(), session.Command{
-		Script:  `echo "script ran in $2"; cat`,
 		Args:    []string{"tok", "/workspace", "MARK", "0", "", ""},
 		Builtin: agentwire.BuiltinGlobEnumerate,
 	}, session.ShellOptions{Stdin: strings.NewReader(stdin)})
@@ -41,8 +40,8 @@ func execArgv0s(t *testing.T, env *fakemsbtest.Env, mark int) []string {
 	return out
 }
 
-// A call by one msb exec runs the agent's builtin when the sandbox has the
-// agent: a session that placed it knows, an attached one finds out.
+// A call by one msb exec runs the agent's builtin, in a session that
+// placed the agent and in one attached to its sandbox.
 func TestExecRunsTheAgentsBuiltin(t *testing.T) {
 	env := fakemsbtest.New(t)
 	o := channelOptions(t, env, "")
@@ -65,45 +64,38 @@ func TestExecRunsTheAgentsBuiltin(t *testing.T) {
 	assert.Empty(t, env.Channel(created.Name()).Agents, "no channel was opened")
 }
 
-// An attached session whose sandbox has no agent runs the script, with the
-// call's whole stdin, after msb could not start the agent; later calls go
-// straight to their scripts.
-func TestExecWithoutAgentRunsTheScript(t *testing.T) {
-	env := fakemsbtest.New(t)
-	created := createSession(t, options(env)) // NoAgent
-	attached, err := microvm.Attach(options(env).Client, "", created.Name())
+// bareSandbox makes a session sandbox without the agent, as a create by
+// other means (an older program, msb itself) does, and attaches to it.
+func bareSandbox(t *testing.T, env *fakemsbtest.Env) *microvm.Session {
+	t.Helper()
+	client := options(env).Client
+	names := session.NewNames("", "ws", "bare", fixedNow, 1)
+	ctx := context.Background()
+	require.NoError(t, client.Create(ctx, msb.CreateOptions{Name: names.Sandbox, Image: "debian", Quiet: true,
+		Mounts: []msb.NamedMount{{Volume: names.Volume, Guest: "/workspace"}}}))
+	s, err := microvm.Attach(client, "", names.Sandbox)
 	require.NoError(t, err)
-	attached.DisableAgentChannel()
-
-	mark := len(env.Invocations(t))
-	assert.Equal(t, `0 "script ran in /workspace\nkept stdin"`, globCall(t, attached, "kept stdin"))
-	assert.Equal(t, []string{"/.oma-sandbox/agent", "/bin/bash"}, execArgv0s(t, env, mark))
-
-	mark = len(env.Invocations(t))
-	assert.Equal(t, `0 "script ran in /workspace\nagain"`, globCall(t, attached, "again"))
-	assert.Equal(t, []string{"/bin/bash"}, execArgv0s(t, env, mark), "the session remembers")
-	assert.Equal(t, microvm.Served{Exec: 2, ScriptFallbacks: 1}, attached.Served())
-
-	// A session that made the sandbox without the agent never tries it.
-	mark = len(env.Invocations(t))
-	assert.Equal(t, `0 "script ran in /workspace\n"`, globCall(t, created, ""))
-	assert.Equal(t, []string{"/bin/bash"}, execArgv0s(t, env, mark))
+	t.Cleanup(func() { _ = s.Close(ctx) })
+	return s
 }
 
-// While the session does not know, a call with more stdin than it would
-// keep for a retry runs its script, with all of its stdin.
-func TestExecUnknownAgentLargeStdin(t *testing.T) {
-	env := fakemsbtest.New(t)
-	o := channelOptions(t, env, "")
-	created := createSession(t, o)
-	attached, err := microvm.Attach(o.Client, "", created.Name())
-	require.NoError(t, err)
-	attached.DisableAgentChannel()
-	big := strings.Repeat("x", 1<<20+1)
-	mark := len(env.Invocations(t))
-	res, err := attached.Shell(context.Background(), session.Command{Script: `wc -c`, Builtin: agentwire.BuiltinGlobEnumerate},
-		session.ShellOptions{Stdin: strings.NewReader(big)})
-	require.NoError(t, err)
-	assert.Equal(t, fmt.Sprint(len(big)), strings.TrimSpace(string(res.Stdout)))
-	assert.Equal(t, []string{"/bin/bash"}, execArgv0s(t, env, mark))
+// A sandbox without the agent runs no tool call: a builtin fails with
+// session.ErrNoAgent, naming the sandbox, by one exec and over a channel
+// that could not open; a command of the caller's own still runs.
+func TestCallsWithoutAgentFail(t *testing.T) {
+	for _, transport := range []string{"exec", "channel"} {
+		t.Run(transport, func(t *testing.T) {
+			env := fakemsbtest.New(t)
+			s := bareSandbox(t, env)
+			if transport == "exec" {
+				s.DisableAgentChannel()
+			}
+			_, err := s.Shell(context.Background(), session.Command{Builtin: agentwire.BuiltinGlobEnumerate,
+				Args: []string{"tok", "/workspace", "MARK", "0", "", ""}}, session.ShellOptions{})
+			require.ErrorIs(t, err, session.ErrNoAgent)
+			assert.Contains(t, err.Error(), s.Name())
+			assert.Equal(t, "hi\n", sh(t, s, "echo hi"))
+			assert.Equal(t, microvm.Served{Exec: 1}, s.Served(), "the failed call is not counted as served")
+		})
+	}
 }

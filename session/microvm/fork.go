@@ -64,6 +64,10 @@ func (s *Session) Fork(ctx context.Context, o Options) (*Session, error) {
 	if o.Image != "" && o.Image != info.Image {
 		return nil, fmt.Errorf("%w: fork %s: image %q: a fork boots from a snapshot of its source, whose image is %q", session.ErrInvalid, s.names.Sandbox, o.Image, info.Image)
 	}
+	if !hasAgent(info) {
+		// The fork's disk is a snapshot of the source's: msb places no file in it.
+		return nil, fmt.Errorf("fork %s: %w: its sandbox was created without one", s.names.Sandbox, session.ErrNoAgent)
+	}
 	wasRunning := !msb.Stopped(info.Status)
 	if wasRunning {
 		if err := s.stop(ctx); err != nil {
@@ -111,7 +115,6 @@ func (s *Session) forkStopped(ctx context.Context, o Options, info *msb.SandboxI
 	o.parent = s.names.Sandbox
 	// The agent the source's create placed, or the one its own root disk
 	// inherited, is in the disk the fork gets.
-	o.agentInherited = !o.NoAgent && hasAgent(info)
 	o.setDefaults()
 	snapshot, err := s.snapshotRootDisk(ctx, o)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
@@ -157,7 +158,7 @@ func TestForkCarriesTheRootDisk(t *testing.T) {
 	names := session.NewNames("", "ws", "rootdisk", fixedNow, 7)
 	require.NoError(t, client.Create(ctx, msb.CreateOptions{Image: "debian", Name: names.Sandbox, Quiet: true,
 		Mounts:    []msb.NamedMount{{Volume: names.Volume, Guest: "/workspace"}},
-		CopyFiles: []msb.CopyFile{{Src: marker, Dst: "/.oma-sandbox/marker"}}}))
+		CopyFiles: []msb.CopyFile{{Src: marker, Dst: "/.oma-sandbox/marker"}, {Src: agenttest.AgentBinary(t), Dst: "/.oma-sandbox/agent"}}}))
 	src, err := microvm.Attach(client, "", names.Sandbox)
 	require.NoError(t, err)
 
@@ -175,6 +176,7 @@ func TestForkCarriesTheRootDisk(t *testing.T) {
 	info, err := client.Inspect(ctx, fork.Names().Sandbox)
 	require.NoError(t, err)
 	assert.Empty(t, info.CopyFiles, "the fork's own create placed nothing")
+	assert.Equal(t, session.AgentInherited, info.Labels[session.LabelAgent], "it says its disk has the agent")
 	assert.Equal(t, "debian", info.Image)
 	require.NoError(t, src.Close(ctx))
 	assert.Empty(t, env.Snapshots(t))
@@ -261,7 +263,8 @@ func TestForkRefusesADiskVolume(t *testing.T) {
 	names := session.NewNames("", "ws", "disk", fixedNow, 7)
 	require.NoError(t, client.VolumeCreate(ctx, msb.VolumeCreateOptions{Name: names.Volume, Kind: "disk", Size: "64M"}))
 	require.NoError(t, client.Create(ctx, msb.CreateOptions{Image: "debian", Name: names.Sandbox,
-		Mounts: []msb.NamedMount{{Volume: names.Volume, Guest: "/workspace"}}, Quiet: true}))
+		Mounts:    []msb.NamedMount{{Volume: names.Volume, Guest: "/workspace"}},
+		CopyFiles: []msb.CopyFile{{Src: agenttest.AgentBinary(t), Dst: "/.oma-sandbox/agent"}}, Quiet: true}))
 	src, err := microvm.Attach(client, "", names.Sandbox)
 	require.NoError(t, err)
 	_, err = src.Fork(ctx, forkOptions(env))
@@ -290,4 +293,18 @@ func TestForkCancelledMidCopy(t *testing.T) {
 	assert.Nil(t, fork)
 	env.SetKnob("FAKEMSB_FAULTS", "")
 	assertSourceAlone(t, env, src)
+}
+
+// A sandbox without the agent (made by other means) has no fork: its disk
+// would be the fork's, and no tool call could run there. Nothing but the
+// inspect is asked of msb.
+func TestForkWithoutAgentIsRefused(t *testing.T) {
+	env := fakemsbtest.New(t)
+	src := bareSandbox(t, env)
+	env.ResetLog(t)
+	_, err := src.Fork(context.Background(), forkOptions(env))
+	require.ErrorIs(t, err, session.ErrNoAgent)
+	assert.ErrorContains(t, err, src.Name())
+	assert.Equal(t, []string{"inspect"}, commands(t, env))
+	assert.Empty(t, env.Snapshots(t))
 }

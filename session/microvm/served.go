@@ -21,10 +21,6 @@ type Served struct {
 	Exec     int
 	Channel  int
 	Builtins map[string]int
-	// ScriptFallbacks is the calls that named a builtin and ran their
-	// script although the session expected the agent: the channel's agent
-	// did not offer it, or an exec found no agent in the sandbox.
-	ScriptFallbacks int
 }
 
 type servedCounter struct {
@@ -43,17 +39,13 @@ func (s *Session) Measure(mp metric.MeterProvider) {
 func (s *Session) event(e agentchan.Event) { s.served.meters.Load().Event(e) }
 
 // exec counts a call by one msb exec: builtin is the one the agent ran, ""
-// for a script; fellBack says the call named a builtin and ran its script
-// because the sandbox turned out to have no agent.
-func (c *servedCounter) exec(builtin string, fellBack bool) {
+// for a script.
+func (c *servedCounter) exec(builtin string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.n.Exec++
-	c.meters.Load().Call(false, builtin, fellBack)
+	c.meters.Load().Call(false, builtin)
 	c.builtin(builtin)
-	if fellBack {
-		c.n.ScriptFallbacks++
-	}
 }
 
 func (c *servedCounter) builtin(name string) {
@@ -67,16 +59,13 @@ func (c *servedCounter) builtin(name string) {
 }
 
 // channel counts a channel call: builtin is the one the agent ran, "" for a
-// script; fellBack says the call named a builtin the agent lacks.
-func (c *servedCounter) channel(builtin string, fellBack bool) {
+// script.
+func (c *servedCounter) channel(builtin string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.n.Channel++
-	c.meters.Load().Call(true, builtin, fellBack)
+	c.meters.Load().Call(true, builtin)
 	c.builtin(builtin)
-	if fellBack {
-		c.n.ScriptFallbacks++
-	}
 }
 
 // Served returns how this session's calls have reached the guest so far

@@ -62,11 +62,15 @@ type Options struct {
 	NoAutoResume bool
 	// AgentFile is the guest agent (a linux oma-guest-agent for the guest's
 	// architecture) Create places in the sandbox; "" means the one bundled
-	// at build time, if any. Calls then travel over one long-lived channel
-	// to it instead of one msb exec each (see docs/guest-agent.md).
+	// at build time, else this program itself when it is a static Linux
+	// build for the guest's architecture; without either Create fails with
+	// session.ErrNoAgent. The agent runs every tool call, over one
+	// long-lived channel (see docs/guest-agent.md).
 	AgentFile string
-	// NoAgent places no agent and opens no channel: one msb exec per call.
-	NoAgent bool
+	// NoChannel sends every call by an msb exec of its own (the agent's
+	// builtin, run by that exec) instead of over the agent's channel:
+	// cheaper for a session that makes one call or two.
+	NoChannel bool
 	// Network is what the sandbox may reach; the zero value denies all.
 	Network egress.Policy
 	// Ports forward host ports to the guest (msb --port), each on
@@ -85,10 +89,9 @@ type Options struct {
 	// parent is the sandbox a fork is made from (its LabelParent).
 	parent string
 	// conf is an msb --conf file naming the root filesystem in place of
-	// Image: the snapshot a fork boots from. agentInherited says that
-	// snapshot holds the guest agent.
-	conf           string
-	agentInherited bool
+	// Image: the snapshot a fork boots from, which holds the guest agent
+	// its source had.
+	conf string
 }
 
 func (o *Options) setDefaults() {
@@ -197,7 +200,7 @@ func createOptions(o Options, names session.Names) (msb.CreateOptions, error) {
 		// --root-disk beside it ("root_disk() requires an OCI ...").
 		c.Image, c.Conf, c.RootDisk = "", o.conf, ""
 	}
-	if o.agentInherited {
+	if o.conf != "" {
 		c.Labels = append(c.Labels, msb.Label{Key: session.LabelAgent, Value: session.AgentInherited})
 	}
 	if err := applyNetwork(o.Network, &c); err != nil {
@@ -245,7 +248,7 @@ func Create(ctx context.Context, o Options) (*Session, error) {
 	s.life.state = stateRunning
 	s.SetAutoResume(!o.NoAutoResume)
 	if err := s.placeAgent(o, &createOpts); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("create session %s: %w", names.Sandbox, err)
 	}
 
 	startCtx, cancel := context.WithTimeout(ctx, o.StartupTimeout)
@@ -266,34 +269,23 @@ func Create(ctx context.Context, o Options) (*Session, error) {
 }
 
 // placeAgent adds the guest agent to the create, from a private cached
-// copy, and arms the channel; without an agent (NoAgent, a build that has
-// none and cannot serve as its own, an unusable cache) the session keeps
-// one msb exec per call, each running its tool's script, and says so in a
-// warning. Only a named AgentFile that cannot be read is an error.
+// copy, and arms the channel. The agent runs every tool call: without one
+// (a build that has none and cannot serve as its own, an unusable cache)
+// there is no session, and the error says how to get one.
 func (s *Session) placeAgent(o Options, c *msb.CreateOptions) error {
-	s.ch.mode, s.ch.agent = channelOff, agentAbsent
-	if o.NoAgent {
-		return nil
-	}
 	// msb refuses --copy-file with a snapshot (a --conf root filesystem):
-	// a fork has the agent its root disk inherited, or none.
-	if o.conf != "" {
-		if o.agentInherited {
-			s.ch.agent = agentPresent
-			s.armChannel(o)
+	// a fork has the agent its root disk inherited (Fork checked it has).
+	if o.conf == "" {
+		path, err := agentPath(o)
+		if err != nil {
+			return err
 		}
+		c.CopyFiles = append(c.CopyFiles, msb.CopyFile{Src: path, Dst: agentGuestPath})
+	}
+	if o.NoChannel {
+		s.ch.mode = channelOff
 		return nil
 	}
-	path, err := agentPath(o)
-	if errors.Is(err, session.ErrInvalid) {
-		return err
-	}
-	if err != nil {
-		o.Logger.Warn("guest agent not placed: one msb exec per call, each running its tool's script", "err", err)
-		return nil
-	}
-	c.CopyFiles = append(c.CopyFiles, msb.CopyFile{Src: path, Dst: agentGuestPath})
-	s.ch.agent = agentPresent
 	s.armChannel(o)
 	return nil
 }

@@ -33,7 +33,7 @@ func options(env *fakemsbtest.Env) microvm.Options {
 		Random:      func() uint64 { return 12345 },
 		// These tests count and read msb invocations of the one exec per
 		// call path; channel_test.go covers the agent's channel.
-		NoAgent: true,
+		NoChannel: true,
 	}
 }
 
@@ -64,9 +64,12 @@ func TestCreateArgvAndBudget(t *testing.T) {
 
 	calls := argvs(t, env)
 	require.Len(t, calls, 2, "create + one prepare exec")
+	agent := calls[0][slices.Index(calls[0], "--copy-file")+1]
+	assert.True(t, strings.HasSuffix(agent, ":/.oma-sandbox/agent"), agent)
 	assert.Equal(t, []string{
 		"create", "debian", "--name", names.Sandbox,
 		"--mount-named", names.Volume + ":/workspace",
+		"--copy-file", agent,
 		"--workdir", "/workspace", "--no-net",
 		"--tmpfs", "/mnt/session/uploads:64M:nosuid,nodev,noexec",
 		"--tmpfs", "/mnt/session/outputs:100M:nosuid,nodev,noexec",
@@ -202,7 +205,7 @@ func TestShellOutcomes(t *testing.T) {
 			env := fakemsbtest.New(t)
 			o := options(env)
 			if transport == "channel" {
-				o.NoAgent, o.AgentFile = false, agenttest.AgentBinary(t)
+				o.NoChannel, o.AgentFile = false, agenttest.AgentBinary(t)
 			}
 			s := createSession(t, o)
 			testShellOutcomes(t, s)
