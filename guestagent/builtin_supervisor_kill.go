@@ -3,42 +3,32 @@
 package guestagent
 
 import (
-	"bytes"
 	"fmt"
-	"os"
-	"strconv"
 	"syscall"
 	"time"
-
-	"github.com/oma-sandbox/oma-sandbox/bashproto"
 )
 
-// killPause is the kill script's pause between its looks.
+// killPause is bashKill's pause between its looks.
 const killPause = 50 * time.Millisecond
 
-// bashKill is bashproto.KillScript done by the agent. Besides the
-// supervisors the script finds by their argv (a call run as a script),
-// it asks the agent's own supervisors of the call to kill and waits for
-// them: a kill frame has normally asked already, and this call returns
-// only once they are done, so the host's cleanup after an abort ends with
-// everything killed, as with a supervisor process.
+// bashKill kills what a bash call left running (args bashproto.KillArgs):
+// it asks the agent's supervisors of the call to kill and waits for them
+// (a kill frame has normally asked already, and this call returns only
+// once they are done, so the host's cleanup after an abort ends with
+// everything killed); with no supervisor left, it stops and kills what
+// still carries the call's tag.
 func bashKill(c *builtinCall) int {
 	if len(c.Args) != 1 || !hexID.MatchString(c.Args[0]) {
 		fmt.Fprintf(c.Stderr, "oma-sandbox: malformed bash kill request: %q\n", c.Args)
 		return 2
 	}
 	id := c.Args[0]
-	sups := supervisorsOf(id)
-	procs := supervisorProcesses(id)
-	if len(sups) > 0 || len(procs) > 0 {
+	if sups := supervisorsOf(id); len(sups) > 0 {
 		for _, s := range sups {
 			s.stop()
 		}
-		for pid, start := range procs {
-			signalSame(pid, start, syscall.SIGUSR1)
-		}
 		for range 100 {
-			if supervisorsGone(sups, procs) {
+			if supervisorsGone(sups) {
 				return 0
 			}
 			if !killWait(c.Killed) {
@@ -82,7 +72,7 @@ func killWait(killed <-chan struct{}) bool {
 	}
 }
 
-func supervisorsGone(sups []*supervision, procs map[int]uint64) bool {
+func supervisorsGone(sups []*supervision) bool {
 	for _, s := range sups {
 		select {
 		case <-s.done:
@@ -90,42 +80,5 @@ func supervisorsGone(sups []*supervision, procs map[int]uint64) bool {
 			return false
 		}
 	}
-	for pid, start := range procs {
-		if st, ok := readStat(pid); ok && st.start == start {
-			return false
-		}
-	}
 	return true
-}
-
-// supervisorProcesses finds the script supervisors of call id by their
-// argv, as the kill script does, with their start times read before it.
-func supervisorProcesses(id string) map[int]uint64 {
-	d, err := os.Open("/proc")
-	if err != nil {
-		return nil
-	}
-	defer d.Close()
-	names, _ := d.Readdirnames(-1)
-	self := os.Getpid()
-	pids := map[int]uint64{}
-	for _, name := range names {
-		pid, err := strconv.Atoi(name)
-		if err != nil || pid <= 0 || pid == self {
-			continue
-		}
-		st, live := readStat(pid)
-		if !live {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + name + "/cmdline")
-		if err != nil {
-			continue
-		}
-		argv := bytes.Split(b, []byte{0})
-		if len(argv) > 4 && string(argv[3]) == bashproto.SupervisorName && string(argv[4]) == id {
-			pids[pid] = st.start
-		}
-	}
-	return pids
 }

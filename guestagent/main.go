@@ -105,7 +105,16 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 				}
 				args = args[1:]
 			}
-			code, err := RunBuiltin(args[0], args[1:], stdin, stdout, stderr)
+			// SIGTERM ends the call as a kill frame does: a supervisor
+			// kills its command's tree before it exits.
+			killed := make(chan struct{})
+			terms := make(chan os.Signal, 1)
+			signal.Notify(terms, syscall.SIGTERM)
+			go func() {
+				<-terms
+				close(killed)
+			}()
+			code, err := runBuiltin(args[0], args[1:], stdin, stdout, stderr, killed)
 			if err != nil {
 				fmt.Fprintf(stderr, "oma-guest-agent: %v\n", err)
 				return 2

@@ -26,7 +26,6 @@ import (
 // (internal/realvm): scripts/real-vm.sh runs the suite on them.
 var allBackends = []backend{
 	{name: "host", open: openHost},
-	{name: "msb", open: openMsb},
 	{name: "msb-channel", open: openMsbChannel},
 	{name: "local", open: openLocal},
 	{name: "local-per-call", open: openLocalPerCall},
@@ -40,7 +39,7 @@ var backends = selectBackends(realvm.Backends())
 
 func selectBackends(names []string) []backend {
 	if names == nil {
-		return allBackends[:5]
+		return allBackends[:4]
 	}
 	var chosen []backend
 	for _, name := range names {
@@ -140,35 +139,6 @@ func newLocal(t *testing.T, perCall bool) (session.Session, func() int) {
 func openHost(t *testing.T) (session.Session, func() int) {
 	h := sessiontest.NewHost(t)
 	return h, func() int { return int(h.Calls()) }
-}
-
-// countingRunner counts msb invocations as they start; fakemsb's own log
-// misses the ones the host kills.
-type countingRunner struct {
-	inner msb.Runner
-	n     atomic.Int64
-}
-
-func (r *countingRunner) Run(ctx context.Context, c msb.Call) (*msb.Result, error) {
-	r.n.Add(1)
-	return r.inner.Run(ctx, c)
-}
-
-// openMsb creates a session on fakemsb that makes one msb exec per call.
-func openMsb(t *testing.T) (session.Session, func() int) {
-	env := fakemsbtest.New(t)
-	runner := &countingRunner{inner: &msb.CLI{Path: env.Bin}}
-	s, err := microvm.Create(context.Background(), microvm.Options{
-		Client: msb.NewClient(runner), WorkspaceID: "ws-" + strings.ToLower(t.Name()), SessionID: "s1", Image: "debian",
-		NoAgent: true,
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		require.NoError(t, s.Close(context.Background()))
-		require.Empty(t, env.Sandboxes(t), "no sandbox left")
-		require.Empty(t, env.Volumes(t), "no volume left")
-	})
-	return s, func() int { return int(runner.n.Load()) }
 }
 
 // openMsbChannel creates a session on fakemsb whose calls travel over the
