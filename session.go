@@ -86,7 +86,7 @@ type Options struct {
 	// is never paused in a way a call could notice).
 	NoAutoResume bool
 	// OneExecPerCall keeps an msb session on one msb exec per call, which
-	// runs the guest agent's builtin where the sandbox has the agent: Open
+	// runs the guest agent's builtin: Open
 	// and Attach open no channel to it. For one-shot users, to whom opening
 	// the channel (one msb inspect, one msb exec --stream) costs more than
 	// their call; long-lived sessions (the MCP server, a library user's)
@@ -202,11 +202,8 @@ func open(ctx context.Context, o Options) (*Session, error) {
 			Client: o.client(), WorkspaceID: o.WorkspaceID, SessionID: o.SessionID,
 			Image: o.Image, CPUs: o.CPUs, Memory: o.Memory, Network: o.Network,
 			IdleTimeout: o.IdleTimeout, NoAutoResume: o.NoAutoResume, Ports: o.Ports,
-			OperationTimeout: o.OperationTimeout, Logger: o.logger(),
+			OperationTimeout: o.OperationTimeout, Logger: o.logger(), NoChannel: o.OneExecPerCall,
 		}); err == nil {
-			if o.OneExecPerCall {
-				ms.DisableAgentChannel()
-			}
 			s = ms
 		}
 	} else {

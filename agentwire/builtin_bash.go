@@ -1,10 +1,14 @@
 package agentwire
 
-// The bash tool's builtins (package bashproto holds their scripts).
+// The bash tool's builtins (package bashproto builds their arguments).
 const (
-	// BuiltinBashSupervisor does bashproto.Script's supervisor.
+	// BuiltinBashSupervisor runs a bash command under an in-guest timer
+	// with its output in a log relayed between two sentinel lines, and
+	// kills its whole process tree on a timeout or on request: args
+	// bashproto.Args, stdin the call's secret and the command.
 	BuiltinBashSupervisor = "bash-supervisor"
-	// BuiltinBashKill does bashproto.KillScript, and also reaches the
-	// agent's own supervisors of the call.
+	// BuiltinBashKill asks the supervisor of a call to kill what its
+	// command left running and waits for it, or kills what carries the
+	// call's tag: args bashproto.KillArgs.
 	BuiltinBashKill = "bash-kill"
 )

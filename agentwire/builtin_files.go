@@ -1,11 +1,11 @@
 package agentwire
 
-// Names of the builtins that do the file tools' guest scripts (tools/write.go
-// writeScript, tools/edit.go catScript, tools/read.go readScript, tools/ls.go
-// lsScript), for the tools that ask for them and the agent that offers them.
+// Names of the file tools' builtins (tools/write.go, tools/edit.go,
+// tools/read.go, tools/ls.go say what each does), for the tools that ask
+// for them and the agent that offers them.
 const (
-	BuiltinWrite = "write" // writeScript: args path, original length, workspace, shown name
-	BuiltinCat   = "cat"   // catScript: args path, workspace, shown name
-	BuiltinRead  = "read"  // readScript: args path, first line, lines, bytes, shown name, end mark
-	BuiltinLs    = "ls"    // lsScript: args directory, shown name
+	BuiltinWrite = "write" // args path, original length, workspace, shown name; stdin the original, then the content
+	BuiltinCat   = "cat"   // args path, workspace, shown name
+	BuiltinRead  = "read"  // args path, first line, lines, bytes, shown name, end mark
+	BuiltinLs    = "ls"    // args directory, shown name
 )

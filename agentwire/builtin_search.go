@@ -1,9 +1,9 @@
 package agentwire
 
-// The search tools' builtins, each doing the work of the guest script named
-// beside it.
+// The search tools' builtins, each given the arguments the function beside
+// it builds.
 const (
-	BuiltinGlobEnumerate = "glob-enumerate" // glob.NarrowedEnumerationScript
-	BuiltinGrepSearch    = "grep-search"    // grep.SearchScript
-	BuiltinSearchKill    = "search-kill"    // glob.CleanupScript (grep.CleanupScript too)
+	BuiltinGlobEnumerate = "glob-enumerate" // glob.EnumerationArgs
+	BuiltinGrepSearch    = "grep-search"    // grep.SearchArgs
+	BuiltinSearchKill    = "search-kill"    // glob.CleanupArgs (grep.CleanupArgs too)
 )

@@ -50,14 +50,14 @@ type Frame interface{ frameType() string }
 // Frames the host sends.
 type (
 	// Run starts `/bin/bash -c Script bash Args...` as call ID, or, when
-	// Builtin is set, has the agent do that script's work itself.
+	// Builtin is set, has the agent run that builtin itself.
 	Run struct {
 		ID uint64 `json:"id"`
 		// Script and Args are bytes (base64 on the wire): any bytes but NUL.
 		Script []byte   `json:"script,omitempty"`
 		Args   [][]byte `json:"args,omitempty"`
 		// Builtin names one of the hello's builtins: the agent runs it with
-		// Args and stdin, in place of a script that does the same work.
+		// Args and stdin, and Script stays empty.
 		Builtin string `json:"builtin,omitempty"`
 		// User is "" (the agent's default user), a name or a numeric uid,
 		// optionally followed by ":group".

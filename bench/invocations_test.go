@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/reaper"
@@ -70,7 +71,7 @@ func BenchmarkInvocations(b *testing.B) {
 			})
 			c.measure("seed", func() {
 				var err error
-				sd, err = seedCreate(ctx, client, seedNames())
+				sd, err = seedCreate(ctx, client, seedNames(), agenttest.AgentBinary(b))
 				check(b, err)
 			})
 			b.StopTimer()
@@ -106,7 +107,7 @@ func BenchmarkInvocations(b *testing.B) {
 			b.StopTimer()
 			ours, err := createSession(ctx, client)
 			check(b, err)
-			sd, err := seedCreate(ctx, client, seedNames())
+			sd, err := seedCreate(ctx, client, seedNames(), agenttest.AgentBinary(b))
 			check(b, err)
 			b.StartTimer()
 			c.measure("ours", func() { check(b, ours.Close(ctx)) })

@@ -16,9 +16,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
 	"github.com/oma-sandbox/oma-sandbox/bashproto"
 	"github.com/oma-sandbox/oma-sandbox/glob"
 	"github.com/oma-sandbox/oma-sandbox/grep"
+	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
@@ -27,10 +29,11 @@ import (
 // seed replays, against one sandbox, the msb invocations the seed
 // (open-managed-agents 0.1.0, microsandbox.js) makes for each operation: the
 // same execs in the same order, each `/bin/bash -lc SCRIPT` with the seed's
-// exec flags. Where this project has a script for the same job (the grep
-// preflight, the glob and grep searches and their cleanups, the bash
-// protocol) the replay runs ours, so a difference in time comes from the
-// round trips, not from script content.
+// exec flags. Where this project does the same job (the grep preflight,
+// the glob and grep searches and their cleanups, the bash protocol) the
+// replay runs ours (the guest agent's builtin, placed by the seed's create
+// as ours places it, run by that exec's bash), so a difference in time
+// comes from the round trips, not from the work.
 type seed struct {
 	client  *msb.Client
 	sandbox string
@@ -99,19 +102,31 @@ func (s *seed) checked(ctx context.Context, x seedExec) ([]byte, error) {
 	return res.Stdout, nil
 }
 
+// seedAgent is where the seed's create places the guest agent, and
+// seedBuiltin the exec script that runs one of its builtins (its name, then
+// the builtin's arguments).
+const (
+	seedAgent   = "/.oma-sandbox/agent"
+	seedBuiltin = `exec ` + seedAgent + ` builtin "$@"`
+)
+
+// builtinArgs are seedBuiltin's arguments for builtin name.
+func builtinArgs(name string, args []string) []string { return append([]string{name}, args...) }
+
 // seedCreate is the seed's createMicrosandboxSandboxProvider: volume
 // create, create, the mount preparation exec and the grep preflight exec;
 // what was made is removed when a step fails.
-func seedCreate(ctx context.Context, client *msb.Client, names session.Names) (*seed, error) {
+func seedCreate(ctx context.Context, client *msb.Client, names session.Names, agent string) (*seed, error) {
 	s := &seed{client: client, sandbox: names.Sandbox, volume: names.Volume}
 	err := client.VolumeCreate(ctx, msb.VolumeCreateOptions{Name: names.Volume})
 	if err != nil {
 		return nil, err
 	}
 	err = client.Create(ctx, msb.CreateOptions{
-		Image:  image,
-		Name:   names.Sandbox,
-		Mounts: []msb.NamedMount{{Volume: names.Volume, Guest: seedWorkspace}},
+		Image:     image,
+		Name:      names.Sandbox,
+		Mounts:    []msb.NamedMount{{Volume: names.Volume, Guest: seedWorkspace}},
+		CopyFiles: []msb.CopyFile{{Src: agent, Dst: seedAgent}},
 		Tmpfs: []msb.Tmpfs{
 			{Path: "/mnt/session/uploads", Size: "64M", Options: []string{"nosuid", "nodev", "noexec"}},
 			{Path: "/mnt/session/outputs", Size: "100M", Options: []string{"nosuid", "nodev", "noexec"}},
@@ -264,9 +279,9 @@ func (s *seed) glob(ctx context.Context, root, pattern string) ([]string, error)
 		return nil, err
 	}
 	token := glob.NewToken("glob")
-	script, args := glob.EnumerationScript(root, token)
-	cleanup, cleanupArgs := glob.CleanupScript(glob.OwnerEnv, token)
-	return s.search(ctx, script, cleanup, args, cleanupArgs, glob.NewReadinessFilter(glob.EnumerationProtocol), c)
+	args := builtinArgs(agentwire.BuiltinGlobEnumerate, glob.EnumerationArgs(root, token, glob.Narrowing{}))
+	cleanupArgs := builtinArgs(agentwire.BuiltinSearchKill, glob.CleanupArgs(glob.OwnerEnv, token))
+	return s.search(ctx, seedBuiltin, seedBuiltin, args, cleanupArgs, glob.NewReadinessFilter(glob.EnumerationProtocol), c)
 }
 
 func (s *seed) grep(ctx context.Context, root, pattern string) ([]string, error) {
@@ -275,17 +290,18 @@ func (s *seed) grep(ctx context.Context, root, pattern string) ([]string, error)
 		return nil, err
 	}
 	token := grep.NewToken()
-	script, args := grep.SearchScript(root, token, pattern, "")
-	cleanup, cleanupArgs := grep.CleanupScript(token)
-	return s.search(ctx, script, cleanup, args, cleanupArgs, grep.NewReadinessFilter(), c)
+	args := builtinArgs(agentwire.BuiltinGrepSearch, grep.SearchArgs(root, token, pattern, ""))
+	cleanupArgs := builtinArgs(agentwire.BuiltinSearchKill, grep.CleanupArgs(token))
+	return s.search(ctx, seedBuiltin, seedBuiltin, args, cleanupArgs, grep.NewReadinessFilter(), c)
 }
 
 // bash: one streaming exec of the sentinel protocol, without msb's
 // --timeout (the guest timer is the script's own).
 func (s *seed) bash(ctx context.Context, command string) (string, error) {
 	call := bashproto.NewCall()
-	script, args, stdin := bashproto.Script(call, command, seedOpTimeout, bashproto.LogsIn(seedWorkspace),
+	args, stdin := bashproto.Args(call, command, seedOpTimeout, bashproto.LogsIn(seedWorkspace),
 		bashproto.Limits{MaxLines: 2000, MaxBytes: 50 << 10})
+	script, args := seedBuiltin, builtinArgs(agentwire.BuiltinBashSupervisor, args)
 	var out bytes.Buffer
 	f := bashproto.NewFilter(call.Secret, func(p []byte) { out.Write(p) })
 	res, err := s.exec(ctx, seedExec{script: script, args: args, stdin: stdin, noGuest: true,
@@ -400,7 +416,7 @@ func TestSeedReplayCalls(t *testing.T) {
 	ctx := context.Background()
 	execs := func(n int) []string { return slices.Repeat([]string{"exec"}, n) }
 
-	sd, err := seedCreate(ctx, client, seedNames())
+	sd, err := seedCreate(ctx, client, seedNames(), agenttest.AgentBinary(t))
 	require.NoError(t, err)
 	// volume create, create, the mounts' preparation, the grep preflight.
 	assert.Equal(t, []string{"volume create", "create", "exec", "exec"}, rec.take(), "create")

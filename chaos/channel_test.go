@@ -28,6 +28,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/oma-sandbox/oma-sandbox/agentwire"
+	"github.com/oma-sandbox/oma-sandbox/glob"
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
 	"github.com/oma-sandbox/oma-sandbox/internal/testutil"
 	"github.com/oma-sandbox/oma-sandbox/msb"
@@ -215,7 +216,7 @@ func (r *recorder) killUnderCalls(env *fakemsbtest.Env, k int, tb *tools.Toolbox
 }
 
 // forgeryMet is the outcome of a session whose write met the forged agent.
-const forgeryMet = "agent replaced by a forgery, session kept working"
+const forgeryMet = "agent replaced by a forgery, its calls failed typed, workspace kept"
 
 // replaceAgent is the hostile guest's "replace the agent with one that
 // acks stdin without reading it": the forgery is written over the agent's
@@ -223,8 +224,8 @@ const forgeryMet = "agent replaced by a forgery, session kept working"
 // content travels on stdin, reopens the channel to the forgery. The host
 // may take no more of that stdin than a call's window and the channel's
 // queue bound, plus what the pipes to the guest hold; the write must end
-// with ErrChannelBroken within its deadline, and the session go on with one
-// msb exec per call.
+// with ErrChannelBroken within its deadline, and the session's later calls,
+// by one msb exec each to the forgery, fail typed.
 func (r *recorder) replaceAgent(env *fakemsbtest.Env, k int, sess *microvm.Session, forgery string, logger *slog.Logger) {
 	name := sess.Name()
 	open := env.Channel(name)
@@ -291,12 +292,19 @@ func (r *recorder) replaceAgent(env *fakemsbtest.Env, k int, sess *microvm.Sessi
 		r.fail("%s: the host took %d bytes of stdin for a forged agent that reads none, more than %d", name, n, bound)
 	}
 	r.awaitNoChannel(env, name, "after the forged agent's channel broke")
-	if r.readNotes(env, k, tb, sess) {
-		if now := env.Channel(name); !now.Empty() {
-			r.fail("%s: a channel reopened after the forged agent's: %+v", name, now)
-		}
-		r.count(forgeryMet)
+	// The forgery is the sandbox's only agent now, run by one exec per
+	// call: the session's calls fail, each with a typed error and within
+	// its deadline, and the notes stay in the workspace on the host.
+	_, err = r.readAfter(k, tb, "read from the forged agent")
+	if !errors.Is(err, glob.ErrMalformed) && !errors.Is(err, session.ErrChannelBroken) {
+		r.fail("%s: a read the forged agent answers: %v, want malformed guest output", name, err)
+		return
 	}
+	if now := env.Channel(name); !now.Empty() {
+		r.fail("%s: a channel reopened after the forged agent's: %+v", name, now)
+	}
+	r.checkKept(fakemsbVolumeDir(env), sess, true)
+	r.count(forgeryMet)
 }
 
 // stdinCounter counts the stdin bytes the host takes from its calls.

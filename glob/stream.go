@@ -36,7 +36,8 @@ const (
 	OwnerEnv    = "OMA_GLOB_OWNER"
 )
 
-// EnumerationProtocol is the protocol of EnumerationScript.
+// EnumerationProtocol is the protocol of the glob-enumerate builtin (see
+// EnumerationArgs).
 var EnumerationProtocol = Protocol{Tool: "glob", Marker: ReadyMarker, OwnerEnv: OwnerEnv, Stream: "enumeration"}
 
 func (p Protocol) title() string {

@@ -1,6 +1,8 @@
-// Package grep is the guest side of the grep tool: the ripgrep search and
-// preflight scripts and the parser for what the search prints. It starts no
-// processes; the stream protocol and cleanup are shared with package glob.
+// Package grep is the guest side of the grep tool: the arguments of the
+// guest agent's ripgrep search, the preflight script that proves a guest's
+// rg behaves as the search relies on, and the parser for what the search
+// prints. It starts no processes; the stream protocol and cleanup are
+// shared with package glob.
 package grep
 
 import (
@@ -24,23 +26,22 @@ const (
 	OwnerEnv    = "OMA_GREP_OWNER"
 )
 
-// SearchProtocol is the protocol of SearchScript.
+// SearchProtocol is the protocol of the grep-search builtin (see SearchArgs).
 var SearchProtocol = glob.Protocol{Tool: "grep", Marker: ReadyMarker, OwnerEnv: OwnerEnv, Stream: "output"}
 
 // NewToken returns a fresh "oma-grep-<uuid>" ownership token.
 func NewToken() string { return glob.NewToken(SearchProtocol.Tool) }
 
-// NewReadinessFilter returns a filter for SearchScript's marker.
+// NewReadinessFilter returns a filter for the search's marker.
 func NewReadinessFilter() *glob.ReadinessFilter { return glob.NewReadinessFilter(SearchProtocol) }
 
-// CleanupScript ends the search tagged with token; see glob.CleanupScript.
-func CleanupScript(token string) (script string, args []string) {
-	return glob.CleanupScript(OwnerEnv, token)
-}
+// CleanupArgs are the search-kill builtin's arguments that end the search
+// tagged with token; see glob.CleanupArgs.
+func CleanupArgs(token string) []string { return glob.CleanupArgs(OwnerEnv, token) }
 
 // CollectorOptions configure NewCollector.
 type CollectorOptions struct {
-	// Root is the absolute path given to SearchScript.
+	// Root is the absolute path given to SearchArgs.
 	Root string
 	// HeadLimit caps the matches silently; 0 means DefaultHeadLimit.
 	HeadLimit int
@@ -54,7 +55,7 @@ type CollectorOptions struct {
 // 64-bit count.
 const maxCountDigits = 20
 
-// Collector reads SearchScript's records after the marker, each a path, a
+// Collector reads the search's records after the marker, each a path, a
 // NUL, a decimal count and a newline, and collects the paths with a
 // glob.Collector. It gives the same outcome however the stream is split.
 type Collector struct {
@@ -64,7 +65,7 @@ type Collector struct {
 	err     error
 }
 
-// NewCollector returns a collector for SearchScript's output after the marker.
+// NewCollector returns a collector for the search's output after the marker.
 func NewCollector(opts CollectorOptions) (*Collector, error) {
 	paths, err := glob.NewCollector(SearchProtocol, glob.CollectorOptions{
 		Root:           opts.Root,
@@ -128,55 +129,34 @@ func (c *Collector) LimitReached() bool { return c.paths.LimitReached() }
 // Matches returns the accepted paths in guest order.
 func (c *Collector) Matches() []string { return c.paths.Matches() }
 
-// SearchScript lists the files under root whose contents match the ripgrep
-// regex pattern, after the readiness marker, in path order (so a capped
-// result is stable), each as a record: the path (beginning with root), a
-// NUL, the number of matching lines and a newline (see Collector).
-// ripgrepGlob ("" for none) is passed to --glob; see glob.ToRipgrep. Hidden
-// and ignored files are searched; binary files, those holding a NUL byte,
-// are not: ripgrep drops a file it finds by walking a directory when it
-// meets a NUL, and --count makes it read every file to its end, so a match
-// before the NUL does not list the file. A root that is a regular file is
-// read once for a NUL first. ripgrep skips every file it walks to that is
-// not regular (a FIFO would block it), and follows no symbolic link below
-// root; a root that is a FIFO blocks it, as it blocks the search of a named
-// FIFO, until the caller's timeout and cleanup.
+// SearchArgs are the arguments of the guest agent's grep-search builtin
+// (agentwire.BuiltinGrepSearch), which lists the files under root whose
+// contents match the ripgrep regex pattern, after the readiness marker, in
+// path order (so a capped result is stable), each as a record: the path
+// (beginning with root), a NUL, the number of matching lines and a newline
+// (see Collector). ripgrepGlob ("" for none) is passed to --glob; see
+// glob.ToRipgrep. Hidden and ignored files are searched; binary files,
+// those holding a NUL byte, are not: ripgrep drops a file it finds by
+// walking a directory when it meets a NUL, and --count makes it read every
+// file to its end, so a match before the NUL does not list the file. A root
+// that is a regular file is read once for a NUL first. ripgrep skips every
+// file it walks to that is not regular (a FIFO would block it), and follows
+// no symbolic link below root; a root that is a FIFO blocks it, as it
+// blocks the search of a named FIFO, until the caller's timeout and
+// cleanup.
 //
-// rg runs in its own session tagged OwnerEnv=token, behind a sh that
-// prints the marker (so the marker comes from work CleanupScript can
-// find) and then becomes rg. ripgrep's "no match" status counts as
-// success, and so does its status 2 when the pattern is valid and root
-// exists: some files could not be read or vanished, and ripgrep's
-// complaints about them are on stderr. Any other failure is the script's
-// status.
-//
-// Run it as `/bin/bash -c SCRIPT bash ARGS...`.
-func SearchScript(root, token, pattern, ripgrepGlob string) (script string, args []string) {
-	// sh, not bash: it starts in half the time, and has little to do.
-	const s = `set -u
-token=$1 root=$2 pattern=$3 glob=$4 marker=$5
-set -- --no-config --hidden --no-ignore --color never --count --with-filename --null --no-mmap --sort path
-[ -z "$glob" ] || set -- "$@" --glob "$glob"
-` + OwnerEnv + `="$token" LC_ALL=C setsid /bin/sh -c '
-printf "%s\0" "$0" || exit
-# ripgrep reads a file named on its command line whole, NUL or not.
-if [ -f "$1" ] && rg --no-config -qa -- "\x00" "$1" 2>/dev/null; then
-	exit 1
-fi
-shift
-exec rg "$@"
-' "$marker" "$root" "$@" -- "$pattern" "$root" &
-wait "$!"
-code=$?
-[ "$code" -le 1 ] && exit 0
-[ "$code" -eq 2 ] && [ -e "$root" ] || exit "$code"
-LC_ALL=C rg --no-config -q -- "$pattern" /dev/null 2>/dev/null
-[ "$?" -le 1 ] || exit 2`
-	return s, []string{token, root, pattern, ripgrepGlob, ReadyMarker}
+// rg runs in a session of its own tagged OwnerEnv=token, and the marker
+// follows its start, so that CleanupArgs' kill finds all work that follows
+// readiness. ripgrep's "no match" status counts as success, and so does its
+// status 2 when the pattern is valid and root exists: some files could not
+// be read or vanished, and ripgrep's complaints about them are on stderr.
+// Any other failure is the builtin's status.
+func SearchArgs(root, token, pattern, ripgrepGlob string) []string {
+	return []string{token, root, pattern, ripgrepGlob, ReadyMarker}
 }
 
 // PreflightScript proves, in the current directory, that the guest's rg
-// behaves as SearchScript relies on: a match is listed as one record (path,
+// behaves as the grep-search builtin relies on: a match is listed as one record (path,
 // NUL, count, newline), no match exits 1, an invalid regex exits with
 // another status, hidden and ignored files are searched, --glob filters, a
 // directory search lists no file holding a NUL (even one whose match comes

@@ -1,4 +1,4 @@
-//go:build unix
+//go:build linux
 
 package grep
 
@@ -17,7 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
 	"github.com/oma-sandbox/oma-sandbox/glob"
+	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
 )
 
 func needTools(t *testing.T) string {
@@ -35,6 +37,16 @@ func needTools(t *testing.T) string {
 func bashCommand(script string, args []string, dir, path string) *exec.Cmd {
 	cmd := exec.Command("/bin/bash", append([]string{"-c", script, "bash"}, args...)...)
 	cmd.Dir = dir
+	if path != "" {
+		cmd.Env = append(os.Environ(), "PATH="+path+string(os.PathListSeparator)+os.Getenv("PATH"))
+	}
+	return cmd
+}
+
+// builtinCommand runs the guest agent's builtin name with args, an rg
+// from path first on its PATH when path is set.
+func builtinCommand(t *testing.T, name string, args []string, path string) *exec.Cmd {
+	cmd := exec.Command(agenttest.AgentBinary(t), append([]string{"builtin", name}, args...)...)
 	if path != "" {
 		cmd.Env = append(os.Environ(), "PATH="+path+string(os.PathListSeparator)+os.Getenv("PATH"))
 	}
@@ -68,15 +80,14 @@ func writeTree(t *testing.T, files map[string]string) string {
 	return root
 }
 
-// run runs SearchScript and returns its output and exit status.
+// run runs the grep-search builtin and returns its output and exit status.
 func run(t *testing.T, root, pattern, globPattern, path string) ([]byte, int) {
 	t.Helper()
 	rgGlob := ""
 	if globPattern != "" {
 		rgGlob = glob.ToRipgrep(globPattern)
 	}
-	script, args := SearchScript(root, NewToken(), pattern, rgGlob)
-	out, err := bashCommand(script, args, "", path).Output()
+	out, err := builtinCommand(t, agentwire.BuiltinGrepSearch, SearchArgs(root, NewToken(), pattern, rgGlob), path).Output()
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
 		return out, exit.ExitCode()
@@ -86,7 +97,7 @@ func run(t *testing.T, root, pattern, globPattern, path string) ([]byte, int) {
 	return out, 0
 }
 
-// parse reads SearchScript's output the way the tool does.
+// parse reads the search's output the way the tool does.
 func parse(t *testing.T, out []byte, opts CollectorOptions) ([]string, error) {
 	t.Helper()
 	f := NewReadinessFilter()
@@ -115,7 +126,7 @@ func search(t *testing.T, root, pattern, globPattern, path string, opts Collecto
 	return got, code, err
 }
 
-func TestSearchScript(t *testing.T) {
+func TestSearch(t *testing.T) {
 	needTools(t)
 	root := writeTree(t, map[string]string{
 		"a.md":              "the needle\n",
@@ -180,7 +191,7 @@ func TestSearchScript(t *testing.T) {
 	}
 }
 
-func TestSearchScriptHeadLimit(t *testing.T) {
+func TestSearchHeadLimit(t *testing.T) {
 	needTools(t)
 	files := map[string]string{}
 	for i := range DefaultHeadLimit + 10 {
@@ -202,7 +213,7 @@ func TestSearchScriptHeadLimit(t *testing.T) {
 // A file that vanishes during the walk (a concurrent write's temporary file
 // renamed into place) makes ripgrep complain and exit 2; the search still
 // succeeds with what it found.
-func TestSearchScriptFileVanishes(t *testing.T) {
+func TestSearchFileVanishes(t *testing.T) {
 	needTools(t)
 	root := writeTree(t, map[string]string{"a.txt": "needle\n", "b.txt": "needle\n"})
 	vanish := fakeRg(t, `case " $* " in *" --count "*) rm -f -- "${!#}/a.txt"; "$real" "$@"; echo "rg: ${!#}/gone.txt: No such file or directory (os error 2)" >&2; exit 2 ;; esac; exec "$real" "$@"`)
@@ -214,14 +225,13 @@ func TestSearchScriptFileVanishes(t *testing.T) {
 
 // A file the guest user cannot read is not a failure: ripgrep says so on
 // stderr (the tool's "Could not search" note) and the others are listed.
-func TestSearchScriptUnreadableFile(t *testing.T) {
+func TestSearchUnreadableFile(t *testing.T) {
 	needTools(t)
 	root := writeTree(t, map[string]string{"a.txt": "needle\n", "secret.txt": "needle\n"})
 	if err := os.Chmod(filepath.Join(root, "secret.txt"), 0); err != nil {
 		t.Fatal(err)
 	}
-	script, args := SearchScript(root, NewToken(), "needle", "")
-	cmd := bashCommand(script, args, "", "")
+	cmd := builtinCommand(t, agentwire.BuiltinGrepSearch, SearchArgs(root, NewToken(), "needle", ""), "")
 	if os.Geteuid() == 0 {
 		// root reads anything: search as nobody, who needs a way to root.
 		setpriv, err := exec.LookPath("setpriv")
@@ -239,7 +249,7 @@ func TestSearchScriptUnreadableFile(t *testing.T) {
 				t.Skipf("%s is closed to others", d)
 			}
 		}
-		cmd = exec.Command(setpriv, append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", "/bin/bash", "-c", script, "bash"}, args...)...)
+		cmd = exec.Command(setpriv, append([]string{"--reuid=65534", "--regid=65534", "--clear-groups"}, cmd.Args...)...)
 	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -253,7 +263,7 @@ func TestSearchScriptUnreadableFile(t *testing.T) {
 	}
 }
 
-func TestSearchScriptFailures(t *testing.T) {
+func TestSearchFailures(t *testing.T) {
 	needTools(t)
 	root := writeTree(t, map[string]string{"a.txt": "needle\n"})
 	cases := []struct {
@@ -272,20 +282,6 @@ func TestSearchScriptFailures(t *testing.T) {
 				t.Fatalf("exit %d, %v; want exit %d after readiness", code, err, c.code)
 			}
 		})
-	}
-}
-
-func TestSearchScriptWithoutSetsid(t *testing.T) {
-	// Without setsid the guest work cannot be tagged: no marker, so the
-	// caller treats the guest state as unknown.
-	needTools(t)
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "setsid"), []byte("#!/bin/bash\nexit 127\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	_, code, err := search(t, t.TempDir(), "x", "", dir, CollectorOptions{})
-	if code == 0 || !errors.Is(err, glob.ErrNotReady) || err.Error() != "Grep process did not publish readiness" {
-		t.Fatalf("exit %d, %v", code, err)
 	}
 }
 
@@ -320,8 +316,7 @@ func TestCleanupEndsSearch(t *testing.T) {
 		t.Fatalf("token %q", token)
 	}
 	entry := OwnerEnv + "=" + token
-	script, args := SearchScript(t.TempDir(), token, "needle", "")
-	cmd := bashCommand(script, args, "", never)
+	cmd := builtinCommand(t, agentwire.BuiltinGrepSearch, SearchArgs(t.TempDir(), token, "needle", ""), never)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -350,8 +345,7 @@ func TestCleanupEndsSearch(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	cs, cargs := CleanupScript(token)
-	if out, err := bashCommand(cs, cargs, "", "").CombinedOutput(); err != nil {
+	if out, err := builtinCommand(t, agentwire.BuiltinSearchKill, CleanupArgs(token), "").CombinedOutput(); err != nil {
 		t.Fatalf("cleanup: %v: %s", err, out)
 	}
 	if err := cmd.Wait(); err == nil {

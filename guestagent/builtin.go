@@ -17,12 +17,12 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/agentwire"
 )
 
-// A builtin does, inside the agent, the work of one guest script the tools
-// send: the same arguments, stdin, output and exit status as that script
-// run by `bash -c SCRIPT bash ARGS...`, without the processes the script
-// would start for it (bash, perl, setsid). The script stays the definition
-// (the exec transport and the local backend run it), and each builtin is
-// held to it by tests that run both on the same cases.
+// A builtin is one piece of the tools' guest work done inside the agent:
+// it takes a call's arguments and stdin and answers with output and an
+// exit status, as a script run by `bash -c SCRIPT bash ARGS...` would,
+// without starting a shell for it. The tools name only builtins (package
+// agentwire lists them; the packages that build their arguments say what
+// each does).
 type builtin func(c *builtinCall) int
 
 // builtins are the names the hello offers, each with its implementation.
@@ -61,7 +61,7 @@ type builtinCall struct {
 	Workdir string   // the call's workdir, not entered: cmd.Dir or asUser
 	Env     []string // the environment of the processes it starts
 	// Killed closes when the call must end: a kill frame, the guest timer,
-	// the output cap. A builtin that started processes kills their trees
+	// the output cap, SIGTERM to `oma-guest-agent builtin`. A builtin that started processes kills their trees
 	// (killTree) and returns.
 	Killed <-chan struct{}
 }
@@ -265,14 +265,12 @@ func setThreadIdentity(id identity, groups []int) error {
 
 // RunBuiltin runs builtin name as this process's own user, in its working
 // directory, with the given stdin and output, and returns its exit status.
-// It is what `oma-guest-agent builtin` does, for the tests that hold each
-// builtin to its script.
 func RunBuiltin(name string, args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
 	return runBuiltin(name, args, stdin, stdout, stderr, nil)
 }
 
-// runBuiltin is RunBuiltin with the channel that ends the call when it
-// closes (nil: nothing does).
+// runBuiltin is RunBuiltin ended early, as by a kill frame, when killed
+// closes.
 func runBuiltin(name string, args []string, stdin io.Reader, stdout, stderr io.Writer, killed <-chan struct{}) (int, error) {
 	fn := builtins[name]
 	if fn == nil {

@@ -16,16 +16,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The file builtins do the perl pass of the write and edit tools' scripts
-// (tools/write.go writeScript and perlResolve, tools/edit.go catScript)
-// with the same messages and exit codes. Everything they do to a guest
-// path happens inside asUser, through raw system calls on that thread.
+// The file builtins do the guest side of the write, edit, read and ls
+// tools (tools/write.go, tools/edit.go, tools/read.go, tools/ls.go), their
+// messages and exit codes those of the tools' errors. Everything they do
+// to a guest path happens inside asUser, through raw system calls on that
+// thread.
 
 // killedExit is what a builtin ended by its call's kill returns: the
 // status a killed script gets.
 const killedExit = 255
 
-// ioChunk is how much one read of stdin or of a file takes, as perl's.
+// ioChunk is how much one read of stdin or of a file takes.
 const ioChunk = 64 << 10
 
 // fileJob is one file builtin's state: what fail reports and undoes.
@@ -62,8 +63,9 @@ func (j *fileJob) undo() {
 	j.made = nil
 }
 
-// resolve gives f's final target (canon) or fails as perlResolve does:
-// unresolvable, or outside the workspace ws.
+// resolve gives f's final target (canon) or fails: unresolvable (3), or
+// outside the workspace ws (10), a symbolic link being followed only
+// where it stays inside.
 func (j *fileJob) resolve(f, ws string) (string, int) {
 	real, ok := canon(f)
 	wsreal, wsok := canon(ws)
@@ -87,9 +89,12 @@ func asCallUser(c *builtinCall, body func() int) int {
 	return code
 }
 
-// builtinWrite is writeScript: args path, original length (empty for a
+// builtinWrite replaces the final target of a path with stdin atomically
+// (see tools/write.go writeFile): args path, original length (empty for a
 // plain write), workspace, shown name; stdin the original bytes, when a
-// length is given, then the new content.
+// length is given, then the new content. With an original, the rename
+// happens only if the file still holds exactly those bytes (exit 9
+// otherwise). A failure removes the temp file and the directories made.
 func builtinWrite(c *builtinCall) int {
 	if len(c.Args) != 4 {
 		_, _ = fmt.Fprintf(c.Stderr, "write: want 4 arguments (path, original length, workspace, shown name), got %d\n", len(c.Args))
@@ -240,8 +245,8 @@ func (j *fileJob) fill(fd int, real string) int {
 	return 0
 }
 
-// lockUnchanged takes the file's lock (flock, as the script's perl and
-// flock(1) take it) and checks, under it, that the file the name holds now
+// lockUnchanged takes the file's lock (flock, as flock(1) takes it) and
+// checks, under it, that the file the name holds now
 // has exactly the original bytes. It returns the lock's descriptor. Its
 // opens are nonblocking, so a FIFO put in place of the file cannot stall
 // them; the wait for the lock ends when the call is killed.
@@ -266,8 +271,8 @@ func (j *fileJob) lockUnchanged(real string, original []byte) (int, int) {
 }
 
 // flock waits for an exclusive lock on fd, polling so that the call's
-// kill ends the wait. Like the script, it goes on without the lock when
-// the file cannot be locked at all.
+// kill ends the wait. It goes on without the lock when the file cannot be
+// locked at all.
 func (j *fileJob) flock(fd int) int {
 	wait := time.Millisecond
 	for {
@@ -308,8 +313,8 @@ func sameBytes(path string, want []byte) bool {
 	}
 }
 
-// builtinCat is catScript: args path, workspace, shown name; it prints the
-// regular file the path resolves to.
+// builtinCat prints the regular file a path resolves to, inside the
+// workspace (the edit tool's read): args path, workspace, shown name.
 func builtinCat(c *builtinCall) int {
 	if len(c.Args) != 3 {
 		_, _ = fmt.Fprintf(c.Stderr, "cat: want 3 arguments (path, workspace, shown name), got %d\n", len(c.Args))
@@ -360,13 +365,14 @@ func (j *fileJob) cat(f, ws string) int {
 	}
 }
 
-// canon resolves path as readlink -m does, and as perlCanon in
-// tools/write.go does it (see there): a component that is no link
-// (missing, under a file, unreadable) is kept as it is; after 20 links, a
-// link met again with the same rest of the path under the same directory
-// is a loop and is kept unresolved; a parent that cannot be looked up then
-// fails the resolve, as do more than 1000 links. A relative path is taken
-// from the root, as perlCanon takes it.
+// canon resolves path as readlink -m (gnulib's canonicalize in
+// CAN_MISSING mode) does: a component that is no link (missing, under a
+// file, unreadable) is kept as it is; after 20 links, a link met again
+// with the same rest of the path under the same directory is a loop and is
+// kept unresolved; a parent that cannot be looked up then fails the
+// resolve. Unlike readlink, it gives up after 1000 links (the kernel gives
+// up after 40): readlink -m follows a link whose target grows under itself
+// (l -> l/x) for ever. A relative path is taken from the root.
 func canon(path string) (string, bool) {
 	rest, dest, links := path, "", 0
 	seen := map[string]bool{}
@@ -467,8 +473,7 @@ func retryEINTR(fn func() (int, error)) (int, error) {
 	}
 }
 
-// errText is an error as perl's $! and coreutils say it (glibc's
-// strerror): Go's text of an errno with its first letter capitalised.
+// errText is an error as coreutils say it (glibc's strerror): Go's text of an errno with its first letter capitalised.
 func errText(err error) string {
 	var errno syscall.Errno
 	if errors.As(err, &errno) {

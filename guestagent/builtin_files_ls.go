@@ -12,9 +12,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// builtinLs is the ls tool's lsScript (tools/ls.go): args directory,
-// shown name. After the script's checks it prints what its
-// `find DIR -mindepth 1 -maxdepth 1 -ignore_readdir_race -printf '%Y %f\0'`
+// builtinLs lists a directory for the ls tool (tools/ls.go): args
+// directory, shown name. A missing path fails with "Path not found", one
+// that is no directory with "Not a directory" (exit 3); else it prints
+// what `find DIR -mindepth 1 -maxdepth 1 -ignore_readdir_race -printf '%Y %f\0'`
 // prints (GNU findutils 4.9, the image's): one "TYPE NAME\0" record per
 // entry in the directory's order, TYPE as find's %Y, an entry gone before
 // its lstat left out, and find's messages and status for what it cannot

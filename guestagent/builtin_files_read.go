@@ -11,8 +11,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// builtinRead is the read tool's readScript (tools/read.go) as its perl
-// pass does it: args path, first line, lines, bytes, shown name, end mark.
+// builtinRead is the read tool's guest side (tools/read.go runRead): args
+// path, first line, lines, bytes, shown name, end mark.
 // It prints "T LINES FIRSTLEN\n", at most that many lines and bytes+1
 // bytes from the first line on, then the end mark; or, for a file with a
 // NUL in its first 8 KiB, "B SIZE\n", its first 512 bytes and the mark.
@@ -45,11 +45,10 @@ func (j *fileJob) read(f string, start, take, maxb int64, end string) int {
 		return j.fail(3, "Permission denied: "+j.show)
 	}
 	// Nonblocking: a FIFO's open must not wait for a writer in the agent.
-	// The script's open and reads wait for one: readSome does, until the
-	// call is killed.
+	// readSome waits for one, until the call is killed.
 	fd, err := openRead(f)
-	// EAGAIN: another's write lease on it is being broken, which the
-	// script's blocking open waits for; this open asks again until then.
+	// EAGAIN: another's write lease on it is being broken, which a
+	// blocking open would wait for; this open asks again until then.
 	for err == unix.EAGAIN {
 		select {
 		case <-j.c.Killed:
@@ -132,8 +131,8 @@ func (j *fileJob) read(f string, start, take, maxb int64, end string) int {
 
 // readSome reads from fd. One that is no regular file (a FIFO, a device),
 // opened nonblocking, is first waited on until it has input or its last
-// writer left, as the script's blocking open and reads wait, but only
-// until the call is killed: a FIFO no writer ever opens reads as nothing.
+// writer left, as a blocking open and reads would wait, but only until
+// the call is killed: a FIFO no writer ever opens reads as nothing.
 func (j *fileJob) readSome(fd int, buf []byte, wait bool) (int, int) {
 	for {
 		if j.c.ending() {

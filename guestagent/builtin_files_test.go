@@ -91,7 +91,7 @@ func owner(t *testing.T, path string) (uid, gid uint32, mode os.FileMode) {
 // The file builtins act as the call's user, never as the agent's root: a
 // file or directory only root may read or write stays out of reach, what
 // they make is the user's, and a replaced file of another user's keeps its
-// mode and becomes the user's, as with the script.
+// mode and becomes the user's.
 func TestFileBuiltinsActAsUser(t *testing.T) {
 	ws, rootDir := nobodyTree(t)
 	private := filepath.Join(ws, "private")
@@ -179,7 +179,7 @@ func TestWriteBuiltinDirectorySwapped(t *testing.T) {
 }
 
 // A FIFO, named or behind a link, stalls neither the read before an edit
-// nor the edit's check; a plain write replaces it, as the script does.
+// nor the edit's check; a plain write replaces it.
 func TestFileBuiltinsFIFO(t *testing.T) {
 	ws, _ := nobodyTree(t)
 	fifo := filepath.Join(ws, "fifo")
@@ -306,7 +306,7 @@ func TestFileBuiltinsBesideScripts(t *testing.T) {
 
 // The read builtin acts as the user (root's 0600 file is refused as test -r
 // refuses it) and a FIFO does not stall the agent: with no writer the call
-// waits, as the script's open does, until its kill; a writer's lines are
+// waits, as a blocking open would, until its kill; a writer's lines are
 // read as a file's.
 func TestReadBuiltinUserAndFIFO(t *testing.T) {
 	ws, _ := nobodyTree(t)
@@ -342,8 +342,8 @@ func TestReadBuiltinUserAndFIFO(t *testing.T) {
 	}
 }
 
-// A write lease held on the file makes the read wait, as the script's
-// blocking open waits, until its holder gives it up (or the kernel breaks
+// A write lease held on the file makes the read wait, as a blocking open
+// would, until its holder gives it up (or the kernel breaks
 // it), instead of failing; a kill still ends the wait.
 func TestReadBuiltinWaitsForALease(t *testing.T) {
 	ws, _ := nobodyTree(t)
@@ -381,8 +381,8 @@ func TestReadBuiltinWaitsForALease(t *testing.T) {
 	}
 }
 
-// A relative path is taken from the call's workdir, as the script's
-// process takes it from the directory it runs in, not from the agent's.
+// A relative path is taken from the call's workdir, as a process started
+// there would take it, not from the agent's.
 func TestReadAndLsBuiltinsRelativePath(t *testing.T) {
 	ws, _ := nobodyTree(t)
 	must(t, os.Mkdir(filepath.Join(ws, "sub"), 0o755))

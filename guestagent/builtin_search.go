@@ -16,8 +16,8 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/agentwire"
 )
 
-// The search builtins start find and rg themselves, in the tagged session
-// the scripts' setsid gives them, without the shells around them.
+// The search builtins start find and rg themselves, each in a session of
+// its own, tagged so that the search-kill builtin finds it.
 
 // The tags of their processes: glob.OwnerEnv and grep.OwnerEnv, spelled
 // here because importing those packages would bring their token maker's
@@ -28,11 +28,12 @@ const (
 )
 
 // killedStatus is what a call killed before its work ended answers, as a
-// script's bash killed by SIGKILL does.
+// shell killed by SIGKILL does.
 const killedStatus = 255
 
-// globEnumerate does glob.NarrowedEnumerationScript's work. Its args are
-// the script's: token, root, marker, skipgit, name, under.
+// globEnumerate lists the regular files under root after the readiness
+// marker (see glob.EnumerationArgs). Its args: token, root, marker,
+// skipgit, name, under.
 func globEnumerate(c *builtinCall) int {
 	if len(c.Args) != 6 {
 		return c.badArgs(agentwire.BuiltinGlobEnumerate, 6)
@@ -56,8 +57,8 @@ func globEnumerate(c *builtinCall) int {
 		return killedStatus
 	}
 	cmd := c.tagged(globOwnerEnv, token, "find", argv...)
-	// The child enters root after it became the user, as the script's cd
-	// does; a relative root is taken from the workdir it inherits.
+	// The child enters root after it became the user, as a cd would; a
+	// relative root is taken from the workdir it inherits.
 	cmd.Dir = root
 	cmd.Stdout, cmd.Stderr = c.Stdout, c.Stderr
 	if err := c.start(cmd); err != nil {
@@ -81,8 +82,9 @@ func globEnumerate(c *builtinCall) int {
 	return code
 }
 
-// grepSearch does grep.SearchScript's work. Its args are the script's:
-// token, root, pattern, glob, marker.
+// grepSearch lists the files under root whose contents match pattern,
+// after the readiness marker (see grep.SearchArgs). Its args: token, root,
+// pattern, glob, marker.
 func grepSearch(c *builtinCall) int {
 	if len(c.Args) != 5 {
 		return c.badArgs(agentwire.BuiltinGrepSearch, 5)
@@ -147,8 +149,7 @@ func grepSearch(c *builtinCall) int {
 	return code
 }
 
-// validPattern runs rg on /dev/null, as the script does, to tell an
-// invalid pattern (status 2) from files that could not be searched.
+// validPattern runs rg on /dev/null to tell an invalid pattern (status 2) from files that could not be searched.
 func (c *builtinCall) validPattern(pattern string) bool {
 	if c.ending() {
 		return false
@@ -193,9 +194,9 @@ func (h *heldWriter) Write(b []byte) (int, error) {
 	return h.w.Write(b)
 }
 
-// tagged returns the command a script would start as
-// `envName=token LC_ALL=C setsid name args...`: its own session, the
-// call's user, the ownership tag in its environment.
+// tagged returns the command `envName=token LC_ALL=C setsid name args...`
+// would start: its own session, the call's user, the ownership tag in its
+// environment.
 func (c *builtinCall) tagged(envName, token, name string, args ...string) *exec.Cmd {
 	cmd := exec.Command(name, args...)
 	cmd.Env = append(slices.Clip(c.Env), envName+"="+token, "LC_ALL=C")
@@ -207,7 +208,7 @@ func (c *builtinCall) tagged(envName, token, name string, args ...string) *exec.
 // output, should something else hold its pipes.
 const waitDelay = time.Second
 
-// start starts cmd where the scripts' processes start (see startIn).
+// start starts cmd where a call's processes start (see startIn).
 func (c *builtinCall) start(cmd *exec.Cmd) error {
 	cmd.WaitDelay = waitDelay
 	return startIn(cmd, c.Workdir, nil)
@@ -244,8 +245,7 @@ func (c *builtinCall) wait(cmd *exec.Cmd) (code int, killed bool) {
 }
 
 // abandon ends a call whose marker could not be sent (it is ending): what
-// it started is killed, and the status is the script's for a failed
-// printf.
+// it started is killed, and the status is a shell's for a failed printf.
 func (c *builtinCall) abandon(cmd *exec.Cmd, started bool) int {
 	if started {
 		killTree(cmd.Process, cmd.Process.Pid)
@@ -264,8 +264,8 @@ func (c *builtinCall) startFailed(name string, err error) int {
 	return 126
 }
 
-// setsidFailed reports a program that could not be started as the
-// script's util-linux setsid does: its words and strerror's, and status
+// setsidFailed reports a program that could not be started as
+// util-linux's setsid does: its words and strerror's, and status
 // 127 when it was not found, else 126. (A busybox setsid words it
 // otherwise; the status is the same.)
 func (c *builtinCall) setsidFailed(name string, err error) int {
@@ -285,14 +285,14 @@ func (c *builtinCall) badArgs(name string, want int) int {
 	return 2
 }
 
-// isRegular is the script's `[ -f PATH ]`, as the call's user.
+// isRegular is `[ -f PATH ]`, as the call's user.
 func (c *builtinCall) isRegular(p string) bool {
 	var st unix.Stat_t
 	err := asUser(c.User, func() error { return unix.Stat(c.userPath(p), &st) })
 	return err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
 }
 
-// exists is the script's `[ -e PATH ]`, as the call's user.
+// exists is `[ -e PATH ]`, as the call's user.
 func (c *builtinCall) exists(p string) bool {
 	var st unix.Stat_t
 	return asUser(c.User, func() error { return unix.Stat(c.userPath(p), &st) }) == nil

@@ -12,10 +12,10 @@ import (
 )
 
 // searchKillPatience is how long searchKill goes on finding tagged
-// processes before it gives up, as the script's two to three seconds.
+// processes before it gives up.
 const searchKillPatience = 2500 * time.Millisecond
 
-// searchKill does glob.CleanupScript's work. Its args are the script's:
+// searchKill ends a search's guest work (see glob.CleanupArgs). Its args:
 // the tag's name (a glob's or a grep's) and the call's token. It kills
 // every process tagged NAME=TOKEN and every process of its group, each
 // only while it is still the process the scan found (a recycled pid is

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -56,51 +57,77 @@ func groupOf(pgrp int) []int {
 	return pids
 }
 
-// The builtin ends what its script ends: every process tagged with the
-// token and every process of their groups, an untagged one too, and
-// nothing tagged with another token.
-func TestSearchKillParity(t *testing.T) {
-	script, _ := glob.CleanupScript(glob.OwnerEnv, "")
+// The builtin ends every process tagged with the token and every process
+// of their groups, an untagged one too, and nothing tagged with another
+// token.
+func TestSearchKill(t *testing.T) {
 	for _, env := range []string{glob.OwnerEnv, grep.OwnerEnv} {
-		for _, by := range []string{"builtin", "script"} {
-			t.Run(env+"/"+by, func(t *testing.T) {
-				token, other := "oma-test-kill-"+by, "oma-test-spare-"+by
-				target, ended := startTagged(t, env, token)
-				bystander, _ := startTagged(t, env, other)
-				var stdout, stderr bytes.Buffer
-				var code int
-				if by == "builtin" {
-					var err error
-					code, err = RunBuiltin(agentwire.BuiltinSearchKill, []string{env, token}, nil, &stdout, &stderr)
-					if err != nil {
-						t.Fatal(err)
-					}
-				} else {
-					cmd := exec.Command("/bin/bash", "-c", script, "bash", env, token)
-					cmd.Stdout, cmd.Stderr = &stdout, &stderr
-					if err := cmd.Run(); err != nil {
-						code = cmd.ProcessState.ExitCode()
-					}
+		t.Run(env, func(t *testing.T) {
+			token, other := "oma-test-kill", "oma-test-spare"
+			target, ended := startTagged(t, env, token)
+			bystander, _ := startTagged(t, env, other)
+			var stdout, stderr bytes.Buffer
+			code, err := RunBuiltin(agentwire.BuiltinSearchKill, glob.CleanupArgs(env, token), nil, &stdout, &stderr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if code != 0 || stdout.Len() > 0 || stderr.Len() > 0 {
+				t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
+			}
+			select {
+			case <-ended:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the tagged sh still runs")
+			}
+			// Killed is not yet gone: the group's last may take a moment.
+			for deadline := time.Now().Add(5 * time.Second); len(groupOf(target.Process.Pid)) > 0; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("left running in the tagged group: %v", groupOf(target.Process.Pid))
 				}
-				if code != 0 || stdout.Len() > 0 || stderr.Len() > 0 {
-					t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
-				}
-				select {
-				case <-ended:
-				case <-time.After(5 * time.Second):
-					t.Fatal("the tagged sh still runs")
-				}
-				// Killed is not yet gone: the group's last may take a moment.
-				for deadline := time.Now().Add(5 * time.Second); len(groupOf(target.Process.Pid)) > 0; time.Sleep(10 * time.Millisecond) {
-					if time.Now().After(deadline) {
-						t.Fatalf("left running in the tagged group: %v", groupOf(target.Process.Pid))
-					}
-				}
-				if n := len(groupOf(bystander.Process.Pid)); n != 3 {
-					t.Errorf("%d of 3 processes tagged with another token are left", n)
-				}
-			})
+			}
+			if n := len(groupOf(bystander.Process.Pid)); n != 3 {
+				t.Errorf("%d of 3 processes tagged with another token are left", n)
+			}
+		})
+	}
+}
+
+// With nothing tagged there is nothing to do: success at once.
+func TestSearchKillNothingToDo(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	began := time.Now()
+	code, err := RunBuiltin(agentwire.BuiltinSearchKill, grep.CleanupArgs("oma-test-none"), nil, &stdout, &stderr)
+	if err != nil || code != 0 || stdout.Len()+stderr.Len() > 0 || time.Since(began) > time.Second {
+		t.Fatalf("exit %d (%v), stdout %q, stderr %q, after %v", code, err, stdout.String(), stderr.String(), time.Since(began))
+	}
+}
+
+// Tagged processes that keep coming (an untagged parent outside their
+// groups starts new ones) make it give up and fail, naming them, rather
+// than claim success.
+func TestSearchKillReportsSurvivors(t *testing.T) {
+	token := "oma-test-survive"
+	spawner := exec.Command("/bin/sh", "-c", `while :; do `+glob.OwnerEnv+`=`+token+` setsid sleep 60 & sleep 0.02; done`)
+	spawner.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := spawner.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		syscall.Kill(-spawner.Process.Pid, syscall.SIGKILL)
+		spawner.Wait()
+		for _, pid := range taggedWith(glob.OwnerEnv + "=" + token) {
+			syscall.Kill(pid, syscall.SIGKILL)
 		}
+	})
+	for deadline := time.Now().Add(5 * time.Second); len(taggedWith(glob.OwnerEnv+"="+token)) == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no tagged process started")
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	code, err := RunBuiltin(agentwire.BuiltinSearchKill, glob.CleanupArgs(glob.OwnerEnv, token), nil, &stdout, &stderr)
+	if err != nil || code != 1 || !strings.Contains(stderr.String(), "remain") {
+		t.Fatalf("exit %d (%v), stderr %q; want exit 1 naming the processes that remain", code, err, stderr.String())
 	}
 }
 

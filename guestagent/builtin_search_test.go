@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -25,11 +26,11 @@ import (
 // The agent spells the tags itself (it does not import glob or grep).
 func TestSearchOwnerEnvs(t *testing.T) {
 	if globOwnerEnv != glob.OwnerEnv || grepOwnerEnv != grep.OwnerEnv {
-		t.Fatalf("the agent tags %s and %s, the scripts %s and %s", globOwnerEnv, grepOwnerEnv, glob.OwnerEnv, grep.OwnerEnv)
+		t.Fatalf("the agent tags %s and %s, the tools %s and %s", globOwnerEnv, grepOwnerEnv, glob.OwnerEnv, grep.OwnerEnv)
 	}
 }
 
-// Arguments not the script's count are refused, naming what was wrong.
+// Arguments not the builtin's count are refused, naming what was wrong.
 func TestSearchBuiltinsArgs(t *testing.T) {
 	for name, fn := range map[string]builtin{agentwire.BuiltinGlobEnumerate: globEnumerate, agentwire.BuiltinGrepSearch: grepSearch} {
 		var stdout, stderr bytes.Buffer
@@ -42,14 +43,14 @@ func TestSearchBuiltinsArgs(t *testing.T) {
 
 func needSearchTools(t *testing.T) {
 	t.Helper()
-	for _, tool := range []string{"bash", "find", "rg"} {
+	for _, tool := range []string{"find", "rg"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s not installed", tool)
 		}
 	}
 }
 
-// outcome is what one run of a script or builtin gave.
+// outcome is what one run of a builtin gave.
 type outcome struct {
 	stdout, stderr string
 	code           int
@@ -78,7 +79,7 @@ func runOutcome(t *testing.T, cmd *exec.Cmd, dir string, cred *syscall.Credentia
 	return outcome{stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()}
 }
 
-// searchUser is a user the parity tests run both sides as.
+// searchUser is a user the search tests run the builtins as.
 type searchUser struct {
 	name string
 	cred *syscall.Credential
@@ -158,20 +159,15 @@ func searchFixture(t *testing.T) string {
 	return base
 }
 
-// checkParity runs script and builtin name on args in dir as each user,
-// and fails when their stdout, stderr or status differ; check vets the
-// script's outcome so that a case proves what it is meant to.
-func checkParity(t *testing.T, name, script string, args []string, dir string, check func(o outcome, user string) error) {
+// checkBuiltin runs builtin name on args in dir as each user, and fails
+// when check finds fault with its outcome.
+func checkBuiltin(t *testing.T, name string, args []string, dir string, check func(o outcome, user string) error) {
 	t.Helper()
 	agent := agenttest.AgentBinary(t)
 	for _, u := range searchUsers() {
-		want := runOutcome(t, exec.Command("/bin/bash", append([]string{"-c", script, "bash"}, args...)...), dir, u.cred)
 		got := runOutcome(t, exec.Command(agent, append([]string{"builtin", name}, args...)...), dir, u.cred)
-		if got != want {
-			t.Errorf("as %s: the builtin gave\n%v\nthe script\n%v", u.name, got, want)
-		}
-		if err := check(want, u.name); err != nil {
-			t.Errorf("as %s: %v\n%v", u.name, err, want)
+		if err := check(got, u.name); err != nil {
+			t.Errorf("as %s: %v\n%v", u.name, err, got)
 		}
 	}
 }
@@ -196,7 +192,7 @@ func wants(code, nobodyCode int, holds ...string) func(outcome, string) error {
 	}
 }
 
-func TestGlobEnumerateParity(t *testing.T) {
+func TestGlobEnumerate(t *testing.T) {
 	needSearchTools(t)
 	base := searchFixture(t)
 	tree := filepath.Join(base, "tree")
@@ -222,13 +218,12 @@ func TestGlobEnumerateParity(t *testing.T) {
 		{name: "locked subdirectory", root: filepath.Join(tree, "locked"), check: wants(0, 3)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			script, args := glob.NarrowedEnumerationScript(tc.root, glob.NewToken("glob"), tc.n)
-			checkParity(t, agentwire.BuiltinGlobEnumerate, script, args, base, tc.check)
+			checkBuiltin(t, agentwire.BuiltinGlobEnumerate, glob.EnumerationArgs(tc.root, glob.NewToken("glob"), tc.n), base, tc.check)
 		})
 	}
 }
 
-func TestGrepSearchParity(t *testing.T) {
+func TestGrepSearch(t *testing.T) {
 	needSearchTools(t)
 	base := searchFixture(t)
 	tree := filepath.Join(base, "tree")
@@ -255,8 +250,7 @@ func TestGrepSearchParity(t *testing.T) {
 		{name: "pattern like a flag", root: tree, pattern: "--files", check: wants(0, 0, marker)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			script, args := grep.SearchScript(tc.root, grep.NewToken(), tc.pattern, tc.glob)
-			checkParity(t, agentwire.BuiltinGrepSearch, script, args, base, tc.check)
+			checkBuiltin(t, agentwire.BuiltinGrepSearch, grep.SearchArgs(tc.root, grep.NewToken(), tc.pattern, tc.glob), base, tc.check)
 		})
 	}
 }
@@ -320,7 +314,7 @@ func (w *probeWriter) Write(b []byte) (int, error) {
 // grep-search sends its marker only once rg, tagged and leading its own
 // session, exists: work after readiness is always the tagged work the
 // host's cleanup finds. On the call's end it kills rg, here blocked on a
-// FIFO root as the script's would be, and returns.
+// FIFO root, and returns.
 func TestGrepSearchReadyOnceRgRuns(t *testing.T) {
 	needSearchTools(t)
 	dir := t.TempDir()
@@ -365,7 +359,7 @@ func TestGrepSearchReadyOnceRgRuns(t *testing.T) {
 // A search's processes run as the call's user, tagged, each leading its
 // own session; a kill frame and the guest timer kill them and the call
 // answers. grep's rg blocks on a FIFO root; glob's find is made to hang
-// (a FIFO root fails glob at once, as it fails the script's cd).
+// (a FIFO root fails glob at once, as it would fail a cd).
 func TestSearchBuiltinsEnd(t *testing.T) {
 	needSearchTools(t)
 	// Not t.TempDir: nobody must be able to reach it.
@@ -462,8 +456,8 @@ func TestSearchBuiltinsEnd(t *testing.T) {
 	}
 }
 
-// Through the agent, a builtin answers as its script does even in a
-// workdir its user cannot search: the agent enters it as root for both.
+// Through the agent, a search builtin answers even in a workdir its user
+// cannot search: the agent enters it as root.
 func TestSearchBuiltinsInALockedWorkdir(t *testing.T) {
 	needSearchTools(t)
 	if os.Geteuid() != 0 {
@@ -471,10 +465,8 @@ func TestSearchBuiltinsInALockedWorkdir(t *testing.T) {
 	}
 	base := searchFixture(t)
 	tree, locked := filepath.Join(base, "tree"), filepath.Join(base, "private")
-	globScript, globArgs := glob.EnumerationScript(tree, glob.NewToken("glob"))
-	grepScript, grepArgs := grep.SearchScript(tree, grep.NewToken(), "needle", "")
-	line := func(id int, builtin, script string, args []string) string {
-		run := &agentwire.Run{ID: uint64(id), Builtin: builtin, Script: []byte(script), MaxOutput: 1 << 20, Workdir: locked}
+	line := func(id int, builtin string, args []string) string {
+		run := &agentwire.Run{ID: uint64(id), Builtin: builtin, MaxOutput: 1 << 20, Workdir: locked}
 		for _, a := range args {
 			run.Args = append(run.Args, []byte(a))
 		}
@@ -485,8 +477,8 @@ func TestSearchBuiltinsInALockedWorkdir(t *testing.T) {
 		return strings.TrimSuffix(string(b), "\n")
 	}
 	err, frames := serveHostWith(t, &Server{DefaultUser: "65534"},
-		line(1, "", globScript, globArgs), line(2, agentwire.BuiltinGlobEnumerate, "", globArgs),
-		line(3, "", grepScript, grepArgs), line(4, agentwire.BuiltinGrepSearch, "", grepArgs))
+		line(1, agentwire.BuiltinGlobEnumerate, glob.EnumerationArgs(tree, glob.NewToken("glob"), glob.Narrowing{})),
+		line(2, agentwire.BuiltinGrepSearch, grep.SearchArgs(tree, grep.NewToken(), "needle", "")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -512,47 +504,94 @@ func TestSearchBuiltinsInALockedWorkdir(t *testing.T) {
 			got[f.ID].code = f.Code
 		}
 	}
-	for _, pair := range [][2]uint64{{1, 2}, {3, 4}} {
-		script, builtin := got[pair[0]], got[pair[1]]
-		if script == nil || builtin == nil || *script != *builtin {
-			t.Errorf("the builtin gave\n%v\nthe script\n%v", builtin, script)
-		}
-		if script == nil || script.code != 0 || !strings.Contains(script.stdout, "a.txt\x00") {
-			t.Errorf("the script gave %v", script)
+	for id, marker := range map[uint64]string{1: glob.ReadyMarker, 2: grep.ReadyMarker} {
+		o := got[id]
+		if o == nil || o.code != 0 || !strings.HasPrefix(o.stdout, marker+"\x00") || !strings.Contains(o.stdout, "a.txt\x00") {
+			t.Errorf("call %d gave %v", id, o)
 		}
 	}
 }
 
-// An image without find: the script's setsid says it cannot run find, with
-// status 127 and no marker (find prints it); the builtin says the same.
+// An image without find: the builtin says it cannot run find, as
+// util-linux's setsid would, with status 127 and no marker (find prints
+// it).
 func TestGlobEnumerateWithoutFind(t *testing.T) {
 	needSearchTools(t)
-	setsid, err := exec.LookPath("setsid")
-	if err != nil {
-		t.Skip("setsid not installed")
-	}
 	base := searchFixture(t)
 	bin := filepath.Join(base, "bin")
 	if err := os.Mkdir(bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(setsid, filepath.Join(bin, "setsid")); err != nil {
-		t.Fatal(err)
-	}
-	script, args := glob.NarrowedEnumerationScript(filepath.Join(base, "tree"), glob.NewToken("glob"), glob.Narrowing{})
-	agent := agenttest.AgentBinary(t)
-	env := append(os.Environ(), "PATH="+bin)
+	args := glob.EnumerationArgs(filepath.Join(base, "tree"), glob.NewToken("glob"), glob.Narrowing{})
 	for _, u := range searchUsers() {
-		sh := exec.Command("/bin/bash", append([]string{"-c", script, "bash"}, args...)...)
-		sh.Env = env
-		want := runOutcome(t, sh, base, u.cred)
-		if want.code != 127 || want.stdout != "" || !strings.Contains(want.stderr, "find") {
-			t.Fatalf("as %s: the script gave\n%v", u.name, want)
-		}
-		b := exec.Command(agent, append([]string{"builtin", agentwire.BuiltinGlobEnumerate}, args...)...)
-		b.Env = env
+		b := exec.Command(agenttest.AgentBinary(t), append([]string{"builtin", agentwire.BuiltinGlobEnumerate}, args...)...)
+		b.Env = append(os.Environ(), "PATH="+bin)
+		want := outcome{stderr: "setsid: failed to execute find: No such file or directory\n", code: 127}
 		if got := runOutcome(t, b, base, u.cred); got != want {
-			t.Errorf("as %s: the builtin gave\n%v\nthe script\n%v", u.name, got, want)
+			t.Errorf("as %s: the builtin gave\n%v\nwant\n%v", u.name, got, want)
+		}
+	}
+}
+
+// The listing holds the regular files under root, hidden and oddly named
+// ones too, as "./"-relative paths after the marker: no FIFO (which is
+// never opened), and nothing behind a symbolic link, to a directory or a
+// file, outside root.
+func TestGlobEnumerateListsOnlyRegularFilesInside(t *testing.T) {
+	needSearchTools(t)
+	root, outside := t.TempDir(), t.TempDir()
+	for _, f := range []string{"a.md", ".env", "sub/b.md", "sub/deep/c.txt", "node_modules/x/y.js", "sp ace/new\nline", outside + "/secret"} {
+		if !filepath.IsAbs(f) {
+			f = filepath.Join(root, f)
+		}
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, err := range []error{
+		os.Symlink(outside, filepath.Join(root, "link")),
+		os.Symlink(outside+"/secret", filepath.Join(root, "filelink")),
+		syscall.Mkfifo(filepath.Join(root, "sub", "fifo"), 0o644),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(agenttest.AgentBinary(t), append([]string{"builtin", agentwire.BuiltinGlobEnumerate}, glob.EnumerationArgs(root, glob.NewToken("glob"), glob.Narrowing{})...)...)
+	o := runOutcome(t, cmd, root, nil)
+	if o.code != 0 || o.stderr != "" {
+		t.Fatalf("the builtin gave\n%v", o)
+	}
+	rest, ok := strings.CutPrefix(o.stdout, glob.ReadyMarker+"\x00")
+	if !ok || !strings.HasSuffix(rest, "\x00") {
+		t.Fatalf("output shape %q", o.stdout)
+	}
+	got := strings.Split(strings.TrimSuffix(rest, "\x00"), "\x00")
+	slices.Sort(got)
+	want := []string{"./.env", "./a.md", "./node_modules/x/y.js", "./sp ace/new\nline", "./sub/b.md", "./sub/deep/c.txt"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("listed %q, want %q", got, want)
+	}
+}
+
+// find's status 1 (a directory it could not read, or one that vanished)
+// is success; any other failure of find is the builtin's status, after
+// the marker and what find printed.
+func TestGlobEnumerateFindStatus(t *testing.T) {
+	for status, want := range map[int]int{1: 0, 2: 2, 126: 126} {
+		bin := t.TempDir()
+		find := "#!/bin/sh\nprintf '%s\\0./a\\0' " + glob.ReadyMarker + "; echo 'find: ./x: Permission denied' >&2; exit " + strconv.Itoa(status) + "\n"
+		if err := os.WriteFile(filepath.Join(bin, "find"), []byte(find), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(agenttest.AgentBinary(t), append([]string{"builtin", agentwire.BuiltinGlobEnumerate}, glob.EnumerationArgs(t.TempDir(), glob.NewToken("glob"), glob.Narrowing{})...)...)
+		cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
+		o := runOutcome(t, cmd, bin, nil)
+		if o.code != want || o.stdout != glob.ReadyMarker+"\x00./a\x00" {
+			t.Errorf("find exit %d: the builtin gave\n%v\nwant exit %d", status, o, want)
 		}
 	}
 }

@@ -21,14 +21,13 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/bashproto"
 )
 
-// Exit statuses of a supervisor that never started the command, as the
-// scripts give them.
+// Exit statuses of a supervisor that never started the command.
 const (
 	exitMalformedRequest = 91
 	exitNoLog            = 92
 )
 
-// Intervals of the supervisor, the perl one's: the log is relayed every
+// Intervals of the supervisor: the log is relayed every
 // relayPoll while the command runs (its end is relayed at once), and its
 // processes are recorded every trackEvery.
 const (
@@ -36,7 +35,7 @@ const (
 	trackEvery = 100 * time.Millisecond
 )
 
-// supervisorArgs are bashproto.Script's arguments.
+// supervisorArgs are the supervisor's arguments (bashproto.Args).
 type supervisorArgs struct {
 	id, logdir, keptdir string
 	secs                int64
@@ -73,11 +72,21 @@ func parseSupervisorArgs(args []string) (supervisorArgs, error) {
 	return a, nil
 }
 
-// bashSupervisor is bashproto.Script's supervisor done by the agent, the
-// perl one its model: the same lines, statuses and guards, with no process
-// but the command's bash. Where it differs, it is because the agent serves
-// other calls too: the orphans it adopts as a child subreaper count for a
-// call only when they started during it (see adoptedBy).
+// bashSupervisor runs a bash tool call's command (see bashproto.Args for
+// its arguments, stdin and output), with no process but the command's
+// bash. It reads the secret (one line) and the command (the rest) from
+// stdin, creates the log, prints the dispatch line and starts the command
+// as the leader of its own session, its output appended to the log, which
+// it relays as it grows. It records the command's process tree every
+// trackEvery (pids with their start times, so a reused pid is never taken
+// for one of ours); on the timeout, or when a bash-kill call or a kill
+// frame asks, it stops every process it can attribute to the command,
+// again until no new one appears, then SIGKILLs them. After a normal end
+// nothing is killed, unless the call ends background processes. It copies
+// a log beyond the limits to the kept directory and prints the terminal
+// record. The agent serves other calls too: the orphans it adopts as a
+// child subreaper count for a call only when they started during it (see
+// adoptedBy).
 func bashSupervisor(c *builtinCall) int {
 	a, err := parseSupervisorArgs(c.Args)
 	if err != nil {
@@ -144,7 +153,7 @@ type supervision struct {
 	start uint64 // the command's start time, in clock ticks since boot
 
 	// abort closes when a bash-kill call asks this supervisor to kill
-	// (the kill script's SIGUSR1); done closes when it has ended.
+	// (or a kill frame does); done closes when it has ended.
 	abort     chan struct{}
 	abortOnce sync.Once
 	done      chan struct{}
@@ -193,8 +202,7 @@ func openFile(path string, flags int, mode uint32) (*os.File, error) {
 	return os.NewFile(uintptr(fd), path), nil
 }
 
-// mkdirs makes dir and its missing parents as the perl supervisor does:
-// parents with mode 777, dir with mode (both less the umask); an existing
+// mkdirs makes dir and its missing parents: parents with mode 777, dir with mode (both less the umask); an existing
 // directory, or a symlink to one, is fine.
 func mkdirs(dir string, mode uint32) bool {
 	var st unix.Stat_t
@@ -255,7 +263,7 @@ func (s *supervision) run(command string) int {
 		// first): nothing is started, as if it were killed at once.
 		close(exited)
 	} else if err := s.startCommand(command, exited); err != nil {
-		// As the perl supervisor's child that cannot exec: said in the log.
+		// Said in the log, where the command's own words would be.
 		fmt.Fprintf(s.log, "oma-sandbox: cannot run /bin/bash: %v\n", err)
 		close(exited)
 		status = 127
@@ -311,8 +319,8 @@ loop:
 	if s.reaper {
 		reapAdopted()
 	}
-	// As perl looks for background processes only when it has a child:
-	// with no adopted child at all, a call that left nothing scans nothing.
+	// Background processes are looked for only when the agent has
+	// adopted a child: with none at all, a call that left nothing scans nothing.
 	if !s.reaper || len(adoptedChildren()) > 0 {
 		s.track()
 	} else {
@@ -347,8 +355,7 @@ func (s *supervision) killed() bool {
 }
 
 // waitStatus is the shell's $? for a process: 128 + a killing signal. A
-// wait that failed (nothing else reaps the command) leaves 137, as the
-// perl supervisor leaves it for a command it could not reap.
+// wait that failed (nothing else reaps the command) leaves 137.
 func waitStatus(st *os.ProcessState) int {
 	if st == nil {
 		return bashproto.TimeoutExitCode
@@ -360,8 +367,7 @@ func waitStatus(st *os.ProcessState) int {
 	return ws.ExitStatus()
 }
 
-// startCommand starts the command's bash as the perl supervisor does: in
-// its own session, as the call's user, in the workdir, with the command
+// startCommand starts the command's bash in its own session, as the call's user, in the workdir, with the command
 // text on its stdin (it reads it all, then takes /dev/null), its stdout and
 // stderr appended to the log and the call's id in its environment.
 // exited closes once it has been waited for.
@@ -378,8 +384,8 @@ func (s *supervision) startCommand(command string, exited chan<- struct{}) error
 		Stderr:      s.log,
 		SysProcAttr: s.call.ProcAttr(true),
 	}
-	// The perl supervisor's command inherits the directory the agent
-	// entered for the script, and the PWD that script's shell saw there.
+	// The command inherits the directory the agent entered for the call,
+	// and the PWD a shell started there would see.
 	err = startIn(cmd, s.call.Workdir, func() {
 		cmd.Env = commandEnv(s.call.Env, shellPWD(s.call.Env), s.args.id)
 	})
@@ -426,8 +432,8 @@ func shellPWD(env []string) string {
 	return wd
 }
 
-// commandEnv is the environment the perl supervisor's command gets: the
-// agent's as the script's bash passes it on (its PWD, SHLVL as bash leaves
+// commandEnv is the environment the command gets: the agent's as a bash
+// would pass it on (its PWD, SHLVL as bash leaves
 // it after an exec), with the call's id as bashproto.OwnerEnv.
 func commandEnv(base []string, pwd, id string) []string {
 	env := make([]string, 0, len(base)+3)

@@ -30,7 +30,7 @@ func BenchmarkBashSupervisor(b *testing.B) {
 	b.Run("run=builtin", func(b *testing.B) {
 		dir := b.TempDir()
 		for b.Loop() {
-			_, args, stdin := bashproto.Script(bashproto.NewCall(), "true", time.Minute, bashproto.LogsIn(dir), bashproto.Limits{MaxLines: 2000, MaxBytes: 50 << 10})
+			args, stdin := bashproto.Args(bashproto.NewCall(), "true", time.Minute, bashproto.LogsIn(dir), bashproto.Limits{MaxLines: 2000, MaxBytes: 50 << 10})
 			var out bytes.Buffer
 			code, err := RunBuiltin(agentwire.BuiltinBashSupervisor, args, bytes.NewReader(stdin), &out, io.Discard)
 			if err != nil || code != 0 {

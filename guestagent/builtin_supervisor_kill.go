@@ -11,18 +11,18 @@ import (
 	"time"
 
 	"github.com/oma-sandbox/oma-sandbox/agentwire"
-	"github.com/oma-sandbox/oma-sandbox/bashproto"
 )
 
-// killPause is the kill script's pause between its looks.
+// killPause is bashKill's pause between its looks.
 const killPause = 50 * time.Millisecond
 
-// bashKill is bashproto.KillScript done by the agent. Besides the
-// supervisors the script finds by their argv (a call run as a script),
-// it asks the agent's own supervisors of the call to kill and waits for
-// them: a kill frame has normally asked already, and this call returns
-// only once they are done, so the host's cleanup after an abort ends with
-// everything killed, as with a supervisor process.
+// bashKill kills what a bash call left running (args bashproto.KillArgs):
+// it asks the call's supervisors to kill and waits for them, the agent's
+// own (a kill frame has normally asked already) and those run as processes
+// of their own by one msb exec each (by SIGTERM), so that the host's
+// cleanup after an abort ends with everything killed, escaped daemons
+// too; with no supervisor left, it stops and kills what still carries the
+// call's tag.
 func bashKill(c *builtinCall) int {
 	if len(c.Args) != 1 || !hexID.MatchString(c.Args[0]) {
 		fmt.Fprintf(c.Stderr, "oma-sandbox: malformed bash kill request: %q\n", c.Args)
@@ -36,7 +36,7 @@ func bashKill(c *builtinCall) int {
 			s.stop()
 		}
 		for pid, start := range procs {
-			signalSame(pid, start, syscall.SIGUSR1)
+			signalSame(pid, start, syscall.SIGTERM)
 		}
 		for range 100 {
 			if supervisorsGone(sups, procs) {
@@ -99,10 +99,9 @@ func supervisorsGone(sups []*supervision, procs map[int]uint64) bool {
 	return true
 }
 
-// supervisorProcesses finds the supervisors of call id that run as
-// processes of their own by their argv, with their start times read
-// before it: the script's, and the builtin's run by `AGENT builtin` (one
-// msb exec per call), which ends on SIGUSR1 as the script's does.
+// supervisorProcesses finds the supervisors of call id run as processes of
+// their own (`AGENT builtin bash-supervisor ID ...`, one msb exec per
+// call) by their argv, with their start times read before it.
 func supervisorProcesses(id string) map[int]uint64 {
 	d, err := os.Open("/proc")
 	if err != nil {
@@ -122,11 +121,7 @@ func supervisorProcesses(id string) map[int]uint64 {
 			continue
 		}
 		b, err := os.ReadFile("/proc/" + name + "/cmdline")
-		if err != nil {
-			continue
-		}
-		argv := bytes.Split(b, []byte{0})
-		if len(argv) > 4 && string(argv[3]) == bashproto.SupervisorName && string(argv[4]) == id || builtinSupervisorOf(argv, id) {
+		if err == nil && builtinSupervisorOf(bytes.Split(b, []byte{0}), id) {
 			pids[pid] = st.start
 		}
 	}

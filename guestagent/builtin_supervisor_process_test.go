@@ -31,7 +31,7 @@ func TestBashSupervisorProcessOutlivesItsExec(t *testing.T) {
 			dir := t.TempDir()
 			pidsFile := filepath.Join(dir, "pids")
 			call := bashproto.NewCall()
-			_, args, stdin := bashproto.Script(call, treeCommand+"sleep 100", 60*time.Second,
+			args, stdin := bashproto.Args(call, treeCommand+"sleep 100", 60*time.Second,
 				bashproto.Logs{Live: dir + "/live", Kept: dir + "/kept"}, bashproto.Limits{MaxLines: 2000, MaxBytes: 50 << 10})
 			// The exec: a shell that leads its group, as msb exec's process
 			// does, with the supervisor in it as a member or as the leader.
@@ -67,5 +67,37 @@ func TestBashSupervisorProcessOutlivesItsExec(t *testing.T) {
 					"pid %d survived bash-kill", pid)
 			}
 		})
+	}
+}
+
+// SIGTERM to a supervisor run as a process of its own ends the call as a
+// kill frame does: the command's whole tree is killed and it exits. Sent
+// to a group leader, which runs the supervisor as its child, it reaches
+// that child.
+func TestBashSupervisorProcessEndsOnSIGTERM(t *testing.T) {
+	agent := agenttest.AgentBinary(t)
+	dir := t.TempDir()
+	pidsFile := filepath.Join(dir, "pids")
+	args, stdin := bashproto.Args(bashproto.NewCall(), treeCommand+"sleep 100", 60*time.Second,
+		bashproto.Logs{Live: dir + "/live", Kept: dir + "/kept"}, bashproto.Limits{MaxLines: 2000, MaxBytes: 50 << 10})
+	sup := exec.Command(agent, append([]string{"builtin", agentwire.BuiltinBashSupervisor}, args...)...)
+	sup.Args[0] = "oma-guest-agent"
+	sup.Stdin = bytes.NewReader(stdin)
+	sup.Env = append(os.Environ(), "PIDS="+pidsFile)
+	sup.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a group leader
+	require.NoError(t, sup.Start())
+	pids := waitForPids(t, pidsFile, 4)
+	require.NoError(t, sup.Process.Signal(syscall.SIGTERM))
+	exited := make(chan struct{})
+	go func() { _ = sup.Wait(); close(exited) }()
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-sup.Process.Pid, syscall.SIGKILL)
+		t.Fatal("the supervisor did not end on SIGTERM")
+	}
+	for _, pid := range pids {
+		assert.Eventually(t, func() bool { return !liveProcess(pid) }, 5*time.Second, 10*time.Millisecond,
+			"pid %d survived the SIGTERM", pid)
 	}
 }

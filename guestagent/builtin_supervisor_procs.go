@@ -141,9 +141,8 @@ func (s *supervision) track() {
 // after it started, and
 // tagged with its id, or untagged and not in the session or group of
 // another call in flight's command. One tagged with another call's id is
-// that call's, even ended. The perl supervisor, one per call, takes all
-// of its children; the agent serves other calls, whose orphans it adopts
-// too, and keeps those of ended calls.
+// that call's, even ended: the agent serves other calls, whose orphans it
+// adopts too, and keeps those of ended calls.
 func (s *supervision) adoptedBy(ps procTable) []int {
 	if !s.reaper || s.start == 0 {
 		return nil
@@ -348,8 +347,7 @@ func supervisorsOf(id string) []*supervision {
 	return sups
 }
 
-// The agent is a child subreaper while a supervisor runs, as the perl
-// supervisor is: a process that double-forks out of a command's tree is
+// The agent is a child subreaper while a supervisor runs: a process that double-forks out of a command's tree is
 // reparented to the agent instead of init, and a kill or the end of the
 // call finds it. Orphans it adopts are reaped by the supervisors (each
 // tick, and before a command starts); one that ends while no supervisor
@@ -399,8 +397,7 @@ func leaveSubreaper() {
 var taskChildren = func(task string) string { return "/proc/self/task/" + task + "/children" }
 
 // children lists the agent's children, zombies included. Without the
-// kernel's children lists (CONFIG_PROC_CHILDREN) it scans /proc for them,
-// as the perl supervisor scans when it cannot read its list.
+// kernel's children lists (CONFIG_PROC_CHILDREN) it scans /proc for them.
 func children() []int {
 	d, err := os.Open("/proc/self/task")
 	if err != nil {

@@ -24,7 +24,7 @@ import (
 // for bashproto call c, with logs in dir.
 func (h *agentHost) supervise(id uint64, c bashproto.Call, command string, secs time.Duration, dir string, run agentwire.Run) {
 	h.t.Helper()
-	_, args, stdin := bashproto.Script(c, command, secs, bashproto.Logs{Live: dir + "/live", Kept: dir + "/kept"},
+	args, stdin := bashproto.Args(c, command, secs, bashproto.Logs{Live: dir + "/live", Kept: dir + "/kept"},
 		bashproto.Limits{MaxLines: 2000, MaxBytes: 50 << 10})
 	run.ID, run.Builtin, run.Stdin = id, agentwire.BuiltinBashSupervisor, true
 	if run.MaxOutput == 0 {
@@ -134,7 +134,7 @@ func TestBashSupervisorKilled(t *testing.T) {
 // A stdin that never ends does not hold a killed supervisor.
 func TestBashSupervisorKilledReadingStdin(t *testing.T) {
 	h := startAgentHost(t, t.TempDir())
-	_, args, _ := bashproto.Script(bashproto.NewCall(), "true", time.Minute, bashproto.LogsIn(t.TempDir()), bashproto.Limits{MaxLines: 1, MaxBytes: 1})
+	args, _ := bashproto.Args(bashproto.NewCall(), "true", time.Minute, bashproto.LogsIn(t.TempDir()), bashproto.Limits{MaxLines: 1, MaxBytes: 1})
 	run := &agentwire.Run{ID: 1, Builtin: agentwire.BuiltinBashSupervisor, Stdin: true, MaxOutput: 1 << 20}
 	for _, a := range args {
 		run.Args = append(run.Args, []byte(a))
@@ -156,7 +156,7 @@ func TestBashSupervisorStdinHeldByAnother(t *testing.T) {
 	dir := t.TempDir()
 	h := startAgentHost(t, t.TempDir())
 	c := bashproto.NewCall()
-	_, args, stdin := bashproto.Script(c, "#"+strings.Repeat("x", 200<<10), time.Minute,
+	args, stdin := bashproto.Args(c, "#"+strings.Repeat("x", 200<<10), time.Minute,
 		bashproto.Logs{Live: dir + "/live", Kept: dir + "/kept"}, bashproto.Limits{MaxLines: 2000, MaxBytes: 50 << 10})
 	run := &agentwire.Run{ID: 1, Builtin: agentwire.BuiltinBashSupervisor, Stdin: true, MaxOutput: 1 << 20}
 	for _, a := range args {

@@ -115,7 +115,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 					return code
 				}
 			}
-			code, err := runBuiltin(args[0], args[1:], stdin, stdout, stderr, killedBySIGUSR1())
+			code, err := runBuiltin(args[0], args[1:], stdin, stdout, stderr, killedBySIGTERM())
 			if err != nil {
 				fmt.Fprintf(stderr, "oma-guest-agent: %v\n", err)
 				return 2
@@ -184,19 +184,19 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// killedBySIGUSR1 closes when the process gets SIGUSR1: a builtin run as a
-// process of its own (one msb exec per call) ends on it as one the agent
+// killedBySIGTERM closes when the process gets SIGTERM: a builtin run as
+// a process of its own (one msb exec per call) ends on it as one the agent
 // serves ends on a kill frame. The host's bash-kill sends it to the
 // supervisor of a call it cut short, which then kills the command's whole
 // tree, escaped processes too. So that the supervisor lives until then, a
 // write to a host that went away fails instead of killing it by SIGPIPE.
-func killedBySIGUSR1() <-chan struct{} {
+func killedBySIGTERM() <-chan struct{} {
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-	usr1 := make(chan os.Signal, 1)
-	signal.Notify(usr1, syscall.SIGUSR1)
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
 	killed := make(chan struct{})
 	go func() {
-		<-usr1
+		<-term
 		close(killed)
 	}()
 	return killed
@@ -217,11 +217,33 @@ func inOwnSession(args []string, stdin io.Reader, stdout, stderr io.Writer) (cod
 	if sid, err := unix.Getsid(0); err == nil && sid == os.Getpid() {
 		return 0, false // already a session's leader
 	}
-	cmd := exec.Command("/proc/self/exe", append([]string{"builtin"}, args...)...)
+	self, err := os.Executable() // its name, not /proc/self/exe's, is the child's comm
+	if err != nil {
+		fmt.Fprintf(stderr, "oma-guest-agent: %v\n", err)
+		return 2, true
+	}
+	cmd := exec.Command(self, append([]string{"builtin"}, args...)...)
 	cmd.Args[0] = os.Args[0] // as selfagent knows the agent
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Run(); err != nil {
+	// SIGTERM meant for the supervisor reaches this process: pass it on.
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	defer signal.Stop(term)
+	if err = cmd.Start(); err == nil {
+		waited := make(chan error, 1)
+		go func() { waited <- cmd.Wait() }()
+	wait:
+		for {
+			select {
+			case <-term:
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+			case err = <-waited:
+				break wait
+			}
+		}
+	}
+	if err != nil {
 		var exit *exec.ExitError
 		if errors.As(err, &exit) {
 			return waitStatus(exit.ProcessState), true

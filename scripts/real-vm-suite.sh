@@ -85,7 +85,7 @@ build() {
     done < <(paste -d'|' $(printf -- '- %.0s' $(seq "${OMA_VM_CHUNK:-12}")) <<<"$tests" | sed 's/|*$//')
   }
   local shared
-  shared=$(tests_calling tools/*_test.go -- forEachBackend forEachBashBackend)
+  shared=$(tests_calling tools/*_test.go -- forEachBackend)
   # The tools' and transfer's shared suites on the real msb: over the guest
   # agent's channel with its builtins (lane 1), and one exec per call
   # (lane 2).

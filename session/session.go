@@ -67,10 +67,9 @@ func (goneError) Is(target error) bool { return target == ErrNotFound }
 type Command struct {
 	Script string
 	Args   []string
-	// Builtin, when set, names work a backend may do without the script:
-	// the msb guest agent offers builtins that take the same Args and
-	// stdin and give the same output and status as the script they name
-	// (docs/guest-agent.md). Every other backend runs Script.
+	// Builtin, when set, names a builtin of the guest agent, which every
+	// backend runs with Args and stdin in place of a script (Script is
+	// then empty): every tool's guest work is one (docs/guest-agent.md).
 	Builtin string
 }
 

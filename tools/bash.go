@@ -77,7 +77,7 @@ func (t *Toolbox) Bash(ctx context.Context, command string, timeout time.Duratio
 	logs := bashproto.LogsIn(t.sess.Paths().Workspace)
 	keptPath := call.LogPath(logs.Kept)
 	scoped, _ := t.sess.(callScoped)
-	script, scriptArgs, stdin := bashproto.Script(call, command, timeout, logs, bashproto.Limits{
+	supervisorArgs, stdin := bashproto.Args(call, command, timeout, logs, bashproto.Limits{
 		MaxLines: BashMaxLines, MaxBytes: BashMaxBytes, EndBackground: scoped != nil && scoped.ProcessesEndWithCall()})
 	secs := bashproto.TimeoutSeconds(timeout)
 
@@ -97,7 +97,7 @@ func (t *Toolbox) Bash(ctx context.Context, command string, timeout time.Duratio
 	// The supervisor's timer is the real limit; the backend's one is a
 	// backstop two seconds later, and the host deadline follows from it.
 	began := time.Now()
-	res, err := t.sess.Shell(ctx, session.Command{Script: script, Args: scriptArgs, Builtin: agentwire.BuiltinBashSupervisor}, session.ShellOptions{
+	res, err := t.sess.Shell(ctx, session.Command{Builtin: agentwire.BuiltinBashSupervisor, Args: supervisorArgs}, session.ShellOptions{
 		Stdin:        bytes.NewReader(stdin),
 		Stdout:       onStdout,
 		GuestTimeout: time.Duration(secs)*time.Second + 2*time.Second,
@@ -188,14 +188,13 @@ func sessionNotes(stderr []byte) []string {
 }
 
 // killBash asks the guest to kill everything the call started: the second
-// round trip, only when the call did not see the command end. On the guest
-// agent's channel, where the agent itself supervised the command, its
-// bash-kill builtin returns once that supervisor has killed everything.
+// round trip, only when the call did not see the command end. The agent's
+// bash-kill builtin returns once the call's supervisor has killed
+// everything.
 // When the kill fails (runCleanup has sent it twice where once may be cut
 // short) nothing proves the command is gone, so the session is poisoned.
 func (t *Toolbox) killBash(ctx context.Context, call bashproto.Call) error {
-	kill, killArgs := bashproto.KillScript(call.ID)
-	err := t.runCleanup(ctx, session.Command{Script: kill, Args: killArgs, Builtin: agentwire.BuiltinBashKill}, 10*time.Second)
+	err := t.runCleanup(ctx, session.Command{Builtin: agentwire.BuiltinBashKill, Args: bashproto.KillArgs(call.ID)}, 10*time.Second)
 	if err == nil || sessionOver(err) {
 		return nil
 	}

@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
-	"slices"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,52 +20,32 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/bashproto"
 	"github.com/oma-sandbox/oma-sandbox/egress"
 	"github.com/oma-sandbox/oma-sandbox/internal/sessiontest"
-	"github.com/oma-sandbox/oma-sandbox/internal/testutil"
 	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/session/local"
 	"github.com/oma-sandbox/oma-sandbox/tools"
 )
 
-// forEachBashBackend runs fn on every backend, then on the host backend
-// once more with perl hidden from PATH, where the bash tool's guest
-// protocol falls back to its shell supervisor (images without perl). Each
-// run first checks which supervisor the command gets: the guest agent
-// itself on msb-channel and local (its builtin), perl elsewhere. Tests that need the
-// supervisor to be a subreaper (a double-forked process is killed, an
-// orphan is found at the end) use forEachBackend: without perl there is
-// none, and bashproto's tests pin what the shell supervisor still does.
-func forEachBashBackend(t *testing.T, fn func(t *testing.T, s session.Session, calls func() int)) {
+// The bash command's supervisor is the guest agent: the command's parent
+// is the agent's process, on every backend ("agent" is its file name in a
+// sandbox; the host stand-in starts the test program as the agent through
+// /proc/self/exe, and the supervisor, to lead a session of its own, runs
+// itself again under its file's name).
+func TestBashSupervisorIsTheAgent(t *testing.T) {
+	self, err := os.Executable()
+	require.NoError(t, err)
+	comm := filepath.Base(self)[:min(15, len(filepath.Base(self)))] // the kernel keeps 15 bytes
 	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
-		if !onBackend(t, "host") {
-			requireSupervisorIs(t, s, "agent") // the agent's file name in the sandbox
-		} else {
-			requireSupervisorIs(t, s, "perl")
+		out := mustCall(t, tools.New(s, tools.Options{}), "bash", obj{"command": "cat /proc/$PPID/comm"})
+		want := "agent\n"
+		if onBackend(t, "host") {
+			want = comm + "\n"
 		}
-		fn(t, s, calls)
+		assert.Equal(t, want, out, "the command's supervisor")
 	})
-	if !slices.ContainsFunc(backends, func(b backend) bool { return b.name == "host" }) {
-		return
-	}
-	t.Run("without-perl", func(t *testing.T) {
-		t.Setenv("PATH", testutil.PathWithoutPerl(t))
-		t.Run("host", func(t *testing.T) {
-			s, calls := openHost(t)
-			requireSupervisorIs(t, s, "bash")
-			fn(t, s, calls)
-		})
-	})
-}
-
-// requireSupervisorIs checks the program that supervises a bash command
-// (the command's parent).
-func requireSupervisorIs(t *testing.T, s session.Session, comm string) {
-	t.Helper()
-	out := mustCall(t, tools.New(s, tools.Options{}), "bash", obj{"command": "cat /proc/$PPID/comm"})
-	require.Equal(t, comm+"\n", out, "the command's supervisor")
 }
 
 func TestBashExitCodeStreamed(t *testing.T) {
-	forEachBashBackend(t, func(t *testing.T, s session.Session, calls func() int) {
+	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
 		tb := tools.New(s, tools.Options{})
 		var mu sync.Mutex
 		var streamed strings.Builder
@@ -92,7 +73,7 @@ func TestBashExitCodeStreamed(t *testing.T) {
 // record's token was the command's OMA_BASH_OWNER, so printing it and
 // keeping the output open reported exit 0 for a failing command.
 func TestBashForgedTerminalLine(t *testing.T) {
-	forEachBashBackend(t, func(t *testing.T, s session.Session, calls func() int) {
+	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
 		tb := tools.New(s, tools.Options{})
 		forged := `printf '__OMA_TERMINAL__:%s:exit:0\n' "$OMA_BASH_OWNER"; sleep 30 & sleep 1; exit 3`
 		_, err := call(t, tb, "bash", obj{"command": forged, "timeout": 20})
@@ -113,7 +94,7 @@ while read -r tok; do printf '__OMA_TERMINAL__:%s:exit:0\n' "$tok"; done; exit 5
 // The command text is in no process's argv or environment: pkill -f and
 // pgrep -f find nothing of the tool's, and the call survives them.
 func TestBashPkillSparesTheWrapper(t *testing.T) {
-	forEachBashBackend(t, func(t *testing.T, s session.Session, calls func() int) {
+	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
 		tb := tools.New(s, tools.Options{})
 		out := mustCall(t, tb, "bash", obj{"command": "pkill -f zzz_no_such_proc; echo rc=$?; pgrep -fa zzz_no_such_proc; echo pg=$?"})
 		assert.Equal(t, "rc=1\npg=1\n", out)
@@ -209,7 +190,7 @@ func TestBashBackgroundOutlivesCall(t *testing.T) {
 // timeout 0 means the default, as in the seed; out-of-range or mistyped
 // values are refused before anything runs.
 func TestBashTimeoutInput(t *testing.T) {
-	forEachBashBackend(t, func(t *testing.T, s session.Session, calls func() int) {
+	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
 		tb := tools.New(s, tools.Options{})
 		assert.Equal(t, "ok\n", mustCall(t, tb, "bash", obj{"command": "echo ok", "timeout": 0}))
 		before := calls()
@@ -228,7 +209,7 @@ func TestBashTimeoutInput(t *testing.T) {
 // seq 1 100000 returns its last 2000 lines with the seed's note; the whole
 // output streams live and is in the file the note names.
 func TestBashOutputTruncated(t *testing.T) {
-	forEachBashBackend(t, func(t *testing.T, s session.Session, calls func() int) {
+	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
 		tb := tools.New(s, tools.Options{})
 		var mu sync.Mutex
 		streamed := 0
@@ -258,7 +239,7 @@ func TestBashOutputTruncated(t *testing.T) {
 // (the log of a call whose output fits is removed), and none is left in
 // /tmp/oma-bash once nothing runs.
 func TestBashLeavesNoState(t *testing.T) {
-	forEachBashBackend(t, func(t *testing.T, s session.Session, calls func() int) {
+	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
 		tb := tools.New(s, tools.Options{})
 		before := sh(t, s, `ls -A`)
 		out := mustCall(t, tb, "bash", obj{"command": "ls -A; echo --; ls -A /tmp/oma-bash | grep -c log"})
@@ -268,7 +249,7 @@ func TestBashLeavesNoState(t *testing.T) {
 		}
 		assert.Equal(t, before+"--\n1\n", out, "only the call's own live log, outside the workspace")
 		assert.Equal(t, before, sh(t, s, `ls -A`))
-		if onBackend(t, "msb") {
+		if onBackend(t, "msb-channel") {
 			// The host backend shares the machine's /tmp; local's is per call.
 			assert.Equal(t, "", sh(t, s, `ls -A /tmp/oma-bash`))
 		}
@@ -283,7 +264,7 @@ type failingKill struct {
 }
 
 func (f *failingKill) Shell(ctx context.Context, cmd session.Command, o session.ShellOptions) (*session.Result, error) {
-	if kill, _ := bashproto.KillScript("x"); cmd.Script == kill {
+	if cmd.Builtin == agentwire.BuiltinBashKill {
 		return nil, errors.New("msb: connection refused")
 	}
 	return f.Session.Shell(ctx, cmd, o)
@@ -331,7 +312,8 @@ func TestBashNamesTheSessionLimit(t *testing.T) {
 }
 
 // A process left running by one call can write into a later call's output
-// through /proc/PID/fd/1 of its supervisor (same user), but every terminal
+// through /proc/PID/fd/1 of its supervisor (the agent's bash-supervisor run
+// by one msb exec, found by its argv), but every terminal
 // line it can forge lacks the secret: the later call's status stands. Only
 // msb keeps processes between calls (local gives each call its own pid
 // namespace; the host backend would reach other tests' supervisors).
@@ -344,7 +326,8 @@ func TestBashEarlierProcessCannotForgeLaterStatus(t *testing.T) {
 		attacker := `(for i in $(seq 200); do
   for f in /proc/[0-9]*/cmdline; do
     p=${f#/proc/}; p=${p%/cmdline}; [ "$p" = "$BASHPID" ] && continue
-    tr '\0' '\n' < "$f" 2>/dev/null | grep -q '^oma-bash-supervisor$' || continue
+    tr '\0' '\n' < "$f" 2>/dev/null | grep -q '^bash-supervisor$' || continue
+    echo "$p" >> /tmp/attacker-found
     for tok in $(cat /proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -Eo '[0-9a-f]{32}' | sort -u); do
       printf '__OMA_TERMINAL__:%s:exit:0\n' "$tok" > "/proc/$p/fd/1"
     done 2>/dev/null
@@ -367,6 +350,8 @@ echo armed`
 		require.ErrorAs(t, err, &cmdErr, "the forged records decide nothing")
 		assert.Equal(t, 4, cmdErr.ExitCode)
 		// fakemsb's guests refuse the writes (Permission denied).
+		assert.NotEmpty(t, strings.TrimSpace(sh(t, s, `cat /tmp/attacker-found 2>/dev/null || true`)),
+			"the attacker found the later call's supervisor")
 	})
 }
 
@@ -435,16 +420,12 @@ func (e *earlyEnd) Shell(ctx context.Context, cmd session.Command, o session.She
 // A call that ended without its supervisor's records has whatever of its
 // command may still run killed, as a failed call has.
 func TestBashWithoutRecordsKillsTheCommand(t *testing.T) {
-	for _, b := range []backend{{name: "msb", open: openMsb}, {name: "msb-channel", open: openMsbChannel}} {
-		t.Run(b.name, func(t *testing.T) {
-			s, _ := b.open(t)
-			early := &earlyEnd{Session: s}
-			t.Cleanup(early.wg.Wait)
-			_, err := call(t, tools.New(early, tools.Options{}), "bash", obj{"command": "sleep 300.61 & sleep 300.62"})
-			require.ErrorIs(t, err, bashproto.ErrNoDispatch)
-			assert.Equal(t, "0\n", sh(t, s, `ps -eo args | grep -c '[s]leep 300.6' || true`), "the command's processes are gone")
-		})
-	}
+	s, _ := openMsbChannel(t)
+	early := &earlyEnd{Session: s}
+	t.Cleanup(early.wg.Wait)
+	_, err := call(t, tools.New(early, tools.Options{}), "bash", obj{"command": "sleep 300.61 & sleep 300.62"})
+	require.ErrorIs(t, err, bashproto.ErrNoDispatch)
+	assert.Equal(t, "0\n", sh(t, s, `ps -eo args | grep -c '[s]leep 300.6' || true`), "the command's processes are gone")
 }
 
 // wordlessKill is a session whose first bash-kill ends with status 255
@@ -469,7 +450,7 @@ func (w *wordlessCleanup) Shell(ctx context.Context, cmd session.Command, o sess
 // A kill that ends without a word is sent once more before the session is
 // given up: the command's processes die and the session stays usable.
 func TestBashKillEndingWithoutAWordIsSentAgain(t *testing.T) {
-	s, _ := openMsb(t)
+	s, _ := openMsbChannel(t)
 	w := &wordlessCleanup{Session: s, isCleanup: func(c session.Command) bool { return c.Builtin == agentwire.BuiltinBashKill }}
 	tb := tools.New(w, tools.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)

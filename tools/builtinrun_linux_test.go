@@ -14,23 +14,21 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
 )
 
-// agentRuns says the guest agent runs here, so its builtins can be tested.
-const agentRuns = true
-
-// runBuiltin runs the guest agent's builtin name with args and stdin, as
-// runScript runs a script: as nobody when the test is root, in the same
-// directory, given up after half a minute.
-func runBuiltin(t *testing.T, name, stdin string, args ...string) scriptRun {
+// runBuiltin runs the guest agent's builtin name with args and stdin by
+// its own process (`oma-guest-agent builtin NAME ARGS...`): as nobody when
+// the test is root, in the same directory, given up after half a minute.
+func runBuiltin(t *testing.T, name, stdin string, args ...string) builtinRun {
 	t.Helper()
-	return runBuiltinAs(t, scriptUser(), name, stdin, args...)
+	return runBuiltinAs(t, builtinUser(), name, stdin, args...)
 }
 
 // runBuiltinAs is runBuiltin as user (nil: the test's own).
-func runBuiltinAs(t *testing.T, user *syscall.Credential, name, stdin string, args ...string) scriptRun {
+func runBuiltinAs(t *testing.T, user *syscall.Credential, name, stdin string, args ...string) builtinRun {
 	t.Helper()
+	agent := agenttest.AgentBinary(t) // built first: the build's time is not the builtin's
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, agenttest.AgentBinary(t), append([]string{"builtin", name}, args...)...)
+	cmd := exec.CommandContext(ctx, agent, append([]string{"builtin", name}, args...)...)
 	cmd.Env = []string{}
 	cmd.Stdin = strings.NewReader(stdin)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: user}
@@ -45,5 +43,5 @@ func runBuiltinAs(t *testing.T, user *syscall.Credential, name, stdin string, ar
 	} else {
 		require.NoError(t, err)
 	}
-	return scriptRun{code, out.String(), errb.String()}
+	return builtinRun{code, out.String(), errb.String()}
 }

@@ -27,32 +27,6 @@ var editTool = tool{
 	run: runEdit,
 }
 
-// catScript prints the final target of $f, which must be a regular file
-// inside the workspace, or fails with a message naming it. Where perl exists
-// it does the whole job in one process; its open is nonblocking and checked
-// afterwards, so a FIFO swapped in after the checks cannot stall it.
-const catScript = `f=$1 ws=$2 show=$3
-command -v perl >/dev/null 2>&1 && exec perl -e '` + perlResolve + `
--e $real or fail(3, "File not found: $show");
--f _ or fail(3, "Not a regular file: $show");
-sysopen(my $in, $real, 04000) or fail(3, "Cannot read $show: $!");
--f $in or fail(3, "Not a regular file: $show");
-binmode STDOUT;
-while (1) {
-	my $n = sysread($in, my $buf, 65536);
-	defined $n or fail(3, "Cannot read $show: $!");
-	last if $n == 0;
-	print $buf or exit 1;
-}
-close STDOUT or exit 1;
-' -- "$f" "$ws" "$show"
-` + resolveScript + `
-[ -e "$real" ] || fail 3 "File not found: $show"
-[ -f "$real" ] || fail 3 "Not a regular file: $show"
-{ exec 3<"$real"; } 2>/dev/null || { err=$({ : <"$real"; } 2>&1); fail 3 "Cannot read $show: ${err##*: }"; }
-exec cat <&3
-`
-
 func runEdit(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error) {
 	p, _ := a.str("path")
 	edits, err := editsOf(p, a)
@@ -83,7 +57,11 @@ func runEdit(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error
 		}
 		t.written.drop(abs)
 	}
-	res, err := t.shell(ctx, session.Command{Script: catScript, Builtin: agentwire.BuiltinCat, Args: []string{abs, t.sess.Paths().Workspace, p}},
+	// The cat builtin prints the final target of the path, which must be a
+	// regular file inside the workspace, or fails with a message naming it.
+	// Its open is nonblocking and checked afterwards, so a FIFO swapped in
+	// after its checks cannot stall it.
+	res, err := t.shell(ctx, session.Command{Builtin: agentwire.BuiltinCat, Args: []string{abs, t.sess.Paths().Workspace, p}},
 		session.ShellOptions{MaxOutput: editMaxBytes})
 	if err != nil {
 		if errors.Is(err, session.ErrOutputOverflow) {

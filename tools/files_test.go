@@ -1,7 +1,6 @@
 package tools_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"regexp"
@@ -214,31 +213,23 @@ func TestParallelEditsOfOneFileAllLand(t *testing.T) {
 	})
 }
 
-// renameFails makes the write script's final rename fail, as a full disk or
-// a vanished directory would, to test what a failed write leaves. It runs
-// the script, never the agent's builtin (whose failures the parity tests
-// compare with the script's).
-type renameFails struct{ session.Session }
-
-func (r renameFails) Shell(ctx context.Context, cmd session.Command, o session.ShellOptions) (*session.Result, error) {
-	cmd.Builtin = ""
-	cmd.Script = strings.Replace(cmd.Script, `err=$(mv -fT -- "$tmp" "$real" 2>&1)`, `err=$({ echo 'mv: No space left on device' >&2; false; } 2>&1)`, 1)
-	cmd.Script = strings.Replace(cmd.Script, `rename($tmp, $real) or`, `($! = 28) && 0 or`, 1) // ENOSPC
-	return r.Session.Shell(ctx, cmd, o)
-}
-
-// A write that fails in the guest removes its temporary file and the
-// directories it created, and keeps the ones that were there.
+// A write that fails in the guest, after it made directories and its
+// temporary file, removes them and keeps the directories that were there.
+// Here the writes are edits whose files vanished, with their directories,
+// after the toolbox wrote them: the guest makes the directories again,
+// then finds no file holding the bytes the edit saw.
 func TestFailedWriteLeavesNothing(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
 		sh(t, s, `mkdir -p keep/old && touch keep/old/f`)
-		tb := tools.New(renameFails{s}, tools.Options{})
-		_, err := call(t, tb, "write", obj{"path": "deep/a/b/c.txt", "content": "x"})
-		assert.EqualError(t, err, "Cannot write deep/a/b/c.txt: No space left on device")
-		_, err = call(t, tb, "write", obj{"path": "keep/new/er/c.txt", "content": "x"})
-		assert.Error(t, err)
-		_, err = call(t, tb, "write", obj{"path": "keep/old/g.txt", "content": "x"})
-		assert.Error(t, err)
+		tb := tools.New(s, tools.Options{})
+		for _, p := range []string{"deep/a/b/c.txt", "keep/new/er/c.txt", "keep/old/g.txt"} {
+			mustCall(t, tb, "write", obj{"path": p, "content": "x"})
+		}
+		sh(t, s, `rm -r deep keep/new keep/old/g.txt`)
+		for _, p := range []string{"deep/a/b/c.txt", "keep/new/er/c.txt", "keep/old/g.txt"} {
+			_, err := call(t, tb, "edit", obj{"path": p, "oldText": "x", "newText": "y"})
+			assert.EqualError(t, err, "Could not edit file: "+p+". File not found: "+p)
+		}
 		assert.Equal(t, "./keep\n./keep/old\n./keep/old/f\n", sh(t, s, `find . -mindepth 1 | sort`))
 	})
 }

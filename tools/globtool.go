@@ -46,13 +46,11 @@ func runGlob(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error
 		return "", err
 	}
 	token := glob.NewToken("glob")
-	script, scriptArgs := glob.NarrowedEnumerationScript(root, token, compiled.Narrowing())
-	cleanup, cleanupArgs := glob.CleanupScript(glob.OwnerEnv, token)
 	t.record("glob")
 	found, err := t.runSearch(ctx, search{
 		tool:      "glob",
-		script:    session.Command{Script: script, Args: scriptArgs, Builtin: agentwire.BuiltinGlobEnumerate},
-		cleanup:   session.Command{Script: cleanup, Args: cleanupArgs, Builtin: agentwire.BuiltinSearchKill},
+		work:      session.Command{Builtin: agentwire.BuiltinGlobEnumerate, Args: glob.EnumerationArgs(root, token, compiled.Narrowing())},
+		cleanup:   session.Command{Builtin: agentwire.BuiltinSearchKill, Args: glob.CleanupArgs(glob.OwnerEnv, token)},
 		readiness: glob.NewReadinessFilter(glob.EnumerationProtocol),
 		collector: collector,
 	})

@@ -76,13 +76,11 @@ func runGrep(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error
 		return "", err
 	}
 	token := grep.NewToken()
-	script, scriptArgs := grep.SearchScript(root, token, pattern, rgGlob)
-	cleanup, cleanupArgs := grep.CleanupScript(token)
 	t.record("grep")
 	found, err := t.runSearch(ctx, search{
 		tool:      "grep",
-		script:    session.Command{Script: script, Args: scriptArgs, Builtin: agentwire.BuiltinGrepSearch},
-		cleanup:   session.Command{Script: cleanup, Args: cleanupArgs, Builtin: agentwire.BuiltinSearchKill},
+		work:      session.Command{Builtin: agentwire.BuiltinGrepSearch, Args: grep.SearchArgs(root, token, pattern, rgGlob)},
+		cleanup:   session.Command{Builtin: agentwire.BuiltinSearchKill, Args: grep.CleanupArgs(token)},
 		readiness: grep.NewReadinessFilter(),
 		collector: collector,
 	})

@@ -27,16 +27,6 @@ var lsTool = tool{
 	run: runLs,
 }
 
-// lsScript prints NUL-terminated "TYPE NAME" records, TYPE being d for a
-// directory (following symlinks, as stat does) and f otherwise. An entry
-// removed between find's read of the directory and its stat (a concurrent
-// write's temporary file) is left out, not an error.
-const lsScript = `d=$1
-if [ ! -e "$d" ]; then printf 'Path not found: %s\n' "$2" >&2; exit 3; fi
-if [ ! -d "$d" ]; then printf 'Not a directory: %s\n' "$2" >&2; exit 3; fi
-exec find "$d" -mindepth 1 -maxdepth 1 -ignore_readdir_race -printf '%Y %f\0'
-`
-
 func runLs(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error) {
 	paths := t.sess.Paths()
 	p, ok := a.str("path")
@@ -52,7 +42,11 @@ func runLs(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error) 
 		limit = lsDefaultLimit
 	}
 	t.record("ls")
-	res, err := t.shell(ctx, session.Command{Script: lsScript, Builtin: agentwire.BuiltinLs, Args: []string{abs, p}}, session.ShellOptions{})
+	// The ls builtin prints NUL-terminated "TYPE NAME" records, TYPE being d
+	// for a directory (following symlinks, as stat does) and f otherwise. An
+	// entry removed between its read of the directory and its stat (a
+	// concurrent write's temporary file) is left out, not an error.
+	res, err := t.shell(ctx, session.Command{Builtin: agentwire.BuiltinLs, Args: []string{abs, p}}, session.ShellOptions{})
 	if err != nil {
 		return "", fmt.Errorf("ls %s: %w", p, err)
 	}

@@ -30,80 +30,17 @@ var readTool = tool{
 	run: runRead,
 }
 
-// readScript prints "T TOTAL FIRSTLEN\n" (lines in the file as split on \n,
-// and the byte length of the first selected line without its newline), then
-// at most readMaxLines lines and readMaxBytes+1 bytes from line $2 on: the
-// guest reads the whole file only to count, the host receives only what the
-// result can show. A file with a NUL byte in its first 8 KiB is binary: it
-// gets "B SIZE\n" and its first 512 bytes, for the host to name its type.
-// Either way the output ends with the call's own end mark ($6), so output cut
-// short is never mistaken for a short file. Where perl exists (the image's
-// perl-base), one perl process does it all in one pass over one open of the
-// file; else coreutils pipelines do, with the same output.
-const readScript = `f=$1 start=$2 take=$3 maxb=$4 show=$5 end=$6
-if [ ! -e "$f" ]; then printf 'File not found: %s\n' "$show" >&2; exit 3; fi
-if [ -d "$f" ]; then printf 'Path is a directory: %s\n' "$show" >&2; exit 3; fi
-if [ ! -r "$f" ]; then printf 'Permission denied: %s\n' "$show" >&2; exit 3; fi
-if command -v perl >/dev/null 2>&1; then
-	exec perl -e '
-	my ($f, $start, $take, $maxb, $end) = @ARGV;
-	open(my $fh, "<", $f) or exit 4;
-	binmode $fh;
-	binmode STDOUT;
-	my $cap = $maxb + 1;
-	my ($head, $nl, $ln, $first, $firstdone, $body, $lines, $bodydone) = ("", 0, 1, 0, 0, "", 0, 0);
-	while (1) {
-		my $n = sysread($fh, my $buf, 65536);
-		defined $n or exit 4;
-		last if $n == 0;
-		if (length $head < 8192) {
-			$head .= substr($buf, 0, 8192 - length $head);
-			if (index($head, "\0") >= 0) {
-				my @st = stat $fh or exit 4;
-				print "B $st[7]\n", substr($head, 0, 512), $end;
-				exit 0;
-			}
-		}
-		$nl += ($buf =~ tr/\n//);
-		my $pos = 0;
-		while ($ln < $start) {
-			my $i = index($buf, "\n", $pos);
-			last if $i < 0;
-			$pos = $i + 1;
-			$ln++;
-		}
-		next if $ln < $start;
-		if (!$firstdone) {
-			my $i = index($buf, "\n", $pos);
-			if ($i < 0) { $first += $n - $pos } else { $first += $i - $pos; $firstdone = 1 }
-		}
-		while (!$bodydone && length $body < $cap) {
-			my $i = index($buf, "\n", $pos);
-			if ($i < 0) { $body .= substr($buf, $pos); last }
-			$body .= substr($buf, $pos, $i + 1 - $pos);
-			$pos = $i + 1;
-			$bodydone = ++$lines >= $take;
-		}
-		if (length $body >= $cap) { $body = substr($body, 0, $cap); $bodydone = 1 }
-	}
-	print "T ", $nl + 1, " $first\n", $body, $end;
-' -- "$f" "$start" "$take" "$maxb" "$end"
-fi
-nul=$(head -c 8192 -- "$f" | tr -cd '\000' | wc -c) || exit 4
-if [ "$nul" -gt 0 ]; then
-	size=$(stat -Lc %s -- "$f") || exit 4
-	printf 'B %s\n' "$size"
-	head -c 512 -- "$f" || exit 4
-	printf '%s' "$end"
-	exit 0
-fi
-nl=$(tr -cd '\n' < "$f" | wc -c) || exit 4
-first=$(tail -n "+$start" "$f" | head -n 1 | tr -d '\n' | wc -c)
-printf 'T %s %s\n' "$((nl + 1))" "$first"
-if [ "$start" -le "$((nl + 1))" ]; then tail -n "+$start" "$f" | head -n "$take" | head -c "$((maxb + 1))"; fi
-printf '%s' "$end"
-`
-
+// runRead is one call of the guest agent's read builtin
+// (agentwire.BuiltinRead), given the file, the first line, the most lines
+// and bytes to send, the name to show in its messages and an end mark. It
+// prints "T TOTAL FIRSTLEN\n" (lines in the file as split on
+// \n, and the byte length of the first selected line without its newline),
+// then at most readMaxLines lines and readMaxBytes+1 bytes from the first
+// line on: the guest reads the whole file only to count, the host receives
+// only what the result can show. A file with a NUL byte in its first 8 KiB
+// is binary: it gets "B SIZE\n" and its first 512 bytes, for the host to
+// name its type. Either way the output ends with the call's own end mark,
+// so output cut short is never mistaken for a short file.
 func runRead(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error) {
 	p, _ := a.str("path")
 	paths := t.sess.Paths()
@@ -120,7 +57,7 @@ func runRead(ctx context.Context, t *Toolbox, a args, _ Progress) (string, error
 	}
 	t.record("read")
 	end := "\n" + glob.NewToken("read-end")
-	res, err := t.shell(ctx, session.Command{Script: readScript, Builtin: agentwire.BuiltinRead, Args: []string{
+	res, err := t.shell(ctx, session.Command{Builtin: agentwire.BuiltinRead, Args: []string{
 		abs, strconv.FormatInt(offset, 10), strconv.FormatInt(take, 10), strconv.Itoa(readMaxBytes), p, end,
 	}}, session.ShellOptions{MaxOutput: readMaxBytes + 4096})
 	if err != nil {

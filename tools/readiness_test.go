@@ -2,12 +2,15 @@ package tools_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
+	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
@@ -15,16 +18,37 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/tools"
 )
 
-func msbSession(t *testing.T) (*fakemsbtest.Env, *microvm.Session, *tools.Toolbox) {
+// faulty is a session whose calls of one builtin get fault's answer
+// instead of running.
+type faulty struct {
+	session.Session
+	builtins []string
+	fault    func(ctx context.Context) (*session.Result, error)
+}
+
+func (f *faulty) Shell(ctx context.Context, cmd session.Command, o session.ShellOptions) (*session.Result, error) {
+	if slices.Contains(f.builtins, cmd.Builtin) {
+		return f.fault(ctx)
+	}
+	return f.Session.Shell(ctx, cmd, o)
+}
+
+// msbSession is a session on fakemsb over the guest agent's channel, and
+// a toolbox on it whose calls of builtins get fault's answer.
+func msbSession(t *testing.T, fault func(ctx context.Context) (*session.Result, error), builtins ...string) (*fakemsbtest.Env, *microvm.Session, *tools.Toolbox) {
 	env := fakemsbtest.New(t)
 	s, err := microvm.Create(context.Background(), microvm.Options{
 		Client: msb.NewClient(&msb.CLI{Path: env.Bin}), WorkspaceID: "ws", SessionID: "s", Image: "debian",
-		// The faults these tests inject hit msb exec invocations.
-		NoChannel: true,
+		AgentFile: agenttest.AgentBinary(t),
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
-	return env, s, tools.New(s, tools.Options{})
+	return env, s, tools.New(&faulty{Session: s, builtins: builtins, fault: fault}, tools.Options{})
+}
+
+// agentLost is the answer of a call whose guest agent went away.
+func agentLost(context.Context) (*session.Result, error) {
+	return &session.Result{ExitCode: 1, Stderr: []byte("error: guest agent lost\n")}, nil
 }
 
 // workspaceKept checks that a poisoned msb session still has the agent's
@@ -42,9 +66,8 @@ func workspaceKept(t *testing.T, env *fakemsbtest.Env, s *microvm.Session) {
 func TestSearchWithoutReadinessPoisons(t *testing.T) {
 	for _, tool := range []string{"glob", "grep"} {
 		t.Run(tool, func(t *testing.T) {
-			env, s, tb := msbSession(t)
+			env, s, tb := msbSession(t, agentLost, agentwire.BuiltinGlobEnumerate, agentwire.BuiltinGrepSearch)
 			sh(t, s, `echo kept > notes.txt`)
-			env.SetKnob("FAKEMSB_FAULTS", "exec#1=exit:1:error: guest agent lost")
 			input := `{"pattern": "*"}`
 			if tool == "grep" {
 				input = `{"pattern": "x", "path": "/workspace"}`
@@ -66,9 +89,8 @@ func TestSearchWithoutReadinessPoisons(t *testing.T) {
 // Ready, capped, and the cleanup fails: the guest may still run tagged work,
 // so the session is poisoned and the cleanup error returned.
 func TestSearchCleanupFailurePoisons(t *testing.T) {
-	env, s, tb := msbSession(t)
+	env, s, tb := msbSession(t, agentLost, agentwire.BuiltinSearchKill)
 	sh(t, s, `echo kept > notes.txt; mkdir many && cd many && for i in $(seq 1 150); do : > "f$i"; done`)
-	env.SetKnob("FAKEMSB_FAULTS", "exec#2=exit:1:error: guest agent lost")
 	_, err := tb.Call(context.Background(), "glob", []byte(`{"pattern": "many/*"}`), nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "glob cleanup")
@@ -80,9 +102,12 @@ func TestSearchCleanupFailurePoisons(t *testing.T) {
 // A caller that gives up before the guest is ready poisons the session too,
 // and that keeps the workspace as well.
 func TestSearchAbortBeforeReadinessPoisons(t *testing.T) {
-	env, s, tb := msbSession(t)
+	hang := func(ctx context.Context) (*session.Result, error) {
+		<-ctx.Done()
+		return nil, session.ErrAborted
+	}
+	env, s, tb := msbSession(t, hang, agentwire.BuiltinGlobEnumerate)
 	sh(t, s, `echo kept > notes.txt`)
-	env.SetKnob("FAKEMSB_FAULTS", "exec#1=hang")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -93,7 +118,6 @@ func TestSearchAbortBeforeReadinessPoisons(t *testing.T) {
 	err := <-done
 	assert.ErrorIs(t, err, session.ErrAborted)
 	assert.True(t, s.Poisoned())
-	env.SetKnob("FAKEMSB_FAULTS", "")
 	workspaceKept(t, env, s)
 }
 
@@ -119,12 +143,11 @@ func TestUnreadableWorkspaceDoesNotPoisonLocal(t *testing.T) {
 	assert.Contains(t, string(out), "notes.txt")
 }
 
-// Over the guest agent's channel as over one exec per call, a caller that
-// gives up before the guest is ready poisons the msb session; poisoning
-// closes the channel (openMsbChannel's cleanup checks that nothing of it
-// runs).
-func TestReadinessOverBothTransports(t *testing.T) {
-	for _, b := range []backend{{name: "msb", open: openMsb}, {name: "msb-channel", open: openMsbChannel}} {
+// A caller that gives up before the guest is ready poisons the msb
+// session; poisoning closes the guest agent's channel (openMsbChannel's
+// cleanup checks that nothing of it runs).
+func TestReadinessOverTheChannel(t *testing.T) {
+	for _, b := range []backend{{name: "msb-channel", open: openMsbChannel}} {
 		t.Run(b.name+"/abort", func(t *testing.T) {
 			s, _ := b.open(t)
 			tb := tools.New(s, tools.Options{})
@@ -143,13 +166,12 @@ func TestReadinessOverBothTransports(t *testing.T) {
 	}
 }
 
-// An agent's `chmod -R 644 /workspace` gets the same answer over the
-// guest agent's channel as over one exec per call: msb's agent, fakemsb
-// and ours enter the workdir as root before they switch to the call's
-// user, so the glob runs, finds its path unreadable and says so. Nothing
-// is unknown: the session is not poisoned and keeps its files.
-func TestUnreadableWorkspaceOverBothTransports(t *testing.T) {
-	for _, b := range []backend{{name: "msb", open: openMsb}, {name: "msb-channel", open: openMsbChannel}} {
+// An agent's `chmod -R 644 /workspace` gets a plain answer over the guest
+// agent's channel: the agent enters the workdir as root before it switches
+// to the call's user, so the glob runs, finds its path unreadable and says
+// so. Nothing is unknown: the session is not poisoned and keeps its files.
+func TestUnreadableWorkspaceOverTheChannel(t *testing.T) {
+	for _, b := range []backend{{name: "msb-channel", open: openMsbChannel}} {
 		t.Run(b.name, func(t *testing.T) {
 			s, _ := b.open(t)
 			tb := tools.New(s, tools.Options{})

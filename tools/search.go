@@ -11,11 +11,12 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
-// search is one streaming glob or grep run: a guest script that publishes a
-// readiness marker and then NUL-separated paths.
+// search is one streaming glob or grep run: a guest builtin that publishes
+// a readiness marker and then NUL-separated paths, and the builtin that
+// kills what it left running.
 type search struct {
 	tool      string // "glob" or "grep"
-	script    session.Command
+	work      session.Command
 	cleanup   session.Command
 	readiness *glob.ReadinessFilter
 	collector collector
@@ -41,7 +42,7 @@ const searchCleanupTimeout = 3 * time.Second
 //   - never ready: the guest's state is unknown, so the session is poisoned
 //     (unless its sandbox is gone: then there is nothing left to poison);
 //   - ready, and the guest work may still run (match cap, a limit error,
-//     abort, timeout): the tagged processes are killed by a cleanup command,
+//     abort, timeout): the tagged processes are killed by the cleanup builtin,
 //     and a failed cleanup poisons the session;
 //   - ready, and the guest work ended by itself: nothing more to do, so a
 //     normal call is one round trip.
@@ -67,7 +68,7 @@ func (t *Toolbox) runSearch(ctx context.Context, s search) (*searchResult, error
 			cancel(errMatchCap)
 		}
 	}
-	res, err := t.sess.Shell(runCtx, s.script, session.ShellOptions{
+	res, err := t.sess.Shell(runCtx, s.work, session.ShellOptions{
 		Stdout:       onStdout,
 		GuestTimeout: t.opTimeout,
 		MaxOutput:    glob.DefaultMaxRawBytes + glob.MaxMarkerBytes + 64<<10,

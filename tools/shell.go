@@ -20,8 +20,8 @@ func (t *Toolbox) shell(ctx context.Context, cmd session.Command, opts session.S
 	return res, nil
 }
 
-// guestError turns a failed guest script into the agent-facing error: the
-// script's own message on stderr when it printed one.
+// guestError turns a failed guest builtin into the agent-facing error: the
+// builtin's own message on stderr when it printed one.
 func guestError(tool, p string, res *session.Result) error {
 	msg := strings.TrimSpace(string(clip(res.Stderr)))
 	if msg == "" {

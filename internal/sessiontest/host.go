@@ -1,7 +1,9 @@
-// Package sessiontest provides a session.Session that runs guest scripts
-// with the host's bash in a temporary directory tree. It has no isolation at
-// all: it exists so the tool layer's logic can be tested quickly and
-// directly; the backends' own suites prove isolation.
+// Package sessiontest provides a session.Session that runs guest commands
+// on the host in a temporary directory tree: a command that names a
+// builtin runs as the guest agent's builtin, any other with the host's
+// bash. It has no isolation at all: it exists so the tool layer's logic
+// can be tested quickly and directly; the backends' own suites prove
+// isolation.
 package sessiontest
 
 import (
@@ -113,8 +115,9 @@ func (h *Host) CopyIn(ctx context.Context, hostPath, guestPath string) error {
 	return exec.CommandContext(ctx, "cp", "-r", hostPath, guestPath).Run()
 }
 
-// Shell runs the script with bash in its own process group and kills the
-// group when ctx ends, the guest timeout fires or the output cap is hit.
+// Shell runs the command in its own process group and kills the group when
+// ctx ends, the guest timeout fires or the output cap is hit: a Builtin as
+// the guest agent's builtin (see command), else the Script with bash.
 func (h *Host) Shell(ctx context.Context, cmd session.Command, opts session.ShellOptions) (*session.Result, error) {
 	if err := h.usable(); err != nil {
 		return nil, err
@@ -125,7 +128,10 @@ func (h *Host) Shell(ctx context.Context, cmd session.Command, opts session.Shel
 		ctx, cancel = context.WithTimeout(ctx, opts.GuestTimeout)
 		defer cancel()
 	}
-	c := exec.Command("/bin/bash", append([]string{"-c", cmd.Script, "bash"}, cmd.Args...)...)
+	c, err := command(cmd)
+	if err != nil {
+		return nil, err
+	}
 	c.Dir = opts.Workdir
 	if c.Dir == "" {
 		c.Dir = h.paths.Workspace
@@ -155,15 +161,13 @@ func (h *Host) Shell(ctx context.Context, cmd session.Command, opts session.Shel
 	select {
 	case waitErr = <-done:
 	case <-ctx.Done():
-		killProcessGroup(c)
-		<-done
+		stop(c, cmd.Builtin != "", done)
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return nil, session.ErrGuestTimeout
 		}
 		return nil, session.ErrAborted
 	case <-w.overflow():
-		killProcessGroup(c)
-		<-done
+		stop(c, cmd.Builtin != "", done)
 		return nil, session.ErrOutputOverflow
 	}
 	killProcessGroup(c)
@@ -178,6 +182,24 @@ func (h *Host) Shell(ctx context.Context, cmd session.Command, opts session.Shel
 		return nil, waitErr
 	}
 	return res, nil
+}
+
+// stop ends a command that has not ended, done giving its Wait's error. A
+// builtin is first asked to end, as a kill frame asks the agent (SIGTERM:
+// a supervisor then kills its command's tree, which left the process
+// group), and given up to five seconds; then the process group is killed.
+func stop(c *exec.Cmd, builtin bool, done <-chan error) {
+	if builtin {
+		terminate(c)
+		select {
+		case <-done:
+			killProcessGroup(c)
+			return
+		case <-time.After(5 * time.Second):
+		}
+	}
+	killProcessGroup(c)
+	<-done
 }
 
 type capWriter struct {

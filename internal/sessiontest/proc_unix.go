@@ -12,3 +12,5 @@ import (
 func setProcessGroup(c *exec.Cmd) { c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} }
 
 func killProcessGroup(c *exec.Cmd) { _ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL) }
+
+func terminate(c *exec.Cmd) { _ = c.Process.Signal(syscall.SIGTERM) }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
 )
 
 // linkMaze lays out under root the shapes of symbolic links a hostile guest
@@ -66,36 +68,26 @@ func mazePaths(t *testing.T, root string) []string {
 	return paths
 }
 
-// runCanon resolves each path with perlCanon, "FAIL" where canon fails.
-func runCanon(t *testing.T, paths []string) []string {
-	t.Helper()
-	script := perlCanon + `print canon($_) // "FAIL", "\0" for @ARGV;`
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "perl", append([]string{"-e", script, "--"}, paths...)...).Output()
-	require.NoError(t, err)
-	return strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
-}
-
-// perlCanon resolves every path of the maze to what readlink -m prints, and
-// fails where readlink -m never ends.
-func TestPerlCanonMatchesReadlink(t *testing.T) {
-	if _, err := exec.LookPath("perl"); err != nil {
-		t.Skip("needs perl")
-	}
-	root := t.TempDir()
+// The agent's file builtins resolve every path of the maze to what
+// readlink -m prints, and fail where readlink -m never ends. A workspace
+// no path resolves into makes the cat builtin say each path's resolution
+// in its refusal.
+func TestBuiltinCanonMatchesReadlink(t *testing.T) {
+	root := sharedTempDir(t)
 	linkMaze(t, root)
-	paths := mazePaths(t, root)
-	got := runCanon(t, paths)
-	require.Len(t, got, len(paths))
-	for i, p := range paths {
+	giveToNobody(t, root)
+	ws := filepath.Join(root, "no-workspace")
+	const refusal = "Refusing shown: it is a symbolic link (or lies under one) that resolves to "
+	for _, p := range mazePaths(t, root) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		out, err := exec.CommandContext(ctx, "readlink", "-zm", "--", p).Output()
 		cancel()
-		want := strings.TrimSuffix(string(out), "\x00")
-		if err != nil { // failed, or never ended (under/y)
-			want = "FAIL"
+		want := "exit 3: Cannot resolve shown\n"
+		if err == nil { // else failed, or never ended (under/y)
+			want = "exit 10: " + refusal + strings.TrimSuffix(string(out), "\x00") + ", outside " + ws + "; links are followed only inside the workspace\n"
 		}
-		assert.Equal(t, want, got[i], "path %s", p)
+		r := runBuiltin(t, agentwire.BuiltinCat, "", p, ws, "shown")
+		require.Empty(t, r.stdout)
+		assert.Equal(t, want, fmt.Sprintf("exit %d: %s", r.code, r.stderr), "path %s", p)
 	}
 }

@@ -2,21 +2,20 @@ package bashproto
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"flag"
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/oma-sandbox/oma-sandbox/agentwire"
-	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
 )
 
 // supervisorRun is what one supervisor did for a case: its output and
@@ -27,25 +26,22 @@ type supervisorRun struct {
 	files          []string // path (relative to the case's root), mode, owner, content
 }
 
-// runSupervisor runs Script's supervisor, the perl one or the agent's
-// builtin, for call c in root (its logs under root, its workdir root/work)
-// as cred (nil: this process's user).
-func runSupervisor(t *testing.T, builtin bool, c Call, root string, cred *syscall.Credential, command string, timeout time.Duration, stdin []byte, wait time.Duration, end bool) supervisorRun {
+// runSupervisor runs the agent's supervisor builtin for call c in root
+// (its logs under root, its workdir root/work) as cred (nil: this
+// process's user), with an environment of its own.
+func runSupervisor(t *testing.T, c Call, root string, cred *syscall.Credential, command string, timeout time.Duration, stdin []byte, wait time.Duration, end bool) supervisorRun {
 	t.Helper()
 	logs := Logs{Live: filepath.Join(root, "live"), Kept: filepath.Join(root, "work", KeptLogDirName)}
-	script, args, in := Script(c, command, timeout, logs, Limits{MaxLines: 2000, MaxBytes: 50 << 10, EndBackground: end})
+	args, in := Args(c, command, timeout, logs, Limits{MaxLines: 2000, MaxBytes: 50 << 10, EndBackground: end})
 	if stdin != nil {
 		in = stdin
 	}
-	cmd := exec.Command("/bin/bash", append([]string{"-c", script, "bash"}, args...)...)
-	if builtin {
-		cmd = exec.Command(agenttest.AgentBinary(t), append([]string{"builtin", agentwire.BuiltinBashSupervisor}, args...)...)
-	}
+	cmd := supervisor(t, args)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(in), &stdout, &stderr
 	cmd.Dir = filepath.Join(root, "work")
-	cmd.Env = append(os.Environ(), "ROOT="+root)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C", "ROOT=" + root}
+	cmd.SysProcAttr.Credential = cred
 	cmd.WaitDelay = 10 * time.Second
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
@@ -72,10 +68,10 @@ func runSupervisor(t *testing.T, builtin bool, c Call, root string, cred *syscal
 	return run
 }
 
-// parityRoot is a fresh directory any user may use (t.TempDir's parent is
+// goldenRoot is a fresh directory any user may use (t.TempDir's parent is
 // private to root).
-func parityRoot(t *testing.T) string {
-	root, err := os.MkdirTemp("", "bsup-parity-")
+func goldenRoot(t *testing.T) string {
+	root, err := os.MkdirTemp("", "bsup-golden-")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = os.RemoveAll(root) })
 	require.NoError(t, os.Chmod(root, 0o777))
@@ -95,16 +91,40 @@ func resetRoot(t *testing.T, root string) {
 	require.NoError(t, os.WriteFile(filepath.Join(root, "precious"), []byte("precious\n"), 0o644))
 }
 
-// The agent's builtin supervisor gives what the perl supervisor gives, byte
-// for byte, for the same call, command and user: its output with the
-// sentinels, its status, and the files it leaves (logs, kept copies, their
-// modes and owners), down to the command's environment and descriptors.
-func TestBuiltinSupervisorParity(t *testing.T) {
-	requireSupported(t)
-	if _, err := exec.LookPath("perl"); err != nil {
-		t.Skip("needs perl: the perl supervisor is the builtin's model")
+// update rewrites the golden files from what the supervisor gives now.
+var update = flag.Bool("update", false, "rewrite testdata/supervisor from the supervisor's runs")
+
+// text renders a run for its golden file: the call's root, id and secret
+// replaced by ROOT, ID and SECRET, and any field longer than 4 KiB by its
+// size and digest.
+func (r supervisorRun) text(c Call, root string) string {
+	norm := func(s string) string {
+		s = strings.NewReplacer(root, "ROOT", c.ID, "ID", c.Secret, "SECRET").Replace(s)
+		if len(s) > 4<<10 {
+			return fmt.Sprintf("(%d bytes, sha256 %x)", len(s), sha256.Sum256([]byte(s)))
+		}
+		return s
 	}
-	type parityCase struct {
+	var b strings.Builder
+	fmt.Fprintf(&b, "status %d\nstderr %q\nstdout %q\n", r.code, norm(r.stderr), norm(r.stdout))
+	for _, f := range r.files {
+		fmt.Fprintf(&b, "file %q\n", norm(f))
+	}
+	return b.String()
+}
+
+// The agent's supervisor gives, for each call, command and user, exactly
+// what testdata/supervisor holds (recorded while it was held byte for byte
+// to the perl supervisor that was its model): its output with the sentinels, its
+// status, and the files it leaves (logs, kept copies, their modes and
+// owners), down to the command's environment and descriptors. The users
+// are root and nobody, so the test needs root.
+func TestSupervisorGolden(t *testing.T) {
+	requireSupported(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to run the supervisor as root and as nobody")
+	}
+	type goldenCase struct {
 		name, command string
 		timeout       time.Duration
 		stdin         func(c Call) []byte
@@ -112,7 +132,7 @@ func TestBuiltinSupervisorParity(t *testing.T) {
 		setup         func(root string) error
 		end           bool // background processes are killed at the end
 	}
-	cases := []parityCase{
+	cases := []goldenCase{
 		{name: "status and output", command: `echo out; echo err >&2; printf 'no newline'; exit 7`},
 		{name: "environment", command: `env | grep -v '^_=' | sort; pwd; umask; id; fds=$(ls -l /proc/$$/fd); echo "$fds" | awk '{t = $11; sub(/:\[[0-9]+\]$/, "", t); print $1, $9, $10, t}'; echo "$0 $- $SHLVL"; cat /proc/self/status | grep -E '^(Sig(Ign|Blk)|NoNewPrivs)'; ps -o sid=,pgid= -p $$ | awk '$1 == $2 {print "session leader"}'`},
 		{name: "killed by a signal", command: `echo bye; kill -TERM $$`},
@@ -134,10 +154,7 @@ func TestBuiltinSupervisorParity(t *testing.T) {
 		{name: "command cut at NUL", stdin: func(c Call) []byte { return []byte(c.Secret + "\necho a\x00echo b") }},
 		{name: "command text is data", command: "printf '%s\\n' \"$0\" '$HOME' \"it's\"\ncat; ls /proc/self/fd/3 2>/dev/null || echo closed"},
 	}
-	users := map[string]*syscall.Credential{"self": nil}
-	if os.Geteuid() == 0 {
-		users["nobody"] = &syscall.Credential{Uid: 65534, Gid: 65534}
-	}
+	users := map[string]*syscall.Credential{"root": nil, "nobody": {Uid: 65534, Gid: 65534}}
 	for user, cred := range users {
 		for _, tc := range cases {
 			t.Run(user+"/"+tc.name, func(t *testing.T) {
@@ -146,22 +163,20 @@ func TestBuiltinSupervisorParity(t *testing.T) {
 				if tc.stdin != nil {
 					stdin = tc.stdin(c)
 				}
-				timeout := orDefault(tc.timeout, 20*time.Second)
-				// One root for both in turn: the log paths are in the output.
-				root := parityRoot(t)
-				var runs [2]supervisorRun
-				for i, builtin := range []bool{false, true} {
-					resetRoot(t, root)
-					if tc.setup != nil {
-						require.NoError(t, tc.setup(root))
-					}
-					runs[i] = runSupervisor(t, builtin, c, root, cred, tc.command, timeout, stdin, tc.wait, tc.end)
+				root := goldenRoot(t)
+				resetRoot(t, root)
+				if tc.setup != nil {
+					require.NoError(t, tc.setup(root))
 				}
-				perl, agent := runs[0], runs[1]
-				assert.Equal(t, perl.code, agent.code, "status")
-				assert.Equal(t, perl.stderr, agent.stderr, "stderr")
-				assert.Equal(t, perl.stdout, agent.stdout, "stdout")
-				assert.Equal(t, perl.files, agent.files, "files")
+				got := runSupervisor(t, c, root, cred, tc.command, orDefault(tc.timeout, 20*time.Second), stdin, tc.wait, tc.end).text(c, root)
+				golden := filepath.Join("testdata", "supervisor", user, strings.ReplaceAll(tc.name, " ", "-")+".golden")
+				if *update {
+					require.NoError(t, os.MkdirAll(filepath.Dir(golden), 0o755))
+					require.NoError(t, os.WriteFile(golden, []byte(got), 0o644))
+				}
+				want, err := os.ReadFile(golden)
+				require.NoError(t, err)
+				assert.Equal(t, string(want), got)
 			})
 		}
 	}
