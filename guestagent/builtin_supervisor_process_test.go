@@ -22,12 +22,13 @@ import (
 // A bash supervisor run as a process of its own (one msb exec per call)
 // outlives a host that kills the exec's whole process group, and kills the
 // command's tree, a daemon that escaped without the owner tag too, when
-// bash-kill asks. As a group leader, which cannot start a session in
-// place, it runs again as a child that can.
+// bash-kill asks. As a group or session leader, which cannot start a
+// session in place, it runs again as a child that can.
 func TestBashSupervisorProcessOutlivesItsExec(t *testing.T) {
 	agent := agenttest.AgentBinary(t)
-	for _, leader := range []bool{false, true} {
-		t.Run(map[bool]string{false: "group member", true: "group leader"}[leader], func(t *testing.T) {
+	for _, start := range []string{"group member", "group leader", "session leader"} {
+		leader := start != "group member"
+		t.Run(start, func(t *testing.T) {
 			dir := t.TempDir()
 			pidsFile := filepath.Join(dir, "pids")
 			call := bashproto.NewCall()
@@ -49,6 +50,9 @@ func TestBashSupervisorProcessOutlivesItsExec(t *testing.T) {
 			exec0.Stdin = bytes.NewReader(stdin)
 			exec0.Env = append(os.Environ(), "PIDS="+pidsFile)
 			exec0.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			if start == "session leader" { // as the real msb's exec starts it
+				exec0.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+			}
 			require.NoError(t, exec0.Start())
 			pids := waitForPids(t, pidsFile, 4)
 

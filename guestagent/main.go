@@ -15,8 +15,6 @@ import (
 	"strings"
 	"syscall"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/oma-sandbox/oma-sandbox/agentwire"
 )
 
@@ -204,18 +202,25 @@ func killedBySIGTERM() <-chan struct{} {
 
 // inOwnSession puts a bash supervisor run as a process of its own (one msb
 // exec per call) into a session of its own, as the script's `setsid -w`
-// did: a host that kills the msb exec that started it, with its whole
-// process group, leaves the supervisor alive for bash-kill, which asks it
-// to kill the command's tree, escaped processes too. A process group
-// leader cannot start a session: it runs the builtin again as a child that
-// can, waits for it and reports ran. A call with a ready descriptor (the
-// local backend's, whose sandbox ends with the call) needs none of this.
+// did: a host that kills the msb exec that started it, with its process
+// group or its session, leaves the supervisor alive for bash-kill, which
+// asks it to kill the command's tree, escaped processes too. A process
+// that is not a group leader starts its session in place; a leader (of its
+// group, or of the session msb's exec made for it) runs the builtin again
+// as a child in a new session, passes SIGTERM on to it, waits for it and
+// reports ran. A call with a ready descriptor (the local backend's, whose
+// sandbox ends with the call) needs none of this.
+// ownSessionEnv marks the child inOwnSession starts in a session of its
+// own, which is a session leader and must not start another.
+const ownSessionEnv = "OMA_AGENT_OWN_SESSION"
+
 func inOwnSession(args []string, stdin io.Reader, stdout, stderr io.Writer) (code int, ran bool) {
-	if _, err := syscall.Setsid(); err == nil {
+	if os.Getenv(ownSessionEnv) != "" {
+		os.Unsetenv(ownSessionEnv) // the child: its commands do not inherit it
 		return 0, false
 	}
-	if sid, err := unix.Getsid(0); err == nil && sid == os.Getpid() {
-		return 0, false // already a session's leader
+	if _, err := syscall.Setsid(); err == nil {
+		return 0, false
 	}
 	self, err := os.Executable() // its name, not /proc/self/exe's, is the child's comm
 	if err != nil {
@@ -225,6 +230,7 @@ func inOwnSession(args []string, stdin io.Reader, stdout, stderr io.Writer) (cod
 	cmd := exec.Command(self, append([]string{"builtin"}, args...)...)
 	cmd.Args[0] = os.Args[0] // as selfagent knows the agent
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
+	cmd.Env = append(os.Environ(), ownSessionEnv+"=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	// SIGTERM meant for the supervisor reaches this process: pass it on.
 	term := make(chan os.Signal, 1)
