@@ -200,6 +200,10 @@ func killedBySIGTERM() <-chan struct{} {
 	return killed
 }
 
+// ownSessionEnv marks the child inOwnSession starts in a session of its
+// own, which is a session leader and must not start another.
+const ownSessionEnv = "OMA_AGENT_OWN_SESSION"
+
 // inOwnSession puts a bash supervisor run as a process of its own (one msb
 // exec per call) into a session of its own, as the script's `setsid -w`
 // did: a host that kills the msb exec that started it, with its process
@@ -210,10 +214,6 @@ func killedBySIGTERM() <-chan struct{} {
 // as a child in a new session, passes SIGTERM on to it, waits for it and
 // reports ran. A call with a ready descriptor (the local backend's, whose
 // sandbox ends with the call) needs none of this.
-// ownSessionEnv marks the child inOwnSession starts in a session of its
-// own, which is a session leader and must not start another.
-const ownSessionEnv = "OMA_AGENT_OWN_SESSION"
-
 func inOwnSession(args []string, stdin io.Reader, stdout, stderr io.Writer) (code int, ran bool) {
 	if os.Getenv(ownSessionEnv) != "" {
 		os.Unsetenv(ownSessionEnv) // the child: its commands do not inherit it
