@@ -44,6 +44,12 @@ func runSupervisor(t *testing.T, c Call, root string, cred *syscall.Credential, 
 	cmd.Dir = filepath.Join(root, "work")
 	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C", "ROOT=" + root}
 	cmd.SysProcAttr.Credential = cred
+	// A descriptor the supervisor's starter leaks (fd 9, open without
+	// close-on-exec) must not reach the command.
+	leaked, err := os.Open(os.DevNull)
+	require.NoError(t, err)
+	defer leaked.Close()
+	cmd.ExtraFiles = []*os.File{6: leaked}
 	cmd.WaitDelay = 10 * time.Second
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })

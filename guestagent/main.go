@@ -93,6 +93,7 @@ func listener(fd int) (net.Listener, error) {
 // program that serves as its own agent does (ProgramName); it returns the
 // exit status.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	keepInheritedFromCommands()
 	if len(args) == 0 || args[0] != "serve" {
 		switch {
 		case len(args) == 1 && args[0] == "version":
