@@ -6,6 +6,8 @@ import (
 	"math"
 	"os"
 	"strconv"
+	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -35,6 +37,34 @@ func markEachCloseOnExec() {
 	for _, name := range names {
 		if fd, err := strconv.Atoi(name); err == nil && fd > 2 {
 			unix.CloseOnExec(fd)
+		}
+	}
+}
+
+// kernelSigaction is the kernel's struct sigaction on amd64 and arm64.
+type kernelSigaction struct {
+	handler, flags, restorer, mask uint64
+}
+
+const sigIgn = 1 // SIG_IGN; SIG_DFL is 0
+
+func rtSigaction(sig int, act, old *kernelSigaction) syscall.Errno {
+	_, _, errno := syscall.RawSyscall6(syscall.SYS_RT_SIGACTION, uintptr(sig),
+		uintptr(unsafe.Pointer(act)), uintptr(unsafe.Pointer(old)), 8, 0, 0)
+	return errno
+}
+
+// defaultIgnoredSignals gives every signal the agent inherited ignored
+// its default action again. An ignored signal stays ignored across exec,
+// and a command cannot undo that (a shell may not trap a signal ignored
+// on entry): under a starter that ignored SIGHUP (nohup) or the C
+// library's own signals, every command would run unlike any other. The
+// Go runtime's handlers, which are not "ignore", are left as they are.
+func defaultIgnoredSignals() {
+	for sig := 1; sig <= 64; sig++ {
+		var old kernelSigaction
+		if rtSigaction(sig, nil, &old) == 0 && old.handler == sigIgn {
+			rtSigaction(sig, &kernelSigaction{}, nil)
 		}
 	}
 }

@@ -27,3 +27,27 @@ func TestInheritedDescriptorsCloseOnExec(t *testing.T) {
 		})
 	}
 }
+
+// Signals the agent inherited ignored (SIGHUP under nohup; 33, one the C
+// library keeps to itself and the Go runtime leaves alone) get their
+// default action back; the Go runtime's own handlers stay.
+func TestIgnoredSignalsGetTheirDefault(t *testing.T) {
+	const sigSetxid = 33
+	var goTerm kernelSigaction
+	require.Zero(t, rtSigaction(int(unix.SIGTERM), nil, &goTerm))
+	require.NotEqual(t, uint64(sigIgn), goTerm.handler)
+	for _, sig := range []int{int(unix.SIGHUP), sigSetxid} {
+		var old kernelSigaction
+		require.Zero(t, rtSigaction(sig, &kernelSigaction{handler: sigIgn}, &old))
+		t.Cleanup(func() { rtSigaction(sig, &old, nil) })
+	}
+	defaultIgnoredSignals()
+	for _, sig := range []int{int(unix.SIGHUP), sigSetxid} {
+		var now kernelSigaction
+		require.Zero(t, rtSigaction(sig, nil, &now))
+		require.Zero(t, now.handler, "signal %d still ignored", sig)
+	}
+	var term kernelSigaction
+	require.Zero(t, rtSigaction(int(unix.SIGTERM), nil, &term))
+	require.Equal(t, goTerm.handler, term.handler, "the Go runtime's SIGTERM handler was replaced")
+}

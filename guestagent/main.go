@@ -94,6 +94,7 @@ func listener(fd int) (net.Listener, error) {
 // exit status.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	keepInheritedFromCommands()
+	defaultIgnoredSignals()
 	if len(args) == 0 || args[0] != "serve" {
 		switch {
 		case len(args) == 1 && args[0] == "version":
