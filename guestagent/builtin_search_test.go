@@ -412,12 +412,17 @@ func TestSearchBuiltinsEnd(t *testing.T) {
 				}
 				return strings.TrimSuffix(string(b), "\n")
 			}
-			// Watch for the processes while the calls run.
+			// Watch for the processes while the calls run, until both have
+			// executed the command (a stub's own process has its name
+			// first).
 			ctx, stop := context.WithCancel(context.Background())
 			seen := make(chan []procEntry, 1)
+			started := func(all []procEntry) bool {
+				return len(all) == 2 && all[0].comm == tc.comm && all[1].comm == tc.comm
+			}
 			go func() {
 				var all []procEntry
-				for ctx.Err() == nil && len(all) < 2 {
+				for ctx.Err() == nil && !started(all) {
 					all = nil
 					for _, token := range []string{killToken, timerToken} {
 						all = append(all, taggedProcs(tc.env+"="+token)...)
