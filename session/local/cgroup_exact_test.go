@@ -15,43 +15,65 @@ import (
 )
 
 // TestLimitsAreWrittenExactly reads back, while a call runs, every limit
-// file of the call's cgroups on this host's real hierarchies: the values
-// must be exactly the session's, and the command must be in the groups.
+// file of its cgroups on this host's real hierarchies: the values must be
+// exactly the session's, and the command must be in the groups. They are
+// the call's own groups under a process limit, else (as root) the
+// session's resident sandbox's.
 func TestLimitsAreWrittenExactly(t *testing.T) {
-	lim := Limits{MemoryBytes: 64 << 20, Processes: 50, CPUQuota: 10 * time.Millisecond, CPUPeriod: 100 * time.Millisecond}
-	s := newTestSession(t, Options{Limits: lim})
-	parents, stop := waitingCall(t, s)
-	defer stop()
-	want := map[string]string{
-		"memory.limit_in_bytes": "67108864", "pids.max": "50",
-		"cpu.cfs_quota_us": "10000", "cpu.cfs_period_us": "100000",
-		// The same limits in the unified hierarchy's names.
-		"memory.max": "67108864", "cpu.max": "10000 100000",
-	}
-	seen := map[string]bool{}
-	for _, parent := range parents {
-		calls, _ := filepath.Glob(filepath.Join(parent, "call-*"))
-		if len(calls) != 1 {
-			t.Fatalf("%s holds %d call groups, want 1", parent, len(calls))
-		}
-		if procs, _ := os.ReadFile(filepath.Join(calls[0], "cgroup.procs")); len(strings.Fields(string(procs))) == 0 {
-			t.Errorf("no process in %s", calls[0])
-		}
-		for file, v := range want {
-			got, err := os.ReadFile(filepath.Join(calls[0], file))
-			if err != nil {
-				continue
+	for _, tc := range []struct {
+		lim    Limits
+		groups string
+		want   map[string]string
+	}{{
+		lim:    Limits{MemoryBytes: 64 << 20, Processes: 50, CPUQuota: 10 * time.Millisecond, CPUPeriod: 100 * time.Millisecond},
+		groups: "call-",
+		want: map[string]string{
+			"memory.limit_in_bytes": "67108864", "pids.max": "50",
+			"cpu.cfs_quota_us": "10000", "cpu.cfs_period_us": "100000",
+			// The same limits in the unified hierarchy's names.
+			"memory.max": "67108864", "cpu.max": "10000 100000",
+		},
+	}, {
+		lim:    Limits{MemoryBytes: 96 << 20, CPUQuota: 20 * time.Millisecond, CPUPeriod: 50 * time.Millisecond},
+		groups: "resident-",
+		want: map[string]string{
+			"memory.limit_in_bytes": "100663296", "cpu.cfs_quota_us": "20000", "cpu.cfs_period_us": "50000",
+			"memory.max": "100663296", "cpu.max": "20000 50000",
+		},
+	}} {
+		t.Run(strings.TrimSuffix(tc.groups, "-"), func(t *testing.T) {
+			if tc.groups == "resident-" && os.Geteuid() != 0 {
+				t.Skip("only root starts a resident sandbox")
 			}
-			seen[file] = true
-			if strings.TrimSpace(string(got)) != v {
-				t.Errorf("%s/%s = %q, want %q", calls[0], file, strings.TrimSpace(string(got)), v)
+			s := newTestSession(t, Options{Limits: tc.lim})
+			parents, stop := waitingCall(t, s)
+			defer stop()
+			seen := map[string]bool{}
+			for _, parent := range parents {
+				groups, _ := filepath.Glob(filepath.Join(parent, "*-*"))
+				if len(groups) != 1 || !strings.HasPrefix(filepath.Base(groups[0]), tc.groups) {
+					t.Fatalf("%s holds groups %q, want one %s*", parent, groups, tc.groups)
+				}
+				if procs, _ := os.ReadFile(filepath.Join(groups[0], "cgroup.procs")); len(strings.Fields(string(procs))) == 0 {
+					t.Errorf("no process in %s", groups[0])
+				}
+				for file, v := range tc.want {
+					got, err := os.ReadFile(filepath.Join(groups[0], file))
+					if err != nil {
+						continue
+					}
+					seen[file] = true
+					if strings.TrimSpace(string(got)) != v {
+						t.Errorf("%s/%s = %q, want %q", groups[0], file, strings.TrimSpace(string(got)), v)
+					}
+				}
 			}
-		}
-	}
-	v1 := seen["cpu.cfs_quota_us"] && seen["cpu.cfs_period_us"] && seen["memory.limit_in_bytes"]
-	v2 := seen["cpu.max"] && seen["memory.max"]
-	if !seen["pids.max"] || !v1 && !v2 {
-		t.Fatalf("limit files not all found: %v", seen)
+			v1 := seen["cpu.cfs_quota_us"] && seen["cpu.cfs_period_us"] && seen["memory.limit_in_bytes"]
+			v2 := seen["cpu.max"] && seen["memory.max"]
+			if _, pids := tc.want["pids.max"]; pids != seen["pids.max"] || !v1 && !v2 {
+				t.Fatalf("limit files found: %v", seen)
+			}
+		})
 	}
 }
 

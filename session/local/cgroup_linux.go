@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -141,12 +142,13 @@ type callGroups struct {
 	limits Limits
 }
 
-// create makes the call's groups under the session's groups and writes
-// the limits into them. Nothing is placed in them yet.
-func (l cgLayout) create(sessionDir, sessionName string, lim Limits) (*callGroups, error) {
+// create makes groups named kind-RANDOM (a call's, or a resident
+// sandbox's) under the session's groups and writes the limits into them.
+// Nothing is placed in them yet.
+func (l cgLayout) create(sessionDir, sessionName, kind string, lim Limits) (*callGroups, error) {
 	var sfx [6]byte
 	_, _ = rand.Read(sfx[:])
-	callName := "call-" + hex.EncodeToString(sfx[:])
+	callName := kind + "-" + hex.EncodeToString(sfx[:])
 	parentName := "oma-" + sessionName
 	g := &callGroups{dirs: map[string]string{}, limits: lim}
 	fail := func(err error) (*callGroups, error) {
@@ -292,24 +294,87 @@ func exists(p string) bool {
 	return err == nil
 }
 
-// notes reports the limits that fired during the call.
-func (g *callGroups) notes() []string {
-	var out []string
+// place makes the process argv starts enter the groups from its first
+// instruction: on cgroup v1 through the join shim (the argv returned), on
+// v2 at clone, through attr and the group's directory, which the caller
+// closes once the process started (nil on v1).
+func (g *callGroups) place(argv []string, attr *syscall.SysProcAttr) ([]string, *os.File, error) {
+	if len(g.v1) > 0 {
+		shim := append([]string{"/bin/sh", "-c", joinScript, "oma-sandbox-join"}, g.v1...)
+		argv = append(append(shim, "--"), argv...)
+	}
+	if g.v2 == "" {
+		return argv, nil, nil
+	}
+	f, err := os.Open(g.v2)
+	if err != nil {
+		return nil, nil, err
+	}
+	attr.UseCgroupFD, attr.CgroupFD = true, int(f.Fd())
+	return argv, f, nil
+}
+
+// leaf is the name of the groups, the same in every hierarchy.
+func (g *callGroups) leaf() string {
+	for _, dir := range g.dirs {
+		return filepath.Base(dir)
+	}
+	return ""
+}
+
+// limitEvents counts the times the kernel enforced a group's limits.
+type limitEvents struct {
+	oomKills, forksRefused int64
+}
+
+func (g *callGroups) events() limitEvents {
+	var e limitEvents
 	if dir, ok := g.dirs["memory"]; ok {
 		file := "memory.oom_control"
 		if dir == g.v2 {
 			file = "memory.events"
 		}
-		if n := counter(filepath.Join(dir, file), "oom_kill"); n > 0 {
-			out = append(out, fmt.Sprintf("memory limit of %s reached: the kernel killed %d process(es)", formatBytes(g.limits.MemoryBytes), n))
-		}
+		e.oomKills = counter(filepath.Join(dir, file), "oom_kill")
 	}
 	if dir, ok := g.dirs["pids"]; ok {
-		if n := counter(filepath.Join(dir, "pids.events"), "max"); n > 0 {
-			out = append(out, fmt.Sprintf("process limit of %d reached: %d fork(s) refused", g.limits.Processes, n))
-		}
+		e.forksRefused = counter(filepath.Join(dir, "pids.events"), "max")
+	}
+	return e
+}
+
+// notes reports the limits that fired since the counts before.
+func (g *callGroups) notes(before limitEvents) []string {
+	var out []string
+	now := g.events()
+	if n := now.oomKills - before.oomKills; n > 0 {
+		out = append(out, fmt.Sprintf("memory limit of %s reached: the kernel killed %d process(es)", formatBytes(g.limits.MemoryBytes), n))
+	}
+	if n := now.forksRefused - before.forksRefused; n > 0 {
+		out = append(out, fmt.Sprintf("process limit of %d reached: %d fork(s) refused", g.limits.Processes, n))
 	}
 	return out
+}
+
+// groupsNamed are the groups named leaf under a session directory's
+// recorded groups, for reading their counts: found by their files, not by
+// this process's own place in the hierarchies, as any process of the
+// session's may read a resident sandbox's.
+func groupsNamed(sessionDir, leaf string, lim Limits) *callGroups {
+	g := &callGroups{dirs: map[string]string{}, limits: lim}
+	parents, _ := recordedCgroups(sessionDir)
+	for _, parent := range parents {
+		dir := filepath.Join(parent, leaf)
+		if exists(filepath.Join(dir, "memory.events")) {
+			g.v2 = dir
+		}
+		if exists(filepath.Join(dir, "memory.oom_control")) || dir == g.v2 {
+			g.dirs["memory"] = dir
+		}
+		if exists(filepath.Join(dir, "pids.events")) {
+			g.dirs["pids"] = dir
+		}
+	}
+	return g
 }
 
 // counter reads "key N" from a flat-keyed cgroup file.
@@ -400,23 +465,52 @@ func emptyAndRemove(dir string) error {
 // Only directories named oma-* on a mounted cgroup filesystem are touched,
 // whatever the record says.
 func removeCgroups(sessionDir string) error {
+	dirs, err := recordedCgroups(sessionDir)
+	for _, dir := range dirs {
+		err = errors.Join(err, emptyAndRemove(dir))
+	}
+	return err
+}
+
+// groupLeaf is how create names a group: a call's or a resident
+// sandbox's, and 12 hex digits.
+var groupLeaf = regexp.MustCompile(`^(call|resident)-[0-9a-f]{12}$`)
+
+// removeCgroupsNamed removes the groups named leaf under each of a
+// session directory's recorded groups, and those groups too once empty.
+func removeCgroupsNamed(sessionDir, leaf string) error {
+	if !groupLeaf.MatchString(leaf) {
+		return fmt.Errorf("refusing to remove cgroup %q: not a name this program gives", leaf)
+	}
+	dirs, err := recordedCgroups(sessionDir)
+	for _, dir := range dirs {
+		err = errors.Join(err, emptyAndRemove(filepath.Join(dir, leaf)))
+		_ = syscall.Rmdir(dir) // busy while a call's group is in it
+	}
+	return err
+}
+
+// recordedCgroups are the session's groups its directory records, those
+// named oma-* on a mounted cgroup filesystem; err names any other.
+func recordedCgroups(sessionDir string) ([]string, error) {
 	data, err := os.ReadFile(filepath.Join(sessionDir, cgroupFile))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	mounts := detectCgroups().mounts
+	var dirs []string
 	var errs []error
 	for _, dir := range strings.Fields(string(data)) {
 		if !isOurCgroup(dir, mounts) {
 			errs = append(errs, fmt.Errorf("refusing to remove %q: not a session cgroup", dir))
 			continue
 		}
-		errs = append(errs, emptyAndRemove(dir))
+		dirs = append(dirs, dir)
 	}
-	return errors.Join(errs...)
+	return dirs, errors.Join(errs...)
 }
 
 func isOurCgroup(dir string, mounts []string) bool {

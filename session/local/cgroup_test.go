@@ -3,11 +3,15 @@
 package local
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 const hybridMountinfo = `30 25 0:26 / /sys/fs/cgroup ro,nosuid,nodev,noexec - tmpfs tmpfs ro,mode=755
@@ -62,7 +66,8 @@ func TestCgroupFilesV2(t *testing.T) {
 	root := t.TempDir()
 	session := t.TempDir()
 	l := cgLayout{v2: root, v2Ctl: map[string]bool{"memory": true, "pids": true, "cpu": true}}
-	g, err := l.create(session, "s1", Limits{MemoryBytes: 64 << 20, Processes: 10, CPUQuota: 50 * time.Millisecond})
+	lim := Limits{MemoryBytes: 64 << 20, Processes: 10, CPUQuota: 50 * time.Millisecond}
+	g, err := l.create(session, "s1", "resident", lim)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,11 +87,28 @@ func TestCgroupFilesV2(t *testing.T) {
 	if got := read(filepath.Join(session, cgroupFile)); got != parent+"\n" {
 		t.Fatalf("record %q", got)
 	}
-	if err := os.WriteFile(filepath.Join(g.v2, "memory.events"), []byte("low 0\noom 2\noom_kill 2\n"), 0o644); err != nil {
-		t.Fatal(err)
+	if !groupLeaf.MatchString(g.leaf()) || !strings.HasPrefix(g.leaf(), "resident-") {
+		t.Fatalf("group named %q", g.leaf())
 	}
-	if n := g.notes(); len(n) != 1 || n[0] != "memory limit of 64 MiB reached: the kernel killed 2 process(es)" {
+	events := func(oomKills, forks int) {
+		t.Helper()
+		require.NoError(t, os.WriteFile(filepath.Join(g.v2, "memory.events"), fmt.Appendf(nil, "low 0\noom 9\noom_kill %d\n", oomKills), 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(g.v2, "pids.events"), fmt.Appendf(nil, "max %d\n", forks), 0o644))
+	}
+	events(2, 0)
+	if n := g.notes(limitEvents{}); len(n) != 1 || n[0] != "memory limit of 64 MiB reached: the kernel killed 2 process(es)" {
 		t.Fatalf("notes %q", n)
+	}
+	// A resident sandbox's groups outlive its calls: a call's notes are
+	// what fired while it ran.
+	before := g.events()
+	if n := g.notes(before); len(n) != 0 {
+		t.Fatalf("notes with nothing new %q", n)
+	}
+	events(5, 7)
+	want := []string{"memory limit of 64 MiB reached: the kernel killed 3 process(es)", "process limit of 10 reached: 7 fork(s) refused"}
+	if n := g.notes(before); !slices.Equal(n, want) {
+		t.Fatalf("notes %q, want %q", n, want)
 	}
 }
 

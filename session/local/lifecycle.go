@@ -74,8 +74,9 @@ func (s *Session) limits() Limits {
 	return s.rec.Limits
 }
 
-// Resize sets the limits every later call runs under (each call gets its
-// own cgroup; calls in flight keep theirs): CPUs as a CPU quota of that
+// Resize sets the limits every later call runs under (the next call
+// starts a resident sandbox under them; a call in a sandbox of its own
+// in flight keeps its cgroup's): CPUs as a CPU quota of that
 // many CPUs, Memory (msb's grammar: 512M, 2G) as the memory limit. The
 // record is rewritten, so a session attached later sees them too. A host
 // that cannot enforce them refuses the resize, which then changes nothing.
@@ -123,8 +124,8 @@ func (s *Session) Resize(ctx context.Context, r session.Resize) error {
 	s.mu.Lock()
 	s.rec.Limits = l
 	s.mu.Unlock()
-	// Limits are enforced on sandboxes of one call: the resident sandbox,
-	// which would run on without them, ends with what runs in it.
+	// The resident sandbox runs under the limits it started with: it ends,
+	// with what runs in it, and the next call starts one under these.
 	s.stopResident()
 	return nil
 }

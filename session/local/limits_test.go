@@ -14,27 +14,58 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
+// TestMemoryBombIsKilledAndReported: a session's memory limit kills what
+// exceeds it and the call says so, whether the call runs in the session's
+// resident sandbox (whose groups are the session's, ended with it) or in
+// a sandbox of its own (a process limit keeps calls there: groups of the
+// call's, gone when it ends).
 func TestMemoryBombIsKilledAndReported(t *testing.T) {
-	s := newTestSession(t, Options{Limits: Limits{MemoryBytes: 64 << 20}})
-	res := sh(t, s, `tail /dev/zero; echo "rc=$?"`)
-	if !strings.Contains(string(res.Stdout), "rc=137") {
-		t.Fatalf("memory bomb not killed: stdout %q stderr %q", res.Stdout, res.Stderr)
-	}
-	if !strings.Contains(string(res.Stderr), "memory limit of 64 MiB reached: the kernel killed") {
-		t.Fatalf("kill not reported: %q", res.Stderr)
-	}
-	// The session stays usable after the kill, and no group outlives a call.
-	if got := string(sh(t, s, `echo ok`).Stdout); got != "ok\n" {
-		t.Fatalf("after bomb: %q", got)
-	}
-	data, _ := os.ReadFile(filepath.Join(s.dirs.Root, cgroupFile))
-	for _, dir := range strings.Fields(string(data)) {
-		if exists(dir) {
-			t.Errorf("cgroup %s left between calls", dir)
-		}
+	for name, tc := range map[string]struct {
+		lim      Limits
+		resident bool
+	}{
+		"resident": {lim: Limits{MemoryBytes: 64 << 20}, resident: os.Geteuid() == 0},
+		"per call": {lim: Limits{MemoryBytes: 64 << 20, Processes: 200}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := newTestSession(t, Options{Limits: tc.lim})
+			res := sh(t, s, `tail /dev/zero; echo "rc=$?"`)
+			if !strings.Contains(string(res.Stdout), "rc=137") {
+				t.Fatalf("memory bomb not killed: stdout %q stderr %q", res.Stdout, res.Stderr)
+			}
+			if !strings.Contains(string(res.Stderr), "memory limit of 64 MiB reached: the kernel killed 1 process(es)") {
+				t.Fatalf("kill not reported: %q", res.Stderr)
+			}
+			// The session stays usable after the kill, and the next call
+			// reports no kill of its own.
+			if res := sh(t, s, `echo ok`); string(res.Stdout) != "ok\n" || len(res.Stderr) != 0 {
+				t.Fatalf("after bomb: %q %q", res.Stdout, res.Stderr)
+			}
+			if got := s.Served().Resident; (got == 2) != tc.resident {
+				t.Fatalf("%d of 2 calls ran in the resident sandbox", got)
+			}
+			left := func() (dirs []string) {
+				data, _ := os.ReadFile(filepath.Join(s.dirs.Root, cgroupFile))
+				for _, dir := range strings.Fields(string(data)) {
+					if exists(dir) {
+						dirs = append(dirs, dir)
+					}
+				}
+				return dirs
+			}
+			if !tc.resident && len(left()) > 0 {
+				t.Errorf("cgroups %q left between calls", left())
+			}
+			require.NoError(t, s.Close(context.Background()))
+			if len(left()) > 0 {
+				t.Errorf("cgroups %q left after Close", left())
+			}
+		})
 	}
 }
 

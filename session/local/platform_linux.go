@@ -120,33 +120,25 @@ func (p *linuxPlatform) launch(c call) (l *launched, err error) {
 		l.start = confine.StartScoped
 	}
 	if c.limits.cgroupNeeded() {
-		g, err := p.cgroups.create(c.dirs.Root, c.name, c.limits)
+		g, err := p.cgroups.create(c.dirs.Root, c.name, "call", c.limits)
 		if err != nil {
 			filter.Close()
 			return nil, fmt.Errorf("local sandbox %s: refusing to run without its limits: %w: %w", c.name,
 				&UnavailableError{Control: "resources", Reason: err.Error()}, session.ErrCannotStart)
 		}
-		if len(g.v1) > 0 {
-			shim := append([]string{"/bin/sh", "-c", joinScript, "oma-sandbox-join"}, g.v1...)
-			argv = append(append(shim, "--"), argv...)
-		}
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
 		var fd *os.File
-		if g.v2 != "" {
-			f, err := os.Open(g.v2)
-			if err != nil {
-				filter.Close()
-				g.remove()
-				return nil, fmt.Errorf("local sandbox %s: cgroup: %v: %w", c.name, err, session.ErrCannotStart)
-			}
-			fd = f
-			cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(f.Fd())}
+		if argv, fd, err = g.place(argv, cmd.SysProcAttr); err != nil {
+			filter.Close()
+			g.remove()
+			return nil, fmt.Errorf("local sandbox %s: cgroup: %v: %w", c.name, err, session.ErrCannotStart)
 		}
 		l.finish = func() []string {
 			filter.Close()
 			if fd != nil {
 				fd.Close()
 			}
-			notes := g.notes()
+			notes := g.notes(limitEvents{})
 			if err := g.remove(); err != nil {
 				notes = append(notes, "cgroup cleanup deferred to close: "+err.Error())
 			}
@@ -445,8 +437,17 @@ const residentHostUID = 2147418112
 // agent's user namespace maps.
 var residentCaps = []string{"CAP_SETUID", "CAP_SETGID"}
 
+var _ residentStarter = (*linuxPlatform)(nil)
+
 // residentPossible: only host root can map the agent's user namespace.
 func (p *linuxPlatform) residentPossible() bool { return p.privileged }
+
+// watchLimits counts the enforcements of the resident sandbox's limits.
+func (p *linuxPlatform) watchLimits(c call, r residentProcs) func() []string {
+	g := groupsNamed(c.dirs.Root, r.Cgroup, c.limits)
+	before := g.events()
+	return func() []string { return g.notes(before) }
+}
 
 // startResident starts a session's resident sandbox: bwrap over the
 // session's directories, as for one call, running `agent serve` in a
@@ -458,9 +459,10 @@ func (p *linuxPlatform) residentPossible() bool { return p.privileged }
 // every call is the agent's, which it installs before it accepts a
 // connection (the first process, which only waits for it, needs the user
 // namespace the filter refuses). Only host root can map the user
-// namespace: elsewhere calls run in sandboxes of their own.
-func (p *linuxPlatform) startResident(c call, ln, stderr *os.File) (residentProcs, error) {
-	var procs residentProcs
+// namespace: elsewhere calls run in sandboxes of their own. The
+// session's memory and CPU limits are groups of the sandbox's own, which
+// bwrap enters before it executes, as a call's sandbox does.
+func (p *linuxPlatform) startResident(c call, ln, stderr *os.File) (procs residentProcs, err error) {
 	if taken, err := uidTaken(residentHostUID); err != nil || taken {
 		return procs, fmt.Errorf("uid %d is a host account's (or /etc/passwd is unreadable: %v)", residentHostUID, err)
 	}
@@ -490,11 +492,32 @@ func (p *linuxPlatform) startResident(c call, ln, stderr *os.File) (residentProc
 	if c.limits.FileSize > 0 {
 		argv = append([]string{p.prlimit, "--fsize=" + strconv.FormatInt(c.limits.FileSize, 10), "--"}, argv...)
 	}
+	// A session of its own: no terminal's signal reaches it.
+	attr := &syscall.SysProcAttr{Setsid: true}
+	if c.limits.cgroupNeeded() {
+		var g *callGroups
+		if g, err = p.cgroups.create(c.dirs.Root, c.name, "resident", c.limits); err != nil {
+			infoW.Close()
+			return procs, fmt.Errorf("cgroup: %w", err)
+		}
+		defer func() {
+			if err != nil {
+				g.remove()
+			}
+		}()
+		var dir *os.File
+		if argv, dir, err = g.place(argv, attr); err != nil {
+			infoW.Close()
+			return procs, fmt.Errorf("cgroup: %w", err)
+		}
+		if dir != nil {
+			defer dir.Close()
+		}
+		procs.Cgroup = g.leaf()
+	}
 	cmd := &exec.Cmd{
 		Path: argv[0], Args: argv, Env: []string{"PATH=" + os.Getenv("PATH")},
-		Stderr: stderr, ExtraFiles: []*os.File{filter, ln, infoW},
-		// A session of its own: no terminal's signal reaches it.
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+		Stderr: stderr, ExtraFiles: []*os.File{filter, ln, infoW}, SysProcAttr: attr,
 	}
 	release, err := confine.StartHeld(cmd, scoped)
 	infoW.Close()
@@ -514,7 +537,7 @@ func (p *linuxPlatform) startResident(c call, ln, stderr *os.File) (residentProc
 	procs.Init = procOf(pid)
 	unix.Close(fd)
 	if procs.Init.PID == 0 || procs.Bwrap.Start == 0 {
-		procs.end(time.Now().Add(stopTimeout))
+		procs.end(c.dirs.Root, time.Now().Add(stopTimeout))
 		_ = cmd.Process.Kill()
 		return procs, errors.New("the sandbox ended as it started")
 	}

@@ -114,8 +114,12 @@ func (p Policy) validate() error {
 	return p.validateEgress()
 }
 
-// Limits bound each command a session runs (each Shell call on its own).
-// The zero value of a field means "no limit"; negative values are refused.
+// Limits bound the commands a session runs. Wall time, output and file
+// size bound each Shell call on its own; memory and CPU bound the session's
+// resident sandbox, everything in it together, as a VM's size does, and
+// a call in a sandbox of its own (root's; every call under a process
+// limit) on its own. The zero value of a field means "no limit";
+// negative values are refused.
 type Limits struct {
 	WallTime    time.Duration `json:"wall_time,omitempty"`    // kills the command, reported as a guest timeout
 	OutputBytes int64         `json:"output_bytes,omitempty"` // stdout+stderr; 0 means the Shell default (16 MiB)

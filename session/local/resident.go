@@ -20,10 +20,14 @@ import (
 // connects to the same sandbox, and it runs on after its starter exits
 // until Close, Pause, Poison or the reaper ends it, from any process.
 //
+// A session's memory and CPU limits bound its resident sandbox as a
+// VM's bound the VM: everything in it together, the agent included.
+//
 // Calls a resident sandbox cannot run as a sandbox of their own would
 // still run one each: root's (uploads and skills), those of a session
-// whose policy it does not cover (an egress allowlist, cgroup limits),
-// and every call on a host where it cannot start.
+// whose policy it does not cover (an egress allowlist; a process limit,
+// which counts threads, so a command that reached it would leave the
+// agent none to start), and every call on a host where it cannot start.
 
 const (
 	// residentHelloTimeout bounds the wait for the agent's first frame.
@@ -41,9 +45,13 @@ type residentStarter interface {
 	// residentPossible tells whether this host can start one.
 	residentPossible() bool
 	// startResident starts the sandbox, its agent serving each connection
-	// ln accepts, its stderr to stderr; the sandbox outlives this process
-	// and ends by the procs returned.
+	// ln accepts, its stderr to stderr, under the session's memory and
+	// CPU limits; the sandbox outlives this process and ends by the procs
+	// returned.
 	startResident(c call, ln, stderr *os.File) (residentProcs, error)
+	// watchLimits starts watching the limits of the resident sandbox r;
+	// the function returned reports those that fired since.
+	watchLimits(c call, r residentProcs) func() []string
 }
 
 // residentProcs are the processes whose end ends a resident sandbox, as
@@ -51,6 +59,9 @@ type residentStarter interface {
 type residentProcs struct {
 	Init  proc `json:"init"`  // the sandbox's pid 1
 	Bwrap proc `json:"bwrap"` // its parent
+	// Cgroup names the sandbox's groups under the session's, when its
+	// limits need them; they go with it.
+	Cgroup string `json:"cgroup,omitempty"`
 }
 
 // proc names a process across processes: its pid and its start time, in
@@ -84,7 +95,7 @@ type residency struct {
 func (s *Session) residentFor(c call) bool {
 	rs, ok := s.plat.(residentStarter)
 	return ok && rs.residentPossible() && !c.root &&
-		c.policy.Network != NetworkAllowlist && !c.limits.cgroupNeeded()
+		c.policy.Network != NetworkAllowlist && c.limits.Processes == 0
 }
 
 // mayBeResident reports whether calls of this session may run in a
@@ -99,11 +110,11 @@ func (s *Session) mayBeResident() bool {
 	return s.residentFor(call{policy: s.rec.Policy, limits: s.limits()})
 }
 
-// residentConn returns the running resident sandbox's channel, starting
-// the sandbox when none runs; nil means the call runs a sandbox of its
-// own (the session's resident sandbox is off, or could not start). It
-// fails only when ctx ends while another call starts the sandbox.
-func (s *Session) residentConn(ctx context.Context, c call) (*agentchan.Conn, error) {
+// residentConn returns the running resident sandbox, starting it when
+// none runs; nil means the call runs a sandbox of its own (the session's
+// resident sandbox is off, or could not start). It fails only when ctx
+// ends while another call starts the sandbox.
+func (s *Session) residentConn(ctx context.Context, c call) (*resident, error) {
 	if !s.residentFor(c) {
 		return nil, nil
 	}
@@ -143,7 +154,7 @@ func (s *Session) residentConn(ctx context.Context, c call) (*agentchan.Conn, er
 				continue
 			default:
 				r.mu.Unlock()
-				return cur.conn, nil
+				return cur, nil
 			}
 		}
 		if r.starting == nil {
@@ -180,7 +191,7 @@ func (s *Session) residentConn(ctx context.Context, c call) (*agentchan.Conn, er
 	}
 	s.event(agentchan.Opened)
 	r.cur = cur
-	return cur.conn, nil
+	return cur, nil
 }
 
 // stopResident ends the session's resident sandbox, whichever process
@@ -207,7 +218,7 @@ func (s *Session) stopResident() {
 }
 
 // runResident runs one call on the resident sandbox's channel.
-func (s *Session) runResident(ctx context.Context, conn *agentchan.Conn, c call, cmd session.Command, opts session.ShellOptions, guestTimeout time.Duration, maxOutput int64) (*session.Result, error) {
+func (s *Session) runResident(ctx context.Context, cur *resident, c call, cmd session.Command, opts session.ShellOptions, guestTimeout time.Duration, maxOutput int64) (*session.Result, error) {
 	if guestTimeout > 0 {
 		// A backstop for the agent's own timer.
 		var cancel context.CancelFunc
@@ -222,7 +233,16 @@ func (s *Session) runResident(ctx context.Context, conn *agentchan.Conn, c call,
 		req.Script, req.Builtin = "", cmd.Builtin
 	}
 	s.served.count(req.Builtin, true)
-	res, err := conn.Run(ctx, req, agentchan.Output{Stdout: opts.Stdout, Stderr: opts.Stderr})
+	fired := func() []string { return nil }
+	if cur.procs.Cgroup != "" {
+		fired = s.plat.(residentStarter).watchLimits(c, cur.procs)
+	}
+	res, err := cur.conn.Run(ctx, req, agentchan.Output{Stdout: opts.Stdout, Stderr: opts.Stderr})
+	if res != nil {
+		// The limits are the session's: a note says what fired while the
+		// call ran, whichever of the session's calls it was.
+		res.Stderr = noteLimits(res.Stderr, opts, fired())
+	}
 	if err == nil {
 		return &session.Result{ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr}, nil
 	}

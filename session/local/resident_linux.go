@@ -43,8 +43,9 @@ func startTime(pid int) uint64 {
 
 // end SIGKILLs the sandbox's init, which takes its pid namespace and
 // everything in it along, and bwrap, each only while it is still the
-// process recorded, and waits until deadline for them to exit.
-func (r residentProcs) end(deadline time.Time) error {
+// process recorded, waits until deadline for them to exit, and removes
+// the sandbox's groups under the session's (root is its directory).
+func (r residentProcs) end(root string, deadline time.Time) error {
 	var errs []error
 	for _, p := range []proc{r.Init, r.Bwrap} {
 		if p.PID <= 0 {
@@ -66,6 +67,9 @@ func (r residentProcs) end(deadline time.Time) error {
 			errs = append(errs, fmt.Errorf("resident sandbox process %d still running after SIGKILL (%v)", p.PID, err))
 		}
 		unix.Close(fd)
+	}
+	if r.Cgroup != "" {
+		errs = append(errs, removeCgroupsNamed(root, r.Cgroup))
 	}
 	return errors.Join(errs...)
 }
@@ -186,7 +190,7 @@ func endRecorded(root string) error {
 	if err := os.Remove(filepath.Join(root, residentRecord)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	return procs.end(time.Now().Add(stopTimeout))
+	return procs.end(root, time.Now().Add(stopTimeout))
 }
 
 // exitsWithin reports whether p has exited, or does within d.
@@ -297,7 +301,7 @@ func (s *Session) launchResident(ctx context.Context, c call) (net.Conn, error) 
 		nc, err = dialResident(ctx, root)
 	}
 	if err != nil {
-		_ = procs.end(time.Now().Add(stopTimeout))
+		_ = procs.end(root, time.Now().Add(stopTimeout))
 		return nil, err
 	}
 	return nc, nil
@@ -315,7 +319,7 @@ func (s *Session) endResident(procs residentProcs) {
 		}
 		unlock()
 	}
-	if err := procs.end(time.Now().Add(stopTimeout)); err != nil {
+	if err := procs.end(s.dirs.Root, time.Now().Add(stopTimeout)); err != nil {
 		s.log.Warn("local sandbox: ending the resident sandbox", "err", err)
 	}
 }

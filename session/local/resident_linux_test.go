@@ -387,15 +387,13 @@ func TestResidentCallLimits(t *testing.T) {
 // gatedStart holds every resident sandbox's start until gate closes.
 type gatedStart struct {
 	platform
-	rs   residentStarter
+	residentStarter
 	gate chan struct{}
 }
 
-func (p gatedStart) residentPossible() bool { return p.rs.residentPossible() }
-
 func (p gatedStart) startResident(c call, ln, stderr *os.File) (residentProcs, error) {
 	<-p.gate
-	return p.rs.startResident(c, ln, stderr)
+	return p.residentStarter.startResident(c, ln, stderr)
 }
 
 // TestResidentStartWaitersKeepTheirDeadlines: while one call starts the
@@ -407,7 +405,7 @@ func TestResidentStartWaitersKeepTheirDeadlines(t *testing.T) {
 	gate := make(chan struct{})
 	open := sync.OnceFunc(func() { close(gate) })
 	t.Cleanup(open)
-	s.plat = gatedStart{platform: s.plat, rs: s.plat.(residentStarter), gate: gate}
+	s.plat = gatedStart{platform: s.plat, residentStarter: s.plat.(residentStarter), gate: gate}
 
 	// The first call may see its sandbox ended by the Pause below, as
 	// any call that runs during a Pause may.
@@ -535,4 +533,44 @@ func TestEndRecordedSparesAProcessItDoesNotName(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the recorded process still runs")
 	}
+}
+
+// A session's memory and CPU limits bound its resident sandbox, whose
+// groups are its own: a session attached to (as another process) runs in
+// them too and is told when a limit fired during its call, and the groups
+// end with the sandbox, each sandbox having its own.
+func TestResidentSandboxHoldsTheSessionsLimits(t *testing.T) {
+	s := newResidentSession(t, Options{Limits: Limits{MemoryBytes: 64 << 20, CPUQuota: 50 * time.Millisecond}})
+	rsh(t, s, `true`)
+	first := readResident(s.dirs.Root).Cgroup
+	require.Regexp(t, `^resident-[0-9a-f]{12}$`, first)
+	groups := func(leaf string) (dirs []string) {
+		parents, err := recordedCgroups(s.dirs.Root)
+		require.NoError(t, err)
+		for _, p := range parents {
+			if exists(filepath.Join(p, leaf)) {
+				dirs = append(dirs, filepath.Join(p, leaf))
+			}
+		}
+		return dirs
+	}
+	require.Len(t, groups(first), 2, "memory and cpu groups (v1) or one unified group") // this host's hierarchies are v1
+	a, err := Attach(context.Background(), filepath.Dir(s.dirs.Root), s.Name())
+	require.NoError(t, err)
+	a.agent = s.agent
+	res, err := a.Shell(context.Background(), session.Command{Script: `tail /dev/zero; echo "rc=$?"`}, session.ShellOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "rc=137\n", string(res.Stdout))
+	assert.Contains(t, string(res.Stderr), "oma-sandbox: memory limit of 64 MiB reached: the kernel killed 1 process(es)")
+	assert.Equal(t, 1, a.Served().Resident, "the attached session's call ran outside the resident sandbox")
+	assert.Equal(t, first, readResident(s.dirs.Root).Cgroup, "the sandbox died of its call's memory")
+
+	s.stopResident()
+	assert.Empty(t, groups(first), "the resident sandbox's groups outlived it")
+	rsh(t, s, `true`)
+	second := readResident(s.dirs.Root).Cgroup
+	assert.NotEqual(t, first, second)
+	assert.NotEmpty(t, groups(second))
+	require.NoError(t, s.Close(context.Background()))
+	assert.Empty(t, groups(second), "Close left the resident sandbox's groups")
 }

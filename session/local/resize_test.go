@@ -103,7 +103,8 @@ func runningCallLimits(t *testing.T, s *Session) map[string]string {
 	defer stop()
 	out := map[string]string{}
 	for _, parent := range parents {
-		calls, _ := filepath.Glob(filepath.Join(parent, "call-*"))
+		// A call's own groups, or the resident sandbox's it runs in.
+		calls, _ := filepath.Glob(filepath.Join(parent, "*-*"))
 		for _, c := range calls {
 			for _, f := range []string{"memory.max", "memory.limit_in_bytes", "cpu.max", "cpu.cfs_quota_us"} {
 				if b, err := os.ReadFile(filepath.Join(c, f)); err == nil {

@@ -98,15 +98,15 @@ func (s *Session) Shell(ctx context.Context, cmd session.Command, opts session.S
 	}
 	maxOutput := minPositive(opts.MaxOutput, limits.OutputBytes, DefaultMaxOutput)
 	guestTimeout := minPositive(opts.GuestTimeout, limits.WallTime)
-	conn, err := s.residentConn(cctx, c)
+	cur, err := s.residentConn(cctx, c)
 	if err != nil {
 		return nil, err
 	}
 	// A resident sandbox another process started may run an older agent;
 	// a builtin it lacks runs in a sandbox of its own, with this program's.
-	if conn != nil && (cmd.Builtin == "" || conn.Offers(cmd.Builtin)) {
+	if cur != nil && (cmd.Builtin == "" || cur.conn.Offers(cmd.Builtin)) {
 		s.emit(AuditStarted, nil)
-		res, err := s.runResident(cctx, conn, c, cmd, opts, guestTimeout, maxOutput)
+		res, err := s.runResident(cctx, cur, c, cmd, opts, guestTimeout, maxOutput)
 		s.emit(AuditCompleted, res)
 		return res, wallTimeError(limits, opts, err)
 	}
@@ -127,18 +127,25 @@ func (s *Session) Shell(ctx context.Context, cmd session.Command, opts session.S
 		maxOutput:    maxOutput,
 		guestTimeout: guestTimeout,
 	})
-	if notes := l.finish(); res != nil && len(notes) > 0 {
-		for _, n := range notes {
-			line := []byte("oma-sandbox: " + n + "\n")
-			if opts.Stderr != nil {
-				opts.Stderr(line)
-			} else {
-				res.Stderr = append(res.Stderr, line...)
-			}
-		}
+	if notes := l.finish(); res != nil {
+		res.Stderr = noteLimits(res.Stderr, opts, notes)
 	}
 	s.emit(AuditCompleted, res)
 	return res, wallTimeError(limits, opts, err)
+}
+
+// noteLimits adds a line for each limit that fired to a call's stderr, or
+// streams it, and returns the stderr.
+func noteLimits(stderr []byte, opts session.ShellOptions, notes []string) []byte {
+	for _, n := range notes {
+		line := []byte("oma-sandbox: " + n + "\n")
+		if opts.Stderr != nil {
+			opts.Stderr(line)
+		} else {
+			stderr = append(stderr, line...)
+		}
+	}
+	return stderr
 }
 
 // wallTimeError names the session's wall-time limit as the cause of a
