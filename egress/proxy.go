@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/oma-sandbox/oma-sandbox/internal/netrelay"
 )
 
 // Proxy is a host-side egress filter: an HTTP proxy (CONNECT tunnels and
@@ -136,9 +138,9 @@ func (p *Proxy) handle(c net.Conn) {
 
 // RefusedError is a destination the policy does not allow.
 type RefusedError struct {
-	Dest   string
-	Kind   RefusalKind
-	Reason string
+	Dest   string      `json:"dest"`
+	Kind   RefusalKind `json:"kind"`
+	Reason string      `json:"reason"`
 }
 
 // RefusalKind classes a refusal, for counting; Reason says it in words.
@@ -286,7 +288,7 @@ func (p *Proxy) http(c net.Conn, br *bufio.Reader, head *io.LimitedReader) {
 		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection Established\r\n\r\n"); err != nil {
 			return
 		}
-		pipe(c, br, up)
+		netrelay.Pipe(c, br, up)
 		return
 	}
 	for _, h := range []string{"Proxy-Connection", "Proxy-Authorization", "Connection", "Keep-Alive"} {
@@ -387,26 +389,6 @@ func writeStatus(c net.Conn, code int, body string) {
 // pipe copies both ways until both directions end; from is what the
 // client sends (c itself, or a reader holding what it sent past the
 // request).
-func pipe(c net.Conn, from io.Reader, up net.Conn) {
-	done := make(chan struct{})
-	go func() {
-		_, _ = io.Copy(up, from)
-		closeWrite(up)
-		close(done)
-	}()
-	_, _ = io.Copy(c, up)
-	closeWrite(c)
-	<-done
-}
-
-func closeWrite(c net.Conn) {
-	if cw, ok := c.(interface{ CloseWrite() error }); ok {
-		_ = cw.CloseWrite()
-		return
-	}
-	_ = c.Close()
-}
-
 // SOCKS5 reply codes (RFC 1928).
 const (
 	socksOK          = 0
@@ -497,7 +479,7 @@ func (p *Proxy) socks(c net.Conn, br *bufio.Reader, head *io.LimitedReader) {
 	}
 	defer p.track(up, false)
 	socksReply(c, socksOK)
-	pipe(c, br, up)
+	netrelay.Pipe(c, br, up)
 }
 
 func socksReply(c net.Conn, code byte) {

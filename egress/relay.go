@@ -12,6 +12,8 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+
+	"github.com/oma-sandbox/oma-sandbox/internal/netrelay"
 )
 
 // RelayName is the file name a program linking this package is run under
@@ -44,7 +46,7 @@ func Relay(args []string, stderr io.Writer) int {
 		return 126
 	}
 	defer l.Close()
-	go relayAccept(l, sock)
+	go netrelay.ToUnix(l, sock)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	sigs := make(chan os.Signal, 4)
@@ -75,22 +77,4 @@ func Relay(args []string, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "oma-sandbox egress relay: %v\n", err)
 	return 126
-}
-
-func relayAccept(l net.Listener, sock string) {
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			defer c.Close()
-			up, err := net.Dial("unix", sock)
-			if err != nil {
-				return
-			}
-			defer up.Close()
-			pipe(c, c, up)
-		}()
-	}
 }

@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/oma-sandbox/oma-sandbox/agentwire"
+	"github.com/oma-sandbox/oma-sandbox/internal/netrelay"
 )
 
 // ProgramName is the name the agent runs under when it starts itself
@@ -44,7 +45,7 @@ func ready(fd string) error {
 
 // serveInUserNS starts the agent again, serving, in a user namespace of
 // its own (ServeInUserNS), and exits as it does.
-func serveInUserNS(spec, user, workdir string, seccompFD, listenFD int, stderr io.Writer) int {
+func serveInUserNS(spec, user, workdir string, seccompFD, listenFD int, relay string, stderr io.Writer) int {
 	root, guest, ok := strings.Cut(spec, ":")
 	rootID, err1 := strconv.Atoi(root)
 	guestID, err2 := strconv.Atoi(guest)
@@ -53,6 +54,9 @@ func serveInUserNS(spec, user, workdir string, seccompFD, listenFD int, stderr i
 		return 2
 	}
 	argv := []string{ProgramName, "serve", "--default-user", user, "--default-workdir", workdir}
+	if relay != "" {
+		argv = append(argv, "--egress-relay="+relay)
+	}
 	var files []*os.File
 	if seccompFD != 0 {
 		files = append(files, os.NewFile(uintptr(seccompFD), "seccomp"))
@@ -68,6 +72,17 @@ func serveInUserNS(spec, user, workdir string, seccompFD, listenFD int, stderr i
 		return 1
 	}
 	return code
+}
+
+// listenRelay listens on the TCP address of spec, ADDR=SOCKET, and
+// returns the socket's path.
+func listenRelay(spec string) (net.Listener, string, error) {
+	addr, sock, ok := strings.Cut(spec, "=")
+	if !ok || addr == "" || !strings.HasPrefix(sock, "/") {
+		return nil, "", errors.New("want ADDR=SOCKET, SOCKET an absolute path")
+	}
+	l, err := net.Listen("tcp", addr)
+	return l, sock, err
 }
 
 // listener takes over descriptor fd, a listening unix socket.
@@ -132,6 +147,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	userns := fs.String("userns", "", "ROOT:USER: serve as root of a new user namespace mapping 0 to host uid ROOT and USER to itself")
 	seccompFD := fs.Int("seccomp-fd", 0, "install the seccomp filter read from this descriptor before serving")
 	listenFD := fs.Int("listen-fd", 0, "serve each connection accepted on this listening unix socket as a channel, not stdin and stdout, until killed")
+	relay := fs.String("egress-relay", "", "ADDR=SOCKET: listen on the TCP address ADDR and relay each connection to the unix socket SOCKET (a session's egress proxy)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -140,13 +156,24 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *userns != "" {
-		return serveInUserNS(*userns, *user, *workdir, *seccompFD, *listenFD, stderr)
+		return serveInUserNS(*userns, *user, *workdir, *seccompFD, *listenFD, *relay, stderr)
 	}
 	if *seccompFD != 0 {
 		if err := LoadSeccomp(*seccompFD); err != nil {
 			fmt.Fprintf(stderr, "oma-guest-agent: %v\n", err)
 			return 1
 		}
+	}
+	if *relay != "" {
+		// Listening before the first call, so a command's first
+		// connection finds it.
+		l, sock, err := listenRelay(*relay)
+		if err != nil {
+			fmt.Fprintf(stderr, "oma-guest-agent: --egress-relay=%s: %v\n", *relay, err)
+			return 2
+		}
+		defer l.Close()
+		go netrelay.ToUnix(l, sock)
 	}
 	// A write to a host that went away must fail, not kill the agent
 	// before it has killed its calls. Notify, unlike ignoring the signal,

@@ -1,13 +1,17 @@
 package local
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"syscall"
 
 	"github.com/oma-sandbox/oma-sandbox/egress"
 )
@@ -29,8 +33,11 @@ type egressMounts struct {
 }
 
 func (m *egressMounts) args() []string {
-	return []string{"--dir", "/run", "--dir", guestEgressDir,
-		"--ro-bind", m.Relay, guestRelay, "--bind", m.Socket, guestSocket}
+	a := []string{"--dir", "/run", "--dir", guestEgressDir, "--bind", m.Socket, guestSocket}
+	if m.Relay != "" {
+		a = append(a, "--ro-bind", m.Relay, guestRelay)
+	}
+	return a
 }
 
 // egressCall is one call's proxy: started before the sandbox, stopped by
@@ -87,17 +94,120 @@ func startEgress(spec *bwrapSpec, name string, pol egress.Policy, refused func(*
 		_ = e.proxy.Serve(l)
 	}()
 	spec.Egress = &egressMounts{Socket: sock, Relay: relay}
-	url := "http://" + relayAddr
-	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
-		spec.Env = append(spec.Env, k+"="+url)
-	}
-	spec.Env = append(spec.Env, "ALL_PROXY=socks5h://"+relayAddr, "all_proxy=socks5h://"+relayAddr)
-	for _, s := range secrets {
-		spec.Env = append(spec.Env, s.Env+"="+s.Placeholder)
-	}
+	spec.Env = append(spec.Env, proxyEnv(secrets)...)
 	// Command is /bin/sh -c MARKER NAME ARGV...: the relay goes first in ARGV.
 	spec.Command = slices.Concat(spec.Command[:4], []string{guestRelay, guestSocket, relayAddr, "--"}, spec.Command[4:])
 	return e, nil
+}
+
+// proxyEnv points a command at the relay, and names each secret's
+// placeholder.
+func proxyEnv(secrets []egress.SecretValue) []string {
+	url := "http://" + relayAddr
+	var env []string
+	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
+		env = append(env, k+"="+url)
+	}
+	env = append(env, "ALL_PROXY=socks5h://"+relayAddr, "all_proxy=socks5h://"+relayAddr)
+	for _, s := range secrets {
+		env = append(env, s.Env+"="+s.Placeholder)
+	}
+	return env
+}
+
+// Files of a resident sandbox's egress proxy in the session's directory,
+// which no guest reaches: the proxy's socket (bound into the sandbox, as
+// a call's is) and its refusal log.
+const (
+	residentEgressSocket = "egress.sock"
+	residentRefusals     = "egress-refusals.log"
+)
+
+// residentEgress is a resident sandbox's allowlist: a detached proxy (this
+// program run as egress.DetachedName), since the sandbox outlives the
+// process that starts it, started once the sandbox is; the agent relays
+// to it (serve --egress-relay).
+type residentEgress struct {
+	ln, log *os.File
+	config  []byte
+}
+
+// prepareResidentEgress makes the proxy's socket and log and points spec
+// at them: the socket bound in, the agent relaying, the command's proxy
+// variables and secrets' placeholders set.
+func prepareResidentEgress(spec *bwrapSpec, root, name string, pol egress.Policy) (*residentEgress, error) {
+	secrets, err := secretValues(name, pol.Secrets)
+	if err != nil {
+		return nil, err
+	}
+	config, err := json.Marshal(egress.DetachedConfig{Policy: pol, Secrets: secrets})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := listenUnix(root, residentEgressSocket, 0o666)
+	if err != nil {
+		return nil, fmt.Errorf("egress proxy: %w", err)
+	}
+	log, err := os.OpenFile(filepath.Join(root, residentRefusals), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("egress proxy: %w", err)
+	}
+	spec.Egress = &egressMounts{Socket: filepath.Join(root, residentEgressSocket)}
+	spec.Env = append(spec.Env, proxyEnv(secrets)...)
+	spec.Command = append(spec.Command, "--egress-relay="+relayAddr+"="+guestSocket)
+	return &residentEgress{ln: ln, log: log, config: config}, nil
+}
+
+// start starts the proxy serving until the process of pidfd sandbox (the
+// sandbox's bwrap) ends, its diagnostics to stderr, and closes this
+// process's copies of its files.
+func (e *residentEgress) start(sandbox, stderr *os.File) (proc, error) {
+	defer e.close()
+	self, err := os.Executable()
+	if err != nil {
+		return proc{}, fmt.Errorf("egress proxy: %w", err)
+	}
+	cmd := &exec.Cmd{
+		Path: self, Args: []string{egress.DetachedName}, Stdin: bytes.NewReader(e.config), Stderr: stderr,
+		ExtraFiles:  []*os.File{egress.DetachedListenFD - 3: e.ln, egress.DetachedRefusalsFD - 3: e.log, egress.DetachedWatchFD - 3: sandbox},
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+	}
+	if err := cmd.Start(); err != nil {
+		return proc{}, fmt.Errorf("egress proxy: %w", err)
+	}
+	go func() { _ = cmd.Wait() }() // while this process lives, it reaps the proxy
+	return procOf(cmd.Process.Pid), nil
+}
+
+func (e *residentEgress) close() {
+	e.ln.Close()
+	e.log.Close()
+}
+
+// watchRefusals returns what the resident sandbox's proxy refuses from
+// now on, as notes, telling refused of each.
+func watchRefusals(root string, refused func(*egress.RefusedError)) func() []string {
+	f, err := openOwned(filepath.Join(root, residentRefusals))
+	if err != nil {
+		return func() []string { return nil }
+	}
+	from := egress.LogSize(f)
+	return func() []string {
+		defer f.Close()
+		logged, _, err := egress.ReadRefusals(f, from)
+		if err != nil {
+			return nil
+		}
+		var notes egress.Refusals
+		for _, e := range logged {
+			notes.Add(&e)
+			if refused != nil {
+				refused(&e)
+			}
+		}
+		return notes.Notes()
+	}
 }
 
 // secretValues reads each secret's value from this process's environment

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -28,6 +29,32 @@ func TestAllowlistThroughTheHostProxy(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("curl not installed")
 	}
+	inBoth(t, allowlistThroughTheHostProxy)
+}
+
+// inBoth runs test in a session's resident sandbox (where the agent relays
+// to the session's detached proxy) and in a sandbox per call (where a
+// relay does, to this process's).
+func inBoth(t *testing.T, test func(t *testing.T, perCall bool)) {
+	for _, perCall := range []bool{false, true} {
+		t.Run(map[bool]string{false: "resident", true: "per call"}[perCall], func(t *testing.T) { test(t, perCall) })
+	}
+}
+
+// assertRanResident checks that the session's calls ran in its resident
+// sandbox, or (perCall, or no host root to start one) none did.
+func assertRanResident(t *testing.T, s *Session, perCall bool, calls int) {
+	t.Helper()
+	want := calls
+	if perCall || os.Geteuid() != 0 {
+		want = 0
+	}
+	if got := s.Served().Resident; got != want {
+		t.Errorf("%d calls ran in the resident sandbox, want %d", got, want)
+	}
+}
+
+func allowlistThroughTheHostProxy(t *testing.T, perCall bool) {
 	a := testutil.LoopbackServer(t, "127.0.0.1:0", "A")
 	b := testutil.LoopbackServer(t, "127.0.0.1:0", "B")
 	c := testutil.LoopbackServer(t, "127.0.0.2:0", "C")
@@ -39,7 +66,7 @@ func TestAllowlistThroughTheHostProxy(t *testing.T) {
 		}
 		allow = append(allow, tg)
 	}
-	s := newTestSession(t, Options{Policy: Policy{Network: NetworkAllowlist, Allow: allow}})
+	s := newTestSession(t, Options{Policy: Policy{Network: NetworkAllowlist, Allow: allow}, SandboxPerCall: perCall})
 	reader := sdkmetric.NewManualReader()
 	s.Measure(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
 	res := sh(t, s, `
@@ -76,6 +103,7 @@ echo done`, strconv.Itoa(a), strconv.Itoa(b), strconv.Itoa(c))
 	if got := testutil.SumsBy(t, reader, egress.RefusalsMetric, "oma.kind"); !maps.Equal(got, map[string]int64{"not_allowed": 3}) {
 		t.Errorf("refusals counted: %v, want 3 not_allowed", got)
 	}
+	assertRanResident(t, s, perCall, 1)
 }
 
 // TestSecretThroughTheHostProxy: the command sees only a placeholder; the
@@ -85,6 +113,10 @@ func TestSecretThroughTheHostProxy(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("curl not installed")
 	}
+	inBoth(t, secretThroughTheHostProxy)
+}
+
+func secretThroughTheHostProxy(t *testing.T, perCall bool) {
 	const value = "s3cret-value-never-inside"
 	t.Setenv("OMA_TEST_SECRET", value)
 	got := make(chan string, 4)
@@ -114,7 +146,7 @@ func TestSecretThroughTheHostProxy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newTestSession(t, Options{Policy: Policy{Network: NetworkAllowlist, Allow: allow, Secrets: []egress.Secret{sec}}})
+	s := newTestSession(t, Options{Policy: Policy{Network: NetworkAllowlist, Allow: allow, Secrets: []egress.Secret{sec}}, SandboxPerCall: perCall})
 	res := sh(t, s, `
 echo "seen=$OMA_TEST_SECRET"
 env > /workspace/env.txt
@@ -141,4 +173,5 @@ grep -rl "$3" /workspace /tmp /proc/self/environ 2>/dev/null; echo "[grep done]"
 	if strings.Contains(out, "/workspace/env.txt") || strings.Contains(out, "environ") {
 		t.Errorf("the value is inside the sandbox:\n%s", out)
 	}
+	assertRanResident(t, s, perCall, 1)
 }

@@ -442,11 +442,20 @@ var _ residentStarter = (*linuxPlatform)(nil)
 // residentPossible: only host root can map the agent's user namespace.
 func (p *linuxPlatform) residentPossible() bool { return p.privileged }
 
-// watchLimits counts the enforcements of the resident sandbox's limits.
-func (p *linuxPlatform) watchLimits(c call, r residentProcs) func() []string {
-	g := groupsNamed(c.dirs.Root, r.Cgroup, c.limits)
-	before := g.events()
-	return func() []string { return g.notes(before) }
+// watch counts the enforcements of the resident sandbox's limits and
+// reads its proxy's refusals.
+func (p *linuxPlatform) watch(c call, r residentProcs) func() []string {
+	limits := func() []string { return nil }
+	if r.Cgroup != "" {
+		g := groupsNamed(c.dirs.Root, r.Cgroup, c.limits)
+		before := g.events()
+		limits = func() []string { return g.notes(before) }
+	}
+	refusals := func() []string { return nil }
+	if r.Proxy.PID != 0 {
+		refusals = watchRefusals(c.dirs.Root, c.refused)
+	}
+	return func() []string { return append(refusals(), limits()...) }
 }
 
 // startResident starts a session's resident sandbox: bwrap over the
@@ -477,6 +486,17 @@ func (p *linuxPlatform) startResident(c call, ln, stderr *os.File) (procs reside
 	}
 	if c.policy.Mode == ModeDangerFullAccess {
 		spec.System = dangerEntries()
+	}
+	var eg *residentEgress
+	if c.policy.Network == NetworkAllowlist {
+		if eg, err = prepareResidentEgress(&spec, c.dirs.Root, c.name, c.policy.egress()); err != nil {
+			return procs, err
+		}
+		defer func() {
+			if eg != nil {
+				eg.close() // not started
+			}
+		}()
 	}
 	filter, scoped, err := p.socketConfinement(spec)
 	if err != nil {
@@ -526,7 +546,15 @@ func (p *linuxPlatform) startResident(c call, ln, stderr *os.File) (procs reside
 	}
 	// Nothing dies with the starting thread: it may end now.
 	release()
+	// Opened before bwrap can be reaped, so the pid is bwrap's.
+	bwrapFD, err := unix.PidfdOpen(cmd.Process.Pid, 0)
 	go func() { _ = cmd.Wait() }() // while this process lives, it reaps bwrap
+	if err != nil {
+		_ = cmd.Process.Kill()
+		return procs, fmt.Errorf("bwrap: %w", err)
+	}
+	bwrapPidfd := os.NewFile(uintptr(bwrapFD), "bwrap")
+	defer bwrapPidfd.Close()
 	procs.Bwrap = procOf(cmd.Process.Pid)
 	pid, fd := sandboxInit(infoR, cmd.Process.Pid)
 	if fd < 0 {
@@ -540,6 +568,16 @@ func (p *linuxPlatform) startResident(c call, ln, stderr *os.File) (procs reside
 		procs.end(c.dirs.Root, time.Now().Add(stopTimeout))
 		_ = cmd.Process.Kill()
 		return procs, errors.New("the sandbox ended as it started")
+	}
+	if eg != nil {
+		// The proxy serves until bwrap ends; the agent's relay reaches it
+		// as soon as it listens (connections wait in the socket's queue).
+		procs.Proxy, err = eg.start(bwrapPidfd, stderr)
+		eg = nil
+		if err != nil {
+			procs.end(c.dirs.Root, time.Now().Add(stopTimeout))
+			return procs, err
+		}
 	}
 	return procs, nil
 }

@@ -25,9 +25,9 @@ import (
 //
 // Calls a resident sandbox cannot run as a sandbox of their own would
 // still run one each: root's (uploads and skills), those of a session
-// whose policy it does not cover (an egress allowlist; a process limit,
-// which counts threads, so a command that reached it would leave the
-// agent none to start), and every call on a host where it cannot start.
+// whose policy it does not cover (a process limit, which counts threads,
+// so a command that reached it would leave the agent none to start), and
+// every call on a host where it cannot start.
 
 const (
 	// residentHelloTimeout bounds the wait for the agent's first frame.
@@ -49,9 +49,10 @@ type residentStarter interface {
 	// CPU limits; the sandbox outlives this process and ends by the procs
 	// returned.
 	startResident(c call, ln, stderr *os.File) (residentProcs, error)
-	// watchLimits starts watching the limits of the resident sandbox r;
-	// the function returned reports those that fired since.
-	watchLimits(c call, r residentProcs) func() []string
+	// watch starts watching the limits and the egress proxy of the
+	// resident sandbox r; the function returned reports, as notes, the
+	// limits that fired and the destinations refused since.
+	watch(c call, r residentProcs) func() []string
 }
 
 // residentProcs are the processes whose end ends a resident sandbox, as
@@ -62,6 +63,8 @@ type residentProcs struct {
 	// Cgroup names the sandbox's groups under the session's, when its
 	// limits need them; they go with it.
 	Cgroup string `json:"cgroup,omitempty"`
+	// Proxy is its egress proxy under an allowlist, which ends with it.
+	Proxy proc `json:"proxy,omitzero"`
 }
 
 // proc names a process across processes: its pid and its start time, in
@@ -94,8 +97,7 @@ type residency struct {
 // residentFor reports whether call c can run in the resident sandbox.
 func (s *Session) residentFor(c call) bool {
 	rs, ok := s.plat.(residentStarter)
-	return ok && rs.residentPossible() && !c.root &&
-		c.policy.Network != NetworkAllowlist && c.limits.Processes == 0
+	return ok && rs.residentPossible() && !c.root && c.limits.Processes == 0
 }
 
 // mayBeResident reports whether calls of this session may run in a
@@ -233,14 +235,11 @@ func (s *Session) runResident(ctx context.Context, cur *resident, c call, cmd se
 		req.Script, req.Builtin = "", cmd.Builtin
 	}
 	s.served.count(req.Builtin, true)
-	fired := func() []string { return nil }
-	if cur.procs.Cgroup != "" {
-		fired = s.plat.(residentStarter).watchLimits(c, cur.procs)
-	}
+	fired := s.plat.(residentStarter).watch(c, cur.procs)
 	res, err := cur.conn.Run(ctx, req, agentchan.Output{Stdout: opts.Stdout, Stderr: opts.Stderr})
 	if res != nil {
-		// The limits are the session's: a note says what fired while the
-		// call ran, whichever of the session's calls it was.
+		// The limits and the proxy are the session's: a note says what
+		// fired while the call ran, whichever of the session's calls it was.
 		res.Stderr = noteLimits(res.Stderr, opts, fired())
 	}
 	if err == nil {

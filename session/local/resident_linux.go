@@ -47,7 +47,7 @@ func startTime(pid int) uint64 {
 // the sandbox's groups under the session's (root is its directory).
 func (r residentProcs) end(root string, deadline time.Time) error {
 	var errs []error
-	for _, p := range []proc{r.Init, r.Bwrap} {
+	for _, p := range []proc{r.Init, r.Bwrap, r.Proxy} {
 		if p.PID <= 0 {
 			continue
 		}
@@ -86,31 +86,31 @@ func inDir(root string, fn func(dir string) error) error {
 	return fn("/proc/self/fd/" + strconv.Itoa(fd))
 }
 
-// listenResident makes the agent's listening socket, replacing any left
-// by a sandbox that ended.
-func listenResident(root string) (*os.File, error) {
+// listenUnix makes a listening unix socket named name in the session
+// directory root, with mode, replacing any left by a sandbox that ended.
+func listenUnix(root, name string, mode uint32) (*os.File, error) {
 	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}
 	err = inDir(root, func(dir string) error {
-		path := dir + "/" + residentSocket
+		path := dir + "/" + name
 		if err := unix.Unlink(path); err != nil && !errors.Is(err, unix.ENOENT) {
 			return err
 		}
 		if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
 			return err
 		}
-		return unix.Chmod(path, 0o600)
+		return unix.Chmod(path, mode)
 	})
 	if err == nil {
 		err = unix.Listen(fd, 128)
 	}
 	if err != nil {
 		unix.Close(fd)
-		return nil, fmt.Errorf("resident sandbox socket: %w", err)
+		return nil, fmt.Errorf("socket %s: %w", name, err)
 	}
-	return os.NewFile(uintptr(fd), residentSocket), nil
+	return os.NewFile(uintptr(fd), name), nil
 }
 
 // errNoResident is a session with no agent listening.
@@ -285,7 +285,7 @@ func (s *Session) launchResident(ctx context.Context, c call) (net.Conn, error) 
 		return nil, err
 	}
 	defer stderr.Close()
-	ln, err := listenResident(root)
+	ln, err := listenUnix(root, residentSocket, 0o600)
 	if err != nil {
 		return nil, err
 	}

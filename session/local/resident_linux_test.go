@@ -19,6 +19,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/oma-sandbox/oma-sandbox/agentchan"
+	"github.com/oma-sandbox/oma-sandbox/egress"
 	"github.com/oma-sandbox/oma-sandbox/internal/testutil"
 
 	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
@@ -573,4 +574,39 @@ func TestResidentSandboxHoldsTheSessionsLimits(t *testing.T) {
 	assert.NotEmpty(t, groups(second))
 	require.NoError(t, s.Close(context.Background()))
 	assert.Empty(t, groups(second), "Close left the resident sandbox's groups")
+}
+
+// Under an allowlist the resident sandbox's egress proxy is a process of
+// its own, the sandbox's: a session attached to (as another process) is
+// told of its refusals during its call, and the proxy ends when the
+// sandbox is ended and when it dies.
+func TestResidentEgressProxyEndsWithTheSandbox(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("curl not installed")
+	}
+	target, err := egress.ParseTarget("127.0.0.1:1")
+	require.NoError(t, err)
+	s := newResidentSession(t, Options{Policy: Policy{Network: NetworkAllowlist, Allow: []egress.Target{target}}})
+	rsh(t, s, `true`)
+	first := readResident(s.dirs.Root)
+	require.NotZero(t, first.Proxy.PID, "no proxy recorded")
+	require.Equal(t, first.Proxy, procOf(first.Proxy.PID), "the proxy is not running")
+
+	a, err := Attach(context.Background(), filepath.Dir(s.dirs.Root), s.Name())
+	require.NoError(t, err)
+	a.agent = s.agent
+	res, err := a.Shell(context.Background(), session.Command{Script: `curl -sS --max-time 5 http://127.0.0.1:2/; echo "rc=$?"`}, session.ShellOptions{})
+	require.NoError(t, err)
+	assert.Contains(t, string(res.Stdout), "oma-sandbox egress: refused 127.0.0.1:2: not in the allowlist")
+	assert.Equal(t, "oma-sandbox: egress refused 127.0.0.1:2: not in the allowlist\n", string(res.Stderr))
+	assert.Equal(t, 1, a.Served().Resident)
+
+	s.stopResident()
+	assert.True(t, first.Proxy.exitsWithin(0), "the proxy outlived its sandbox's end")
+
+	rsh(t, s, `true`)
+	second := readResident(s.dirs.Root)
+	require.NotZero(t, second.Proxy.PID)
+	require.NoError(t, syscall.Kill(second.Bwrap.PID, syscall.SIGKILL))
+	assert.True(t, second.Proxy.exitsWithin(10*time.Second), "the proxy outlived its sandbox's death")
 }
