@@ -107,7 +107,9 @@ func TestSearchKillNothingToDo(t *testing.T) {
 // than claim success.
 func TestSearchKillReportsSurvivors(t *testing.T) {
 	token := "oma-test-survive"
-	spawner := exec.Command("/bin/sh", "-c", `while :; do `+glob.OwnerEnv+`=`+token+` setsid sleep 60 & sleep 0.02; done`)
+	// Four loops, so that on a loaded machine one has started another
+	// by every scan.
+	spawner := exec.Command("/bin/sh", "-c", `for i in 1 2 3 4; do (while :; do `+glob.OwnerEnv+`=`+token+` setsid sleep 60 & sleep 0.02; done) & done; wait`)
 	spawner.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := spawner.Start(); err != nil {
 		t.Fatal(err)
