@@ -41,9 +41,10 @@ func (s *Session) Pause(ctx context.Context) error {
 func (s *Session) Resume(ctx context.Context) error { return s.ready() }
 
 // Stats reports the disk use of the session's workspace, uploads and
-// outputs (regular files, symlinks not followed). Memory, CPU and process
-// counters live in each call's cgroup, which ends with the call, so between
-// calls there is nothing to report.
+// outputs (regular files, symlinks not followed), and, while its resident
+// sandbox runs, how long it has and, under a memory limit, the memory all
+// in it uses (its group's) and the limit. A sandbox of one call has no
+// numbers between calls.
 func (s *Session) Stats(ctx context.Context) (*session.Stats, error) {
 	if err := s.ready(); err != nil {
 		return nil, err
@@ -62,7 +63,9 @@ func (s *Session) Stats(ctx context.Context) (*session.Stats, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local sandbox %s: stats: %w", s.rec.Name, err)
 	}
-	return &session.Stats{Backend: "local", State: state, Sampled: time.Now().UTC(), DiskUsedBytes: &used}, nil
+	st := &session.Stats{Backend: "local", State: state, Sampled: time.Now().UTC(), DiskUsedBytes: &used}
+	residentStats(s.dirs.Root, s.limits(), st)
+	return st, nil
 }
 
 var _ session.Resizer = (*Session)(nil)

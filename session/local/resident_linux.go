@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/oma-sandbox/oma-sandbox/agentchan"
+	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
 // A resident sandbox is found, by any process of the session's owner,
@@ -337,4 +339,53 @@ func (s *Session) endAnyResident() {
 	if err := endRecorded(s.dirs.Root); err != nil {
 		s.log.Warn("local sandbox: ending the resident sandbox", "err", err)
 	}
+}
+
+// residentStats adds to st what the session's running resident sandbox
+// shows: its uptime, from its init's start, and its memory group's use
+// and limit.
+func residentStats(root string, lim Limits, st *session.Stats) {
+	r := readResident(root)
+	if r.Init.PID == 0 || procOf(r.Init.PID) != r.Init {
+		return
+	}
+	if up, ok := uptimeOf(r.Init); ok {
+		st.Uptime = &up
+	}
+	if r.Cgroup == "" || lim.MemoryBytes == 0 {
+		return
+	}
+	dir, ok := groupsNamed(root, r.Cgroup, lim).dirs["memory"]
+	if !ok {
+		return
+	}
+	for _, file := range []string{"memory.current", "memory.usage_in_bytes"} {
+		if b, err := os.ReadFile(filepath.Join(dir, file)); err == nil {
+			if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil {
+				limit := lim.MemoryBytes
+				st.MemoryBytes, st.MemoryLimitBytes = &n, &limit
+				return
+			}
+		}
+	}
+}
+
+// uptimeOf is how long p has run: its start, in clock ticks since boot
+// (USER_HZ, 100 on Linux), against the boot time in /proc/stat.
+func uptimeOf(p proc) (time.Duration, bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "btime "); ok {
+			boot, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return 0, false
+			}
+			start := time.Unix(boot, 0).Add(time.Duration(p.Start) * time.Second / 100)
+			return max(time.Since(start), 0), true
+		}
+	}
+	return 0, false
 }

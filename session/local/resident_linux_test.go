@@ -556,6 +556,22 @@ func TestResidentSandboxHoldsTheSessionsLimits(t *testing.T) {
 		return dirs
 	}
 	require.Len(t, groups(first), 2, "memory and cpu groups (v1) or one unified group") // this host's hierarchies are v1
+	// Stats show the sandbox's uptime and its group's memory use.
+	st, err := s.Stats(context.Background())
+	require.NoError(t, err)
+	require.NotNil(t, st.Uptime)
+	assert.Less(t, *st.Uptime, time.Minute)
+	require.NotNil(t, st.MemoryBytes)
+	require.NotNil(t, st.MemoryLimitBytes)
+	assert.Equal(t, int64(64<<20), *st.MemoryLimitBytes)
+	assert.Positive(t, *st.MemoryBytes, "the agent alone uses some")
+	assert.LessOrEqual(t, *st.MemoryBytes, *st.MemoryLimitBytes)
+	rsh(t, s, `head -c 20M /dev/zero > /tmp/held; sleep 0.5`) // tmpfs pages count against the group
+	if st2, err := s.Stats(context.Background()); assert.NoError(t, err) && assert.NotNil(t, st2.MemoryBytes) {
+		assert.Greater(t, *st2.MemoryBytes, *st.MemoryBytes+15<<20, "20 MiB in the sandbox's /tmp")
+		// The uptime grew as the wall clock did, to its 10 ms ticks.
+		assert.InDelta(t, st2.Sampled.Sub(st.Sampled).Seconds(), (*st2.Uptime - *st.Uptime).Seconds(), 0.05)
+	}
 	a, err := Attach(context.Background(), filepath.Dir(s.dirs.Root), s.Name())
 	require.NoError(t, err)
 	a.agent = s.agent
@@ -568,6 +584,10 @@ func TestResidentSandboxHoldsTheSessionsLimits(t *testing.T) {
 
 	s.stopResident()
 	assert.Empty(t, groups(first), "the resident sandbox's groups outlived it")
+	st, err = s.Stats(context.Background())
+	require.NoError(t, err)
+	assert.Nil(t, st.Uptime, "uptime of an ended sandbox")
+	assert.Nil(t, st.MemoryBytes, "memory of an ended sandbox")
 	rsh(t, s, `true`)
 	second := readResident(s.dirs.Root).Cgroup
 	assert.NotEqual(t, first, second)

@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"runtime"
+
+	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
 // Only Linux starts resident sandboxes (no platform here is a
@@ -20,3 +22,5 @@ func (s *Session) endAnyResident() {}
 func logTail(string) string { return "" }
 
 func readResident(string) residentProcs { return residentProcs{} }
+
+func residentStats(string, Limits, *session.Stats) {}
