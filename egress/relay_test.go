@@ -6,11 +6,12 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/oma-sandbox/oma-sandbox/internal/testutil"
 )
 
 // TestRelay: the relay is listening before the command starts, forwards
@@ -18,30 +19,8 @@ import (
 // signal); bad usage and a missing command are 126 and 127.
 func TestRelay(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "s")
-	ul, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ul.Close()
-	go func() {
-		for {
-			c, err := ul.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				b, _ := io.ReadAll(io.LimitReader(c, 5))
-				fmt.Fprintf(c, "echo:%s", b)
-			}()
-		}
-	}()
-	free, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := free.Addr().String()
-	free.Close()
+	testutil.UnixEcho(t, sock)
+	addr := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 	var stderr bytes.Buffer
 	port := addr[strings.LastIndexByte(addr, ':')+1:]
 	// bash's /dev/tcp: the first connection the command makes must succeed.

@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/oma-sandbox/oma-sandbox/internal/testutil"
 )
 
 // An agent serving with --egress-relay listens on the TCP address before
@@ -19,24 +21,8 @@ import (
 // egress proxy); a bad spec is refused before it serves.
 func TestServeRelaysEgress(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "proxy.sock")
-	ul, err := net.Listen("unix", sock)
-	require.NoError(t, err)
-	defer ul.Close()
-	go func() {
-		for {
-			c, err := ul.Accept()
-			if err != nil {
-				return
-			}
-			b, _ := io.ReadAll(io.LimitReader(c, 5))
-			fmt.Fprintf(c, "proxy:%s", b)
-			c.Close()
-		}
-	}()
-	free, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := free.Addr().String()
-	free.Close()
+	testutil.UnixEcho(t, sock)
+	addr := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 
 	stdinR, stdinW := io.Pipe()
 	var stderr bytes.Buffer
@@ -45,13 +31,14 @@ func TestServeRelaysEgress(t *testing.T) {
 		served <- Main([]string{"serve", "--default-user", "", "--egress-relay=" + addr + "=" + sock}, stdinR, io.Discard, &stderr)
 	}()
 	var c net.Conn
+	var err error
 	require.Eventually(t, func() bool { c, err = net.Dial("tcp", addr); return err == nil }, 5e9, 1e7)
 	_, err = c.Write([]byte("hello"))
 	require.NoError(t, err)
 	got, err := io.ReadAll(c)
 	require.NoError(t, err)
 	c.Close()
-	assert.Equal(t, "proxy:hello", string(got))
+	assert.Equal(t, "echo:hello", string(got))
 	stdinW.Close()
 	assert.Equal(t, 0, <-served, stderr.String())
 	_, err = net.Dial("tcp", addr)

@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -38,4 +39,29 @@ func FreePort(t testing.TB) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// UnixEcho listens on the unix socket path until the test ends and
+// answers each connection `echo:` and the first five bytes it sent, then
+// closes it: a stand-in for the egress proxy behind a relay.
+func UnixEcho(t testing.TB, path string) {
+	t.Helper()
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatalf("listen %s: %v", path, err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				b, _ := io.ReadAll(io.LimitReader(c, 5))
+				fmt.Fprintf(c, "echo:%s", b)
+			}()
+		}
+	}()
 }
