@@ -11,9 +11,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/oma-sandbox/oma-sandbox/egress"
 	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
 	"github.com/oma-sandbox/oma-sandbox/internal/sessiontest"
 	"github.com/oma-sandbox/oma-sandbox/session/local"
@@ -67,6 +69,66 @@ func BenchmarkLocal(b *testing.B) {
 		})
 	}
 	b.Logf("resident sandbox calls: %d of ours", sess.Served().Resident)
+}
+
+// BenchmarkLocalPolicies is what a session's policy costs a call, side by
+// side in one run: read and bash on a session with an egress allowlist
+// (ours: its resident sandbox, the agent relaying to the sandbox's proxy),
+// one with memory and CPU limits ("limits": the resident sandbox in its
+// cgroups), one with neither ("plain"), the allowlist session's calls in a
+// sandbox each ("per-call", as every allowlist call ran before) and the
+// floor.
+func BenchmarkLocalPolicies(b *testing.B) {
+	bwrap, err := exec.LookPath("bwrap")
+	if err != nil {
+		b.Skipf("the local backend needs bwrap: %v", err)
+	}
+	ctx := context.Background()
+	allow, err := egress.ParseTarget("127.0.0.1:9")
+	if err != nil {
+		b.Fatal(err)
+	}
+	allowlist := local.Policy{Network: local.NetworkAllowlist, Allow: []egress.Target{allow}}
+	open := func(id string, o local.Options) *tools.Toolbox {
+		o.StateDir, o.WorkspaceID, o.SessionID, o.AgentFile = b.TempDir(), "bench", id, agenttest.AgentBinary(b)
+		sess, err := local.Create(ctx, o)
+		if err != nil {
+			b.Skipf("the local backend cannot run here: %v", err)
+		}
+		b.Cleanup(func() { _ = sess.Close(ctx) })
+		mustShell(b, sess, fixtureScript)
+		return tools.New(sess, tools.Options{})
+	}
+	ours := open("allowlist", local.Options{Policy: allowlist})
+	limited := open("limits", local.Options{Limits: local.Limits{MemoryBytes: 256 << 20, CPUQuota: 100 * time.Millisecond}})
+	plain := open("plain", local.Options{})
+	perCall := open("percall", local.Options{Policy: allowlist, SandboxPerCall: true})
+	floorArgv := []string{"--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "/usr/bin/true"}
+	for _, tc := range []struct{ tool, input string }{
+		{"read", `{"path":"bench/read.txt"}`},
+		{"bash", `{"command":"echo hi"}`},
+	} {
+		call := func(tb *tools.Toolbox) func() {
+			return func() {
+				if _, err := tb.Call(ctx, tc.tool, []byte(tc.input), nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		b.Run("tool="+tc.tool, func(b *testing.B) {
+			s := newSideBySide(b)
+			for b.Loop() {
+				s.round(
+					variant{"ours", call(ours)},
+					variant{"limits", call(limited)},
+					variant{"plain", call(plain)},
+					variant{"per-call", call(perCall)},
+					variant{"floor", func() { check(b, exec.Command(bwrap, floorArgv...).Run()) }},
+				)
+			}
+			s.report()
+		})
+	}
 }
 
 // BenchmarkConcurrentLocal is BenchmarkConcurrent's row on the local

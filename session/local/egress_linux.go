@@ -185,29 +185,21 @@ func (e *residentEgress) close() {
 	e.log.Close()
 }
 
-// watchRefusals returns what the resident sandbox's proxy refuses from
-// now on, as notes, telling refused of each.
-func watchRefusals(root string, refused func(*egress.RefusedError)) func() []string {
-	f, err := openOwned(filepath.Join(root, residentRefusals))
+// refusalNotes are the refusals logged in f since offset from, as notes,
+// telling refused of each.
+func refusalNotes(f *os.File, from int64, refused func(*egress.RefusedError)) []string {
+	logged, _, err := egress.ReadRefusals(f, from)
 	if err != nil {
-		return func() []string { return nil }
+		return nil
 	}
-	from := egress.LogSize(f)
-	return func() []string {
-		defer f.Close()
-		logged, _, err := egress.ReadRefusals(f, from)
-		if err != nil {
-			return nil
+	var notes egress.Refusals
+	for _, e := range logged {
+		notes.Add(&e)
+		if refused != nil {
+			refused(&e)
 		}
-		var notes egress.Refusals
-		for _, e := range logged {
-			notes.Add(&e)
-			if refused != nil {
-				refused(&e)
-			}
-		}
-		return notes.Notes()
 	}
+	return notes.Notes()
 }
 
 // secretValues reads each secret's value from this process's environment

@@ -442,21 +442,6 @@ var _ residentStarter = (*linuxPlatform)(nil)
 // residentPossible: only host root can map the agent's user namespace.
 func (p *linuxPlatform) residentPossible() bool { return p.privileged }
 
-// watch counts the enforcements of the resident sandbox's limits and
-// reads its proxy's refusals.
-func (p *linuxPlatform) watch(c call, r residentProcs) func() []string {
-	limits := func() []string { return nil }
-	if r.Cgroup != "" {
-		g := groupsNamed(c.dirs.Root, r.Cgroup, c.limits)
-		before := g.events()
-		limits = func() []string { return g.notes(before) }
-	}
-	refusals := func() []string { return nil }
-	if r.Proxy.PID != 0 {
-		refusals = watchRefusals(c.dirs.Root, c.refused)
-	}
-	return func() []string { return append(refusals(), limits()...) }
-}
 
 // startResident starts a session's resident sandbox: bwrap over the
 // session's directories, as for one call, running `agent serve` in a

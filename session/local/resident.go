@@ -49,10 +49,6 @@ type residentStarter interface {
 	// CPU limits; the sandbox outlives this process and ends by the procs
 	// returned.
 	startResident(c call, ln, stderr *os.File) (residentProcs, error)
-	// watch starts watching the limits and the egress proxy of the
-	// resident sandbox r; the function returned reports, as notes, the
-	// limits that fired and the destinations refused since.
-	watch(c call, r residentProcs) func() []string
 }
 
 // residentProcs are the processes whose end ends a resident sandbox, as
@@ -79,6 +75,10 @@ type resident struct {
 	conn  *agentchan.Conn
 	procs residentProcs // the sandbox connected to
 	stop  func()        // ends the sandbox and all in it; waits; idempotent
+	// watch begins watching for a call: the function it returns reports,
+	// as notes, the limits that fired and the destinations the proxy
+	// refused since.
+	watch func() func() []string
 }
 
 // residency is a session's resident sandbox, started by the first call
@@ -235,7 +235,7 @@ func (s *Session) runResident(ctx context.Context, cur *resident, c call, cmd se
 		req.Script, req.Builtin = "", cmd.Builtin
 	}
 	s.served.count(req.Builtin, true)
-	fired := s.plat.(residentStarter).watch(c, cur.procs)
+	fired := cur.watch()
 	res, err := cur.conn.Run(ctx, req, agentchan.Output{Stdout: opts.Stdout, Stderr: opts.Stderr})
 	if res != nil {
 		// The limits and the proxy are the session's: a note says what

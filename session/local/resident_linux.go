@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/oma-sandbox/oma-sandbox/agentchan"
+	"github.com/oma-sandbox/oma-sandbox/egress"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
@@ -251,8 +252,10 @@ func (s *Session) startResident(ctx context.Context, c call) (*resident, error) 
 		procs := readResident(root)
 		conn, err := agentchan.Open(hctx, nc, nc)
 		if err == nil {
-			return &resident{conn: conn, procs: procs, stop: sync.OnceFunc(func() {
+			watch, unwatch := newWatch(c, procs)
+			return &resident{conn: conn, procs: procs, watch: watch, stop: sync.OnceFunc(func() {
 				_ = conn.Close()
+				unwatch()
 				s.endResident(procs)
 			})}, nil
 		}
@@ -388,4 +391,44 @@ func uptimeOf(p proc) (time.Duration, bool) {
 		}
 	}
 	return 0, false
+}
+
+// newWatch is a resident sandbox's watch (see resident), its groups found
+// and its proxy's refusal log opened once, for every call: a call reads
+// only their counts and the log's new lines. unwatch closes the log.
+func newWatch(c call, r residentProcs) (watch func() func() []string, unwatch func()) {
+	var groups *callGroups
+	if r.Cgroup != "" {
+		groups = groupsNamed(c.dirs.Root, r.Cgroup, c.limits)
+	}
+	var log *os.File
+	if r.Proxy.PID != 0 {
+		log, _ = openOwned(filepath.Join(c.dirs.Root, residentRefusals))
+	}
+	watch = func() func() []string {
+		var before limitEvents
+		if groups != nil {
+			before = groups.events()
+		}
+		var from int64
+		if log != nil {
+			from = egress.LogSize(log)
+		}
+		return func() []string {
+			var notes []string
+			if log != nil {
+				notes = refusalNotes(log, from, c.refused)
+			}
+			if groups != nil {
+				notes = append(notes, groups.notes(before)...)
+			}
+			return notes
+		}
+	}
+	unwatch = func() {
+		if log != nil {
+			log.Close()
+		}
+	}
+	return watch, unwatch
 }
