@@ -442,7 +442,6 @@ var _ residentStarter = (*linuxPlatform)(nil)
 // residentPossible: only host root can map the agent's user namespace.
 func (p *linuxPlatform) residentPossible() bool { return p.privileged }
 
-
 // startResident starts a session's resident sandbox: bwrap over the
 // session's directories, as for one call, running `agent serve` in a
 // user namespace of its own with the guest user as its default user,
