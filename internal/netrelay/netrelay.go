@@ -31,16 +31,30 @@ func CloseWrite(c net.Conn) {
 	_ = c.Close()
 }
 
+// MaxRelays bounds the connections ToUnix relays at once: past it a new
+// one is closed at once, so that a sandbox's command that opens endless
+// connections cannot take every descriptor of the process relaying them
+// (the proxy behind it holds at most 512 too).
+const MaxRelays = 512
+
 // ToUnix accepts connections on l until it is closed and relays each to
-// a new connection to the unix socket at path; one that cannot connect is
-// closed.
+// a new connection to the unix socket at path, at most MaxRelays at once;
+// one that cannot connect is closed.
 func ToUnix(l net.Listener, path string) {
+	slots := make(chan struct{}, MaxRelays)
 	for {
 		c, err := l.Accept()
 		if err != nil {
 			return
 		}
+		select {
+		case slots <- struct{}{}:
+		default:
+			c.Close()
+			continue
+		}
 		go func() {
+			defer func() { <-slots }()
 			defer c.Close()
 			up, err := net.Dial("unix", path)
 			if err != nil {
