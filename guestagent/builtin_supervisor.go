@@ -27,9 +27,9 @@ const (
 	exitNoLog            = 92
 )
 
-// Intervals of the supervisor: the log is relayed every
-// relayPoll while the command runs (its end is relayed at once), and its
-// processes are recorded every trackEvery.
+// Intervals of the supervisor: the log is relayed every relayPoll while
+// the command runs (its end is relayed at once), and its processes are
+// recorded every trackEvery.
 const (
 	relayPoll  = 10 * time.Millisecond
 	trackEvery = 100 * time.Millisecond
@@ -202,8 +202,9 @@ func openFile(path string, flags int, mode uint32) (*os.File, error) {
 	return os.NewFile(uintptr(fd), path), nil
 }
 
-// mkdirs makes dir and its missing parents: parents with mode 777, dir with mode (both less the umask); an existing
-// directory, or a symlink to one, is fine.
+// mkdirs makes dir and its missing parents: parents with mode 777, dir
+// with mode (both less the umask); an existing directory, or a symlink to
+// one, is fine.
 func mkdirs(dir string, mode uint32) bool {
 	var st unix.Stat_t
 	if unix.Stat(dir, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
@@ -320,7 +321,8 @@ loop:
 		reapAdopted()
 	}
 	// Background processes are looked for only when the agent has
-	// adopted a child: with none at all, a call that left nothing scans nothing.
+	// adopted a child: with none at all, a call that left nothing scans
+	// nothing.
 	if !s.reaper || len(adoptedChildren()) > 0 {
 		s.track()
 	} else {
@@ -367,10 +369,11 @@ func waitStatus(st *os.ProcessState) int {
 	return ws.ExitStatus()
 }
 
-// startCommand starts the command's bash in its own session, as the call's user, in the workdir, with the command
-// text on its stdin (it reads it all, then takes /dev/null), its stdout and
-// stderr appended to the log and the call's id in its environment.
-// exited closes once it has been waited for.
+// startCommand starts the command's bash in its own session, as the
+// call's user, in the workdir, with the command text on its stdin (it
+// reads it all, then takes /dev/null), its stdout and stderr appended to
+// the log and the call's id in its environment. exited closes once it has
+// been waited for.
 func (s *supervision) startCommand(command string, exited chan<- struct{}) error {
 	textR, textW, err := os.Pipe()
 	if err != nil {
@@ -433,8 +436,8 @@ func shellPWD(env []string) string {
 }
 
 // commandEnv is the environment the command gets: the agent's as a bash
-// would pass it on (its PWD, SHLVL as bash leaves
-// it after an exec), with the call's id as bashproto.OwnerEnv.
+// would pass it on (its PWD, SHLVL as bash leaves it after an exec), with
+// the call's id as bashproto.OwnerEnv.
 func commandEnv(base []string, pwd, id string) []string {
 	env := make([]string, 0, len(base)+3)
 	shlvl := "0"

@@ -112,11 +112,11 @@ func (s *Session) mayBeResident() bool {
 	return s.residentFor(call{policy: s.rec.Policy, limits: s.limits()})
 }
 
-// residentConn returns the running resident sandbox, starting it when
+// residentSandbox returns the running resident sandbox, starting it when
 // none runs; nil means the call runs a sandbox of its own (the session's
 // resident sandbox is off, or could not start). It fails only when ctx
 // ends while another call starts the sandbox.
-func (s *Session) residentConn(ctx context.Context, c call) (*resident, error) {
+func (s *Session) residentSandbox(ctx context.Context, c call) (*resident, error) {
 	if !s.residentFor(c) {
 		return nil, nil
 	}
@@ -240,7 +240,7 @@ func (s *Session) runResident(ctx context.Context, cur *resident, c call, cmd se
 	if res != nil {
 		// The limits and the proxy are the session's: a note says what
 		// fired while the call ran, whichever of the session's calls it was.
-		res.Stderr = noteLimits(res.Stderr, opts, fired())
+		res.Stderr = addNotes(res.Stderr, opts, fired())
 	}
 	if err == nil {
 		return &session.Result{ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr}, nil

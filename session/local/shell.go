@@ -98,7 +98,7 @@ func (s *Session) Shell(ctx context.Context, cmd session.Command, opts session.S
 	}
 	maxOutput := minPositive(opts.MaxOutput, limits.OutputBytes, DefaultMaxOutput)
 	guestTimeout := minPositive(opts.GuestTimeout, limits.WallTime)
-	cur, err := s.residentConn(cctx, c)
+	cur, err := s.residentSandbox(cctx, c)
 	if err != nil {
 		return nil, err
 	}
@@ -128,15 +128,16 @@ func (s *Session) Shell(ctx context.Context, cmd session.Command, opts session.S
 		guestTimeout: guestTimeout,
 	})
 	if notes := l.finish(); res != nil {
-		res.Stderr = noteLimits(res.Stderr, opts, notes)
+		res.Stderr = addNotes(res.Stderr, opts, notes)
 	}
 	s.emit(AuditCompleted, res)
 	return res, wallTimeError(limits, opts, err)
 }
 
-// noteLimits adds a line for each limit that fired to a call's stderr, or
-// streams it, and returns the stderr.
-func noteLimits(stderr []byte, opts session.ShellOptions, notes []string) []byte {
+// addNotes adds a line for each note (a limit that fired, a destination
+// the proxy refused) to a call's stderr, or streams it, and returns the
+// stderr.
+func addNotes(stderr []byte, opts session.ShellOptions, notes []string) []byte {
 	for _, n := range notes {
 		line := []byte("oma-sandbox: " + n + "\n")
 		if opts.Stderr != nil {
