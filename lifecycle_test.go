@@ -11,15 +11,15 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
 )
 
-// pauseScenario: write, pause, a tool call resumes (msb) and reads the file
-// back; stats name the state and the disk use; close removes everything.
-func pauseScenario(t *testing.T, s *omasandbox.Session, pausedState string) {
+// pauseScenario: write, pause, a tool call resumes and reads the file back;
+// stats name the state and the disk use; close removes everything.
+func pauseScenario(t *testing.T, s *omasandbox.Session) {
 	ctx := context.Background()
 	require.NoError(t, s.Write(ctx, "note.txt", []byte("kept\n")))
 	require.NoError(t, s.Pause(ctx))
 	st, err := s.Stats(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, pausedState, st.State)
+	assert.Equal(t, "paused", st.State)
 	require.NotNil(t, st.DiskUsedBytes)
 	assert.Positive(t, *st.DiskUsedBytes)
 	text, err := s.Read(ctx, "note.txt", omasandbox.ReadOptions{})
@@ -35,23 +35,39 @@ func TestPauseOnFakemsbAndLocal(t *testing.T) {
 	ctx := context.Background()
 	ms, err := omasandbox.Open(ctx, omasandbox.Options{Backend: "msb", Msb: env.Bin, WorkspaceID: "w1", IdleTimeout: "30m"})
 	require.NoError(t, err)
-	pauseScenario(t, ms, "paused")
+	pauseScenario(t, ms)
 	assert.Empty(t, env.Sandboxes(t), "closing a paused session leaves no sandbox")
 	assert.Empty(t, env.Volumes(t), "nor its volume")
 
-	pauseScenario(t, openLocal(t), "idle")
+	pauseScenario(t, openLocal(t))
 }
 
-// A session attached with NoAutoResume refuses calls while paused.
+// A session attached with NoAutoResume refuses calls while paused, on
+// either backend; the one that paused it resumes it on use.
 func TestAttachNoAutoResume(t *testing.T) {
 	env := fakemsbtest.New(t)
 	ctx := context.Background()
 	ms, err := omasandbox.Open(ctx, omasandbox.Options{Backend: "msb", Msb: env.Bin, WorkspaceID: "w1"})
 	require.NoError(t, err)
 	defer ms.Close(ctx)
-	require.NoError(t, ms.Pause(ctx))
-	other, err := omasandbox.Attach(ctx, ms.Name(), omasandbox.Options{Msb: env.Bin, NoAutoResume: true})
+	check := func(s *omasandbox.Session, o omasandbox.Options) {
+		require.NoError(t, s.Write(ctx, "x", []byte("x")))
+		require.NoError(t, s.Pause(ctx))
+		o.NoAutoResume = true
+		other, err := omasandbox.Attach(ctx, s.Name(), o)
+		require.NoError(t, err)
+		_, err = other.Read(ctx, "x", omasandbox.ReadOptions{})
+		assert.ErrorIs(t, err, omasandbox.ErrPaused, s.Name())
+		_, err = s.Read(ctx, "x", omasandbox.ReadOptions{})
+		assert.NoError(t, err, s.Name())
+	}
+	check(ms, omasandbox.Options{Msb: env.Bin})
+	if reason := localMissing(); reason != "" {
+		t.Skip(reason)
+	}
+	state := t.TempDir()
+	ls, err := omasandbox.Open(ctx, omasandbox.Options{Backend: "local", WorkspaceID: "w1", StateDir: state})
 	require.NoError(t, err)
-	_, err = other.Read(ctx, "x", omasandbox.ReadOptions{})
-	assert.ErrorIs(t, err, omasandbox.ErrPaused)
+	defer ls.Close(ctx)
+	check(ls, omasandbox.Options{StateDir: state})
 }

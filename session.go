@@ -82,8 +82,7 @@ type Options struct {
 	// nothing could wait for a connection; Open refuses them there.
 	Ports []PortForward
 	// NoAutoResume makes a call on a paused session fail with
-	// session.ErrPaused instead of resuming it first (msb; a local session
-	// is never paused in a way a call could notice).
+	// session.ErrPaused instead of resuming it first.
 	NoAutoResume bool
 	// OneExecPerCall keeps an msb session on one msb exec per call, which
 	// runs the guest agent's builtin: Open
@@ -257,7 +256,6 @@ func attach(ctx context.Context, name string, o Options) (*Session, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.SetAutoResume(!o.NoAutoResume)
 		if o.OneExecPerCall {
 			s.DisableAgentChannel()
 		}
@@ -290,9 +288,15 @@ func wrap(backend string, s session.Session, o Options) *Session {
 	if m, ok := s.(measured); ok {
 		m.Measure(o.meterProvider())
 	}
+	if r, ok := s.(autoResumer); ok {
+		r.SetAutoResume(!o.NoAutoResume)
+	}
 	w.held(context.Background(), 1)
 	return w
 }
+
+// autoResumer is a backend session whose calls may resume it when paused.
+type autoResumer interface{ SetAutoResume(on bool) }
 
 // measured is a backend session that records its own metrics (its
 // agent channel's events and how its calls ran).

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"sync"
 
+	omasandbox "github.com/oma-sandbox/oma-sandbox"
 	"github.com/oma-sandbox/oma-sandbox/bashproto"
-	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 	"github.com/oma-sandbox/oma-sandbox/tools"
 )
 
@@ -36,7 +36,7 @@ stdout); 2 when the command line or the tool input was refused before
 anything ran (unknown tool, malformed JSON, an invalid field).`)
 	list := fs.Bool("list", false, "print the tool definitions instead of calling a tool")
 	asJSON := fs.Bool("json", false, "with --list: print the definitions (name, description, inputSchema) as JSON")
-	noResume := fs.Bool("no-resume", false, "msb: fail (exit 1, \"session is paused\") instead of running the tool when the session is paused")
+	noResume := fs.Bool("no-resume", false, "fail (exit 1, \"session is paused\") instead of resuming a paused session to run the tool")
 	rest, err := c.parse(fs, args)
 	if err != nil {
 		return err
@@ -66,12 +66,9 @@ anything ran (unknown tool, malformed JSON, an invalid field).`)
 			}
 		}
 	}
-	s, err := c.open(ctx, name)
+	s, err := c.attachSession(ctx, name, omasandbox.Options{OneExecPerCall: true, NoAutoResume: *noResume})
 	if err != nil {
 		return err
-	}
-	if ms, ok := s.Sandbox().(*microvm.Session); ok && *noResume {
-		ms.SetAutoResume(false)
 	}
 	tb := tools.New(s.Sandbox(), tools.Options{Logger: c.logger})
 	out := newStreamed(c.stdout)

@@ -99,7 +99,7 @@ func parseCgroupLayout(mountinfo, proccgroup []byte) cgLayout {
 			continue
 		}
 		for _, opt := range strings.Split(g[2], ",") {
-			if _, want := own[opt]; !want || (opt != "memory" && opt != "pids" && opt != "cpu") {
+			if _, want := own[opt]; !want || (opt != "memory" && opt != "pids" && opt != "cpu" && opt != "freezer") {
 				continue
 			}
 			if r, ok := rel(own[opt]); ok {
@@ -126,6 +126,10 @@ func (l cgLayout) support(controller string) (how string, ok bool) {
 	return l.missingReason(controller), false
 }
 
+// canFreeze tells whether groups of this layout can be frozen: by the v1
+// freezer, or by any unified group's cgroup.freeze.
+func (l cgLayout) canFreeze() bool { return l.v1["freezer"] != "" || l.v2 != "" }
+
 // missingReason explains why a controller is unusable.
 func (l cgLayout) missingReason(controller string) string {
 	if l.v2 != "" {
@@ -143,9 +147,10 @@ type callGroups struct {
 }
 
 // create makes groups named kind-RANDOM (a call's, or a resident
-// sandbox's) under the session's groups and writes the limits into them.
-// Nothing is placed in them yet.
-func (l cgLayout) create(sessionDir, sessionName, kind string, lim Limits) (*callGroups, error) {
+// sandbox's) under the session's groups and writes the limits into them;
+// with freeze, the groups can also be frozen (freezer). Nothing is placed
+// in them yet.
+func (l cgLayout) create(sessionDir, sessionName, kind string, lim Limits, freeze bool) (*callGroups, error) {
 	var sfx [6]byte
 	_, _ = rand.Read(sfx[:])
 	callName := kind + "-" + hex.EncodeToString(sfx[:])
@@ -156,11 +161,21 @@ func (l cgLayout) create(sessionDir, sessionName, kind string, lim Limits) (*cal
 		return nil, err
 	}
 	v2Subtree := []string{}
+	controllers := []string{}
 	for _, key := range limitKeys {
-		ctl, ok := controllerOf[key]
-		if !ok || !lim.has(key) {
-			continue
+		if ctl, ok := controllerOf[key]; ok && lim.has(key) {
+			controllers = append(controllers, ctl)
 		}
+	}
+	v2Freeze := false
+	if freeze {
+		if _, ok := l.v1["freezer"]; ok {
+			controllers = append(controllers, "freezer")
+		} else if v2Freeze = l.v2 != ""; !v2Freeze {
+			return nil, errors.New("no cgroup v1 freezer hierarchy and no unified hierarchy: nothing can freeze a sandbox")
+		}
+	}
+	for _, ctl := range controllers {
 		if base, ok := l.v1[ctl]; ok {
 			parent := filepath.Join(base, parentName)
 			if err := ensureParent(sessionDir, parent, nil); err != nil {
@@ -178,7 +193,7 @@ func (l cgLayout) create(sessionDir, sessionName, kind string, lim Limits) (*cal
 			return fail(errors.New(l.missingReason(ctl)))
 		}
 	}
-	if len(v2Subtree) > 0 {
+	if len(v2Subtree) > 0 || v2Freeze {
 		parent := filepath.Join(l.v2, parentName)
 		if err := ensureParent(sessionDir, parent, v2Subtree); err != nil {
 			return fail(err)
@@ -190,6 +205,9 @@ func (l cgLayout) create(sessionDir, sessionName, kind string, lim Limits) (*cal
 		g.v2 = dir
 		for _, c := range v2Subtree {
 			g.dirs[c] = dir
+		}
+		if v2Freeze {
+			g.dirs["freezer"] = dir
 		}
 	}
 	if err := g.write(); err != nil {
@@ -322,6 +340,70 @@ func (g *callGroups) leaf() string {
 	return ""
 }
 
+// errNoFreezer is a group that cannot be frozen.
+var errNoFreezer = errors.New("the sandbox's groups have no freezer")
+
+// freeze freezes every process in the groups (or thaws them), waiting
+// until the kernel reports them all frozen or deadline passes; a freeze
+// that does not complete by then is undone.
+func (g *callGroups) freeze(frozen bool, deadline time.Time) error {
+	dir, ok := g.dirs["freezer"]
+	if !ok {
+		return errNoFreezer
+	}
+	file, value, state, want := "freezer.state", "THAWED", "freezer.state", "THAWED"
+	if dir == g.v2 {
+		file, value, state, want = "cgroup.freeze", "0", "cgroup.events", "frozen 0"
+		if frozen {
+			value, want = "1", "frozen 1"
+		}
+	} else if frozen {
+		value, want = "FROZEN", "FROZEN"
+	}
+	if err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0); err != nil {
+		return fmt.Errorf("cannot write %s in %s: %w", file, dir, err)
+	}
+	for {
+		data, err := os.ReadFile(filepath.Join(dir, state))
+		if err != nil {
+			return err
+		}
+		for line := range strings.Lines(string(data)) {
+			if strings.TrimSpace(line) == want {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			if frozen {
+				_ = thaw(dir)
+			}
+			return fmt.Errorf("cgroup %s: not %s by the deadline", dir, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// thaw lets a group's frozen processes run again, which they must before
+// a SIGKILL can end them on cgroup v1; a group that was not frozen is
+// left as it was.
+func thaw(dir string) error {
+	var errs []error
+	for file, value := range map[string]string{"freezer.state": "THAWED", "cgroup.freeze": "0"} {
+		f, err := os.OpenFile(filepath.Join(dir, file), os.O_WRONLY, 0)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err == nil {
+			_, err = f.WriteString(value)
+			err = errors.Join(err, f.Close())
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // limitEvents counts the times the kernel enforced a group's limits.
 type limitEvents struct {
 	oomKills, forksRefused int64
@@ -364,10 +446,15 @@ func groupsNamed(sessionDir, leaf string, lim Limits) *callGroups {
 	parents, _ := recordedCgroups(sessionDir)
 	for _, parent := range parents {
 		dir := filepath.Join(parent, leaf)
-		if exists(filepath.Join(dir, "memory.events")) {
+		// Only a unified group has cgroup.freeze.
+		if exists(filepath.Join(dir, "cgroup.freeze")) {
 			g.v2 = dir
+			g.dirs["freezer"] = dir
 		}
-		if exists(filepath.Join(dir, "memory.oom_control")) || dir == g.v2 {
+		if exists(filepath.Join(dir, "freezer.state")) {
+			g.dirs["freezer"] = dir
+		}
+		if exists(filepath.Join(dir, "memory.oom_control")) || exists(filepath.Join(dir, "memory.events")) {
 			g.dirs["memory"] = dir
 		}
 		if exists(filepath.Join(dir, "pids.events")) {
@@ -450,6 +537,8 @@ func emptyAndRemove(dir string) error {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
+		// Killed while frozen (a paused sandbox), they die once thawed.
+		_ = thaw(dir)
 		err := syscall.Rmdir(dir)
 		if err == nil || errors.Is(err, fs.ErrNotExist) {
 			return nil
@@ -458,6 +547,20 @@ func emptyAndRemove(dir string) error {
 			return fmt.Errorf("cgroup %s not removable: %w", dir, err)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// thawCgroups thaws every group under a session directory's recorded
+// groups, so that its processes can be killed.
+func thawCgroups(sessionDir string) {
+	dirs, _ := recordedCgroups(sessionDir)
+	for _, dir := range dirs {
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			if e.IsDir() && groupLeaf.MatchString(e.Name()) {
+				_ = thaw(filepath.Join(dir, e.Name()))
+			}
+		}
 	}
 }
 

@@ -67,7 +67,7 @@ func TestCgroupFilesV2(t *testing.T) {
 	session := t.TempDir()
 	l := cgLayout{v2: root, v2Ctl: map[string]bool{"memory": true, "pids": true, "cpu": true}}
 	lim := Limits{MemoryBytes: 64 << 20, Processes: 10, CPUQuota: 50 * time.Millisecond}
-	g, err := l.create(session, "s1", "resident", lim)
+	g, err := l.create(session, "s1", "resident", lim, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,6 +110,19 @@ func TestCgroupFilesV2(t *testing.T) {
 	if n := g.notes(before); !slices.Equal(n, want) {
 		t.Fatalf("notes %q, want %q", n, want)
 	}
+
+	// The unified group freezes through its cgroup.freeze, done when its
+	// events say so; a freeze the kernel does not finish is undone.
+	require.Equal(t, g.v2, g.dirs["freezer"])
+	require.NoError(t, os.WriteFile(filepath.Join(g.v2, "cgroup.events"), []byte("populated 1\nfrozen 1\n"), 0o644))
+	require.NoError(t, g.freeze(true, time.Now().Add(time.Second)))
+	require.Equal(t, "1", read(filepath.Join(g.v2, "cgroup.freeze")))
+	require.NoError(t, os.WriteFile(filepath.Join(g.v2, "cgroup.events"), []byte("populated 1\nfrozen 0\n"), 0o644))
+	require.NoError(t, g.freeze(false, time.Now().Add(time.Second)))
+	require.Equal(t, "0", read(filepath.Join(g.v2, "cgroup.freeze")))
+	err = g.freeze(true, time.Now().Add(50*time.Millisecond))
+	require.ErrorContains(t, err, "not frozen 1 by the deadline")
+	require.Equal(t, "0", read(filepath.Join(g.v2, "cgroup.freeze")), "a freeze that did not finish is undone")
 }
 
 func TestCgroupRecordIsValidated(t *testing.T) {

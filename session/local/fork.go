@@ -25,10 +25,11 @@ type ForkOptions struct {
 // file descriptors and never follows a symlink the guest left: links are
 // copied as links, regular files by content (hard links kept as links,
 // holes as holes, at most session.MaxForkCopyBytes of data), directories
-// with their modes; devices, FIFOs and sockets are skipped. Nothing of the session
-// runs between calls, so the copy is of a workspace at rest unless a call
-// is in flight. The fork's record names this session as its parent; the
-// two share nothing afterwards.
+// with their modes; devices, FIFOs and sockets are skipped. A call in
+// flight or a background process of the session's sandbox may write while
+// the copy is made: fork a paused session (its sandbox frozen) for a copy
+// at rest. The fork's record names this session as its parent; the two
+// share nothing afterwards.
 func (s *Session) Fork(ctx context.Context, o ForkOptions) (*Session, error) {
 	if err := s.ready(); err != nil {
 		return nil, err

@@ -2,7 +2,11 @@ package local
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/oma-sandbox/oma-sandbox/internal/safefs"
@@ -25,23 +29,107 @@ func (s *Session) ready() error {
 	return nil
 }
 
-// Pause ends the session's resident sandbox and everything running in it,
-// as msb's stop ends a VM; the session then holds only its directory,
-// which pause keeps. Calls that run sandboxes of their own are not waited
-// for (they end on their own deadlines).
+// pausedFile, in a session's directory, marks it paused for every process.
+const pausedFile = "paused"
+
+// awakeWeight is the size of a session's awake semaphore: a call takes one,
+// Pause all of it.
+const awakeWeight = 1 << 30
+
+// Pause freezes the session's resident sandbox, whichever process started
+// it (the cgroup freezer): every process in it, background ones included,
+// stops where it is and keeps its memory until Resume thaws it. It waits
+// for this process's calls in flight; another process's call is frozen
+// where it is. A sandbox that cannot be frozen (no freezer on the host,
+// or one that does not freeze within the operation timeout) ends instead,
+// as msb's stop ends a VM. The session is paused for every process until
+// Resume, or the next call, resumes it (SetAutoResume). Idempotent.
 func (s *Session) Pause(ctx context.Context) error {
 	if err := s.ready(); err != nil {
 		return err
 	}
-	s.stopResident()
+	if err := s.awake.Acquire(ctx, awakeWeight); err != nil {
+		return fmt.Errorf("local sandbox %s: pause: waiting for calls in flight: %w", s.rec.Name, ctxError(ctx))
+	}
+	defer s.awake.Release(awakeWeight)
+	if err := s.markPaused(true); err != nil {
+		return fmt.Errorf("local sandbox %s: pause: %w", s.rec.Name, err)
+	}
+	frozen, err := freezeResident(ctx, s.dirs.Root, true, s.opTimeout())
+	if err != nil {
+		s.log.Warn("local sandbox: the resident sandbox did not freeze; ending it", "err", err)
+	}
+	if !frozen {
+		s.stopResident()
+	}
 	return nil
 }
 
-// Resume has nothing to do: the next call starts the sandbox it needs.
-func (s *Session) Resume(ctx context.Context) error { return s.ready() }
+// Resume thaws the session's resident sandbox, if one is frozen, and marks
+// the session running again, for every process. Idempotent.
+func (s *Session) Resume(ctx context.Context) error {
+	if err := s.ready(); err != nil {
+		return err
+	}
+	return s.resume(ctx)
+}
 
-// Stats reports the disk use of the session's workspace, uploads and
-// outputs (regular files, symlinks not followed), and, while its resident
+func (s *Session) resume(ctx context.Context) error {
+	if _, err := freezeResident(ctx, s.dirs.Root, false, s.opTimeout()); err != nil {
+		return fmt.Errorf("local sandbox %s: resume: %w", s.rec.Name, err)
+	}
+	if err := s.markPaused(false); err != nil {
+		return fmt.Errorf("local sandbox %s: resume: %w", s.rec.Name, err)
+	}
+	return nil
+}
+
+// SetAutoResume says whether a call on a paused session resumes it first
+// (the default) or fails with session.ErrPaused, running nothing.
+func (s *Session) SetAutoResume(on bool) { s.manual.Store(!on) }
+
+// paused reports whether the session is paused, by any process.
+func (s *Session) paused() bool {
+	_, err := os.Lstat(filepath.Join(s.dirs.Root, pausedFile))
+	return err == nil
+}
+
+func (s *Session) markPaused(paused bool) error {
+	path := filepath.Join(s.dirs.Root, pausedFile)
+	if !paused {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	// The session's directory is the host's alone: no guest put a link here.
+	return os.WriteFile(path, nil, 0o600)
+}
+
+// wake admits a call: on a paused session it resumes it first, or fails
+// with session.ErrPaused when auto-resume is off. The call runs until
+// release, and a Pause of this process waits for it.
+func (s *Session) wake(ctx context.Context) (release func(), err error) {
+	for {
+		if err := s.awake.Acquire(ctx, 1); err != nil {
+			return nil, ctxError(ctx)
+		}
+		if !s.paused() {
+			return func() { s.awake.Release(1) }, nil
+		}
+		s.awake.Release(1)
+		if s.manual.Load() {
+			return nil, fmt.Errorf("local sandbox %s: %w: this session does not resume on use; resume it first (oma-sandbox session resume %s)", s.rec.Name, session.ErrPaused, s.rec.Name)
+		}
+		if err := s.resume(ctx); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// Stats reports the session's state (paused, running while this process
+// has calls in flight, else idle), the disk use of its workspace, uploads
+// and outputs (regular files, symlinks not followed), and, while its resident
 // sandbox runs, how long it has and, under a memory limit, the memory all
 // in it uses (its group's) and the limit. A sandbox of one call has no
 // numbers between calls.
@@ -55,6 +143,9 @@ func (s *Session) Stats(ctx context.Context) (*session.Stats, error) {
 		state = session.StateRunning
 	}
 	s.mu.Unlock()
+	if s.paused() {
+		state = session.StatePaused
+	}
 	// The guest shapes the tree: however deep or wide, the walk ends at
 	// the operation timeout.
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout())

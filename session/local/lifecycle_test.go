@@ -28,12 +28,11 @@ func TestPauseResumeAndStats(t *testing.T) {
 	if err := s.Pause(ctx); err != nil {
 		t.Fatal(err)
 	}
-	noProcs(t, s.Name())
 	st, err := s.Stats(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.State != session.StateIdle || st.Backend != "local" || st.DiskUsedBytes == nil {
+	if st.State != session.StatePaused || st.Backend != "local" || st.DiskUsedBytes == nil {
 		t.Fatalf("stats %+v", st)
 	}
 	// The box holds note.txt and whatever Create put there (small files),
@@ -43,6 +42,9 @@ func TestPauseResumeAndStats(t *testing.T) {
 	}
 	if got := string(sh(t, s, `cat note.txt`).Stdout); got != "0123456789" {
 		t.Fatalf("read back %q after pause", got)
+	}
+	if st, err := s.Stats(ctx); err != nil || st.State != session.StateIdle {
+		t.Fatalf("stats after a call resumed the session: %+v, %v", st, err)
 	}
 	if err := s.Resume(ctx); err != nil {
 		t.Fatal(err)

@@ -120,7 +120,7 @@ func (p *linuxPlatform) launch(c call) (l *launched, err error) {
 		l.start = confine.StartScoped
 	}
 	if c.limits.cgroupNeeded() {
-		g, err := p.cgroups.create(c.dirs.Root, c.name, "call", c.limits)
+		g, err := p.cgroups.create(c.dirs.Root, c.name, "call", c.limits, false)
 		if err != nil {
 			filter.Close()
 			return nil, fmt.Errorf("local sandbox %s: refusing to run without its limits: %w: %w", c.name,
@@ -498,12 +498,17 @@ func (p *linuxPlatform) startResident(c call, ln, stderr *os.File) (procs reside
 	}
 	// A session of its own: no terminal's signal reaches it.
 	attr := &syscall.SysProcAttr{Setsid: true}
-	if c.limits.cgroupNeeded() {
-		var g *callGroups
-		if g, err = p.cgroups.create(c.dirs.Root, c.name, "resident", c.limits); err != nil {
-			infoW.Close()
-			return procs, fmt.Errorf("cgroup: %w", err)
-		}
+	// Groups of its own also let Pause freeze it; a host that cannot
+	// give it a freezer only loses that (Pause then ends it).
+	g, err := p.cgroups.create(c.dirs.Root, c.name, "resident", c.limits, p.cgroups.canFreeze())
+	if err != nil && !c.limits.cgroupNeeded() {
+		g, err = nil, nil
+	}
+	if err != nil {
+		infoW.Close()
+		return procs, fmt.Errorf("cgroup: %w", err)
+	}
+	if g != nil {
 		defer func() {
 			if err != nil {
 				g.remove()

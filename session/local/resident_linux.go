@@ -47,9 +47,15 @@ func startTime(pid int) uint64 {
 // end SIGKILLs the sandbox's init, which takes its pid namespace and
 // everything in it along, and bwrap, each only while it is still the
 // process recorded, waits until deadline for them to exit, and removes
-// the sandbox's groups under the session's (root is its directory).
+// the sandbox's groups under the session's (root is its directory). A
+// paused (frozen) sandbox is thawed first, or it could not die.
 func (r residentProcs) end(root string, deadline time.Time) error {
 	var errs []error
+	if r.Cgroup != "" {
+		if g := groupsNamed(root, r.Cgroup, Limits{}); g.dirs["freezer"] != "" {
+			_ = thaw(g.dirs["freezer"])
+		}
+	}
 	for _, p := range []proc{r.Init, r.Bwrap, r.Proxy} {
 		if p.PID <= 0 {
 			continue
@@ -342,6 +348,29 @@ func (s *Session) endAnyResident() {
 	if err := endRecorded(s.dirs.Root); err != nil {
 		s.log.Warn("local sandbox: ending the resident sandbox", "err", err)
 	}
+}
+
+// freezeResident freezes (frozen) or thaws the session's running resident
+// sandbox, whichever process started it, with everything in it, within
+// timeout; false when none runs or its groups have no freezer.
+func freezeResident(ctx context.Context, root string, frozen bool, timeout time.Duration) (bool, error) {
+	deadline := time.Now().Add(timeout)
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	unlock, err := lockResident(ctx, root)
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
+	r := readResident(root)
+	if r.Init.PID == 0 || r.Cgroup == "" || procOf(r.Init.PID) != r.Init {
+		return false, nil
+	}
+	err = groupsNamed(root, r.Cgroup, Limits{}).freeze(frozen, deadline)
+	if errors.Is(err, errNoFreezer) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // residentStats adds to st what the session's running resident sandbox

@@ -172,23 +172,14 @@ func sortStatus(out string) string {
 func TestResidentSandboxEnds(t *testing.T) {
 	s := newResidentSession(t, Options{WorkspaceID: "ws", SessionID: "ends"})
 	ctx := context.Background()
-	for _, end := range []struct {
-		name string
-		do   func() error
-	}{
-		{"poison", func() error { return s.Poison(ctx, session.ErrGuestTimeout) }},
-		{"pause", func() error { return s.Pause(ctx) }},
-	} {
-		// A file in the sandbox's own /tmp tells one sandbox from the next
-		// (a namespace's inode number may be reused at once).
-		rsh(t, s, `: > /tmp/old-sandbox`)
-		marker := "oma-bg-" + end.name
-		startBackground(t, s, marker)
-		require.NotEmpty(t, procsWith(marker), end.name)
-		require.NoError(t, end.do(), end.name)
-		assert.Empty(t, procsWith(marker), "%s left the background process running", end.name)
-		assert.Equal(t, "new\n", rsh(t, s, `[ -e /tmp/old-sandbox ] && echo old || echo new`), "%s: the next call runs in a new sandbox", end.name)
-	}
+	// A file in the sandbox's own /tmp tells one sandbox from the next (a
+	// namespace's inode number may be reused at once).
+	rsh(t, s, `: > /tmp/old-sandbox`)
+	startBackground(t, s, "oma-bg-poison")
+	require.NotEmpty(t, procsWith("oma-bg-poison"))
+	require.NoError(t, s.Poison(ctx, session.ErrGuestTimeout))
+	assert.Empty(t, procsWith("oma-bg-poison"), "poison left the background process running")
+	assert.Equal(t, "new\n", rsh(t, s, `[ -e /tmp/old-sandbox ] && echo old || echo new`), "the next call runs in a new sandbox")
 	startBackground(t, s, "oma-bg-close")
 	require.NoError(t, s.Close(ctx))
 	assert.Empty(t, procsWith("oma-bg-close"))
@@ -272,8 +263,8 @@ func TestAttachedSessionsShareTheResidentSandbox(t *testing.T) {
 	assert.Equal(t, 2, a.Served().Resident)
 	assert.Len(t, agentsOf(s), 1, "one agent serves both")
 
-	require.NoError(t, a.Pause(context.Background()))
-	assert.Empty(t, procsWith("oma-bg-shared"), "pausing from the attached session left the sandbox running")
+	require.NoError(t, a.Poison(context.Background(), session.ErrGuestTimeout))
+	assert.Empty(t, procsWith("oma-bg-shared"), "poisoning from the attached session left the sandbox running")
 	assert.Equal(t, "new\n", rsh(t, s, `[ -e /tmp/old-sandbox ] && echo old || echo new`), "the creator's next call starts a new sandbox")
 	s.res.mu.Lock()
 	defer s.res.mu.Unlock()
@@ -342,8 +333,8 @@ func TestResidentSandboxOutlivesItsStarter(t *testing.T) {
 	// A process that never called ends it too.
 	a, err := Attach(context.Background(), filepath.Dir(s.dirs.Root), s.Name())
 	require.NoError(t, err)
-	require.NoError(t, a.Pause(context.Background()))
-	assert.Empty(t, procsWith("oma-bg-outlives"), "Pause from another process left the sandbox running")
+	require.NoError(t, a.Poison(context.Background(), session.ErrGuestTimeout))
+	assert.Empty(t, procsWith("oma-bg-outlives"), "Poison from another process left the sandbox running")
 
 	require.NoError(t, runHelper(t, s, "oma-bg-outlives-2", "exit").Wait())
 	require.NoError(t, a.Close(context.Background()))
@@ -408,8 +399,8 @@ func TestResidentStartWaitersKeepTheirDeadlines(t *testing.T) {
 	t.Cleanup(open)
 	s.plat = gatedStart{platform: s.plat, residentStarter: s.plat.(residentStarter), gate: gate}
 
-	// The first call may see its sandbox ended by the Pause below, as
-	// any call that runs during a Pause may.
+	// The first call may see its sandbox ended by the Poison below, as
+	// any call that runs during a Poison may.
 	first := make(chan error, 1)
 	go func() {
 		_, err := s.Shell(context.Background(), session.Command{Script: "echo first"}, session.ShellOptions{})
@@ -435,21 +426,21 @@ func TestResidentStartWaitersKeepTheirDeadlines(t *testing.T) {
 		t.Fatal("the waiting call outlived its deadline by 5 s")
 	}
 
-	paused := make(chan error, 1)
-	go func() { paused <- s.Pause(context.Background()) }()
+	poisoned := make(chan error, 1)
+	go func() { poisoned <- s.Poison(context.Background(), session.ErrGuestTimeout) }()
 	select {
-	case err := <-paused:
-		t.Fatalf("Pause returned (%v) while a start was under way", err)
+	case err := <-poisoned:
+		t.Fatalf("Poison returned (%v) while a start was under way", err)
 	case <-time.After(100 * time.Millisecond):
 	}
 	open()
-	require.NoError(t, <-paused)
+	require.NoError(t, <-poisoned)
 	select {
 	case <-first:
 	case <-time.After(30 * time.Second):
-		t.Fatal("the first call did not return after the Pause")
+		t.Fatal("the first call did not return after the Poison")
 	}
-	assert.Empty(t, agentsOf(s), "Pause ended the sandbox the start made")
+	assert.Empty(t, agentsOf(s), "Poison ended the sandbox the start made")
 	assert.Equal(t, "again\n", rsh(t, s, "echo again"))
 }
 
@@ -555,7 +546,7 @@ func TestResidentSandboxHoldsTheSessionsLimits(t *testing.T) {
 		}
 		return dirs
 	}
-	require.Len(t, groups(first), 2, "memory and cpu groups (v1) or one unified group") // this host's hierarchies are v1
+	require.Len(t, groups(first), 3, "memory, cpu and freezer groups (v1) or one unified group") // this host's hierarchies are v1
 	// Stats show the sandbox's uptime and its group's memory use.
 	st, err := s.Stats(context.Background())
 	require.NoError(t, err)
@@ -629,4 +620,90 @@ func TestResidentEgressProxyEndsWithTheSandbox(t *testing.T) {
 	require.NotZero(t, second.Proxy.PID)
 	require.NoError(t, syscall.Kill(second.Bwrap.PID, syscall.SIGKILL))
 	assert.True(t, second.Proxy.exitsWithin(10*time.Second), "the proxy outlived its sandbox's death")
+}
+
+// startTicker starts, in the background of a call, a process named marker
+// that writes a count to the workspace's file .ticks every 10 ms, and
+// returns a reader of the count.
+func startTicker(t *testing.T, s *Session, marker string) func() int {
+	t.Helper()
+	rsh(t, s, `rm -f .ticks; setsid bash -c 'exec -a `+marker+` bash -c "n=0; while :; do n=\$((n+1)); echo \$n > .ticks.new; mv .ticks.new .ticks; sleep 0.01; done"' >/dev/null 2>&1 </dev/null &
+while [ ! -s .ticks ]; do sleep 0.01; done`)
+	return func() int {
+		b, err := os.ReadFile(filepath.Join(s.dirs.Workspace, ".ticks"))
+		require.NoError(t, err)
+		n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		require.NoError(t, err)
+		return n
+	}
+}
+
+// Pause freezes the resident sandbox, whichever process started it: what
+// runs in it stops where it is and goes on after a resume, in the same
+// sandbox. A call on the paused session resumes it, or fails with
+// ErrPaused when auto-resume is off; Stats says paused, to every process.
+func TestPauseFreezesTheResidentSandbox(t *testing.T) {
+	s := newResidentSession(t, Options{WorkspaceID: "ws", SessionID: "freeze"})
+	ctx := context.Background()
+	rsh(t, s, `: > /tmp/this-sandbox`)
+	ticks := startTicker(t, s, "oma-bg-ticker")
+	advances := func() bool {
+		before := ticks()
+		time.Sleep(300 * time.Millisecond)
+		return ticks() > before
+	}
+	require.True(t, advances(), "the ticker does not tick")
+
+	a, err := Attach(ctx, filepath.Dir(s.dirs.Root), s.Name())
+	require.NoError(t, err)
+	a.agent = s.agent
+	require.NoError(t, a.Pause(ctx))
+	require.NoError(t, a.Pause(ctx), "pause is idempotent")
+	assert.False(t, advances(), "a paused sandbox ran on")
+	assert.NotEmpty(t, procsWith("oma-bg-ticker"), "pause ended the ticker")
+	for _, x := range []*Session{s, a} {
+		st, err := x.Stats(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, session.StatePaused, st.State)
+	}
+
+	s.SetAutoResume(false)
+	_, err = s.Shell(ctx, session.Command{Script: "true"}, session.ShellOptions{})
+	require.ErrorIs(t, err, session.ErrPaused)
+	assert.False(t, advances(), "a refused call resumed the session")
+	s.SetAutoResume(true)
+	assert.Equal(t, "same\n", rsh(t, s, `[ -e /tmp/this-sandbox ] && echo same || echo new`), "the call ran in a new sandbox")
+	assert.True(t, advances(), "a call did not resume the session")
+	st, err := a.Stats(ctx)
+	require.NoError(t, err)
+	assert.NotEqual(t, session.StatePaused, st.State)
+
+	require.NoError(t, s.Pause(ctx))
+	assert.False(t, advances())
+	require.NoError(t, a.Resume(ctx))
+	require.NoError(t, a.Resume(ctx), "resume is idempotent")
+	assert.True(t, advances(), "resume did not thaw the sandbox")
+
+	// A paused sandbox ended (by Poison, Resize, Close) dies at once, with
+	// everything in it, frozen as it was.
+	require.NoError(t, s.Pause(ctx))
+	require.NoError(t, endRecorded(s.dirs.Root), "ending the paused sandbox")
+	assert.Empty(t, procsWith("oma-bg-ticker"), "ending a paused sandbox left its processes")
+	assert.Empty(t, agentsOf(s))
+	require.NoError(t, s.Close(ctx))
+}
+
+// A paused session whose process is gone is the reaper's like any other:
+// its frozen sandbox ends.
+func TestReapEndsAPausedSandbox(t *testing.T) {
+	state := t.TempDir()
+	s := newResidentSession(t, Options{StateDir: state, WorkspaceID: "ws", SessionID: "reap-paused"})
+	startTicker(t, s, "oma-bg-reap-paused")
+	require.NoError(t, s.Pause(context.Background()))
+	require.NotEmpty(t, procsWith("oma-bg-reap-paused"))
+	rep, err := Reap(context.Background(), state, 0, time.Now().Add(time.Hour), false)
+	require.NoError(t, err)
+	require.Len(t, rep.Removed, 1, "%+v", rep)
+	assert.Empty(t, procsWith("oma-bg-reap-paused"), "the reaper left the paused sandbox")
+	assert.Empty(t, procsWith(s.dirs.Workspace))
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"time"
 
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
@@ -24,3 +25,5 @@ func logTail(string) string { return "" }
 func readResident(string) residentProcs { return residentProcs{} }
 
 func residentStats(string, Limits, *session.Stats) {}
+
+func freezeResident(context.Context, string, bool, time.Duration) (bool, error) { return false, nil }

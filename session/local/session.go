@@ -11,7 +11,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/semaphore"
 
 	"github.com/oma-sandbox/oma-sandbox/internal/safefs"
 	"github.com/oma-sandbox/oma-sandbox/msb"
@@ -157,6 +160,12 @@ type Session struct {
 	agent     *agent
 	served    servedCounter
 	res       residency
+	// awake admits this process's calls (a weight of one each) while
+	// Pause holds all of it.
+	awake *semaphore.Weighted
+	// manual: a call on a paused session fails with ErrPaused rather
+	// than resuming it (SetAutoResume).
+	manual atomic.Bool
 }
 
 var _ session.Session = (*Session)(nil)
@@ -254,7 +263,7 @@ func createRecord(root string, rec record) error {
 
 func newSession(rec record, dirs hostDirs, caps Capabilities, plat platform, log *slog.Logger) *Session {
 	s := &Session{rec: rec, dirs: dirs, caps: caps, plat: plat, log: log.With("session", rec.Name),
-		calls: map[*context.CancelCauseFunc]struct{}{}, agent: &agent{}}
+		calls: map[*context.CancelCauseFunc]struct{}{}, agent: &agent{}, awake: semaphore.NewWeighted(awakeWeight)}
 	s.res.off = rec.PerCall
 	s.paths = plat.paths(dirs)
 	s.env = guestEnv(s.paths, rec.Env)
@@ -470,6 +479,8 @@ func (s *Session) shutdown(ctx context.Context, why error) error {
 // then the record: a removal that fails leaves the session listed, so
 // Close, `session rm` or Reap can finish it later.
 func removeSession(root string) error {
+	// A paused session's processes are frozen: thawed, they can die.
+	thawCgroups(root)
 	if err := stopSessionProcesses(dirsOf(root)); err != nil {
 		return err
 	}

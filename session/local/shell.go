@@ -72,6 +72,11 @@ func (s *Session) Shell(ctx context.Context, cmd session.Command, opts session.S
 		return nil, err
 	}
 	defer end()
+	release, err := s.wake(cctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	if opts.GuestTimeout <= 0 {
 		// Every guest operation has a deadline: the operation timeout, as
 		// a host deadline, for calls that name none (glob, grep, outputs).
