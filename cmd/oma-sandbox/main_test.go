@@ -27,6 +27,7 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
 	"github.com/oma-sandbox/oma-sandbox/internal/testutil"
 	"github.com/oma-sandbox/oma-sandbox/mcpserver"
+	"github.com/oma-sandbox/oma-sandbox/session/local"
 )
 
 func TestMain(m *testing.M) {
@@ -66,6 +67,11 @@ func TestScripts(t *testing.T) {
 			}
 			e.Setenv("HOME", home)
 			e.Setenv("XDG_STATE_HOME", filepath.Join(e.WorkDir, ".state"))
+			// A script that fails midway leaves its local sessions: their
+			// sandboxes, which outlive the commands, end with the script.
+			e.Defer(func() {
+				_, _ = local.Reap(context.Background(), filepath.Join(e.WorkDir, ".state", "oma-sandbox", "local"), 0, time.Now().Add(time.Hour), false)
+			})
 			e.Setenv("OMA_MSB", env.Bin)
 			e.Setenv("FAKEMSB_HOME", env.Home)
 			e.Setenv("FAKEMSB_LOG", env.LogPath)
