@@ -245,9 +245,8 @@ func (s *supervision) run(command string) int {
 	s.reaper = enterSubreaper()
 	if s.reaper {
 		defer leaveSubreaper()
-		reapAdopted()
 		s.adoptedBefore = map[int]uint64{}
-		for _, pid := range adoptedChildren() {
+		for _, pid := range reapAndListAdopted() {
 			s.adoptedBefore[pid] = procStart(pid)
 		}
 	}
@@ -317,13 +316,10 @@ loop:
 	if s.lines+1 > s.args.maxLines || s.relayed > s.args.maxBytes {
 		s.keep()
 	}
-	if s.reaper {
-		reapAdopted()
-	}
 	// Background processes are looked for only when the agent has
 	// adopted a child: with none at all, a call that left nothing scans
 	// nothing.
-	if !s.reaper || len(adoptedChildren()) > 0 {
+	if !s.reaper || len(reapAndListAdopted()) > 0 {
 		s.track()
 	} else {
 		s.seen = nil
