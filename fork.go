@@ -26,7 +26,8 @@ import (
 // it was running. The fork so has the source's image and root disk; it
 // gets the source's CPUs and memory and the network policy of the Options
 // this Session was opened or attached with (none unless they name one).
-// Local: the workspace directory is copied; the fork keeps the source's
+// Local: the workspace directory is copied while the source's sandbox is
+// frozen (it runs on after, unless paused); the fork keeps the source's
 // policy, limits and environment. Uploads and outputs start empty on both.
 // Neither copy follows a symlink the guest left.
 func (s *Session) Fork(ctx context.Context, sessionID string) (*Session, error) {

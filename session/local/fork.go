@@ -25,10 +25,12 @@ type ForkOptions struct {
 // file descriptors and never follows a symlink the guest left: links are
 // copied as links, regular files by content (hard links kept as links,
 // holes as holes, at most session.MaxForkCopyBytes of data), directories
-// with their modes; devices, FIFOs and sockets are skipped. A call in
-// flight or a background process of the session's sandbox may write while
-// the copy is made: fork a paused session (its sandbox frozen) for a copy
-// at rest. The fork's record names this session as its parent; the two
+// with their modes; devices, FIFOs and sockets are skipped. The copy is
+// of a workspace at rest: the session's resident sandbox, whichever
+// process started it, is frozen while it is made, as msb stops a VM to
+// fork it, and thawed after unless the session is paused (a sandbox of
+// one call in flight, or one on a host without a freezer, may still
+// write). The fork's record names this session as its parent; the two
 // share nothing afterwards.
 func (s *Session) Fork(ctx context.Context, o ForkOptions) (*Session, error) {
 	if err := s.ready(); err != nil {
@@ -52,7 +54,14 @@ func (s *Session) Fork(ctx context.Context, o ForkOptions) (*Session, error) {
 		return nil, fmt.Errorf("local sandbox %s: fork: %w", s.rec.Name, err)
 	}
 	child.agent = s.agent
-	skipped, err := safefs.CopyTree(ctx, s.dirs.Workspace, child.dirs.Workspace, session.MaxForkCopyBytes)
+	if !s.paused() {
+		if frozen, err := freezeResident(ctx, s.dirs.Root, true, s.opTimeout(), nil); err != nil {
+			log.Warn("local sandbox: fork: the resident sandbox did not freeze; copying it as it runs", "err", err)
+		} else if frozen {
+			defer s.thawUnlessPaused(context.WithoutCancel(ctx), log)
+		}
+	}
+	skipped, err := copyWorkspace(ctx, s.dirs.Workspace, child.dirs.Workspace, session.MaxForkCopyBytes)
 	if err != nil {
 		if cerr := child.Close(context.WithoutCancel(ctx)); cerr != nil {
 			log.Warn("local sandbox: removing a failed fork", "fork", child.rec.Name, "err", cerr)
@@ -63,6 +72,18 @@ func (s *Session) Fork(ctx context.Context, o ForkOptions) (*Session, error) {
 		log.Info("local sandbox: fork skipped special files", "fork", child.rec.Name, "paths", skipped)
 	}
 	return child, nil
+}
+
+// copyWorkspace copies a workspace for Fork; a variable for the tests.
+var copyWorkspace = safefs.CopyTree
+
+// thawUnlessPaused thaws the resident sandbox a fork froze, unless the
+// session was paused meanwhile, by any process (Pause marks the session
+// before it takes the resident lock to freeze).
+func (s *Session) thawUnlessPaused(ctx context.Context, log *slog.Logger) {
+	if _, err := freezeResident(ctx, s.dirs.Root, false, s.opTimeout(), s.paused); err != nil {
+		log.Warn("local sandbox: fork: thawing the resident sandbox", "err", err)
+	}
 }
 
 // Parent names the session this one was forked from; "" if none.

@@ -55,7 +55,7 @@ func (s *Session) Pause(ctx context.Context) error {
 	if err := s.markPaused(true); err != nil {
 		return fmt.Errorf("local sandbox %s: pause: %w", s.rec.Name, err)
 	}
-	frozen, err := freezeResident(ctx, s.dirs.Root, true, s.opTimeout())
+	frozen, err := freezeResident(ctx, s.dirs.Root, true, s.opTimeout(), nil)
 	if err != nil {
 		s.log.Warn("local sandbox: the resident sandbox did not freeze; ending it", "err", err)
 	}
@@ -75,7 +75,7 @@ func (s *Session) Resume(ctx context.Context) error {
 }
 
 func (s *Session) resume(ctx context.Context) error {
-	if _, err := freezeResident(ctx, s.dirs.Root, false, s.opTimeout()); err != nil {
+	if _, err := freezeResident(ctx, s.dirs.Root, false, s.opTimeout(), nil); err != nil {
 		return fmt.Errorf("local sandbox %s: resume: %w", s.rec.Name, err)
 	}
 	if err := s.markPaused(false); err != nil {

@@ -352,8 +352,9 @@ func (s *Session) endAnyResident() {
 
 // freezeResident freezes (frozen) or thaws the session's running resident
 // sandbox, whichever process started it, with everything in it, within
-// timeout; false when none runs or its groups have no freezer.
-func freezeResident(ctx context.Context, root string, frozen bool, timeout time.Duration) (bool, error) {
+// timeout; false when none runs, its groups have no freezer, or unless
+// (if given) answers true, asked under the resident lock.
+func freezeResident(ctx context.Context, root string, frozen bool, timeout time.Duration, unless func() bool) (bool, error) {
 	deadline := time.Now().Add(timeout)
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
@@ -362,6 +363,9 @@ func freezeResident(ctx context.Context, root string, frozen bool, timeout time.
 		return false, err
 	}
 	defer unlock()
+	if unless != nil && unless() {
+		return false, nil
+	}
 	r := readResident(root)
 	if r.Init.PID == 0 || r.Cgroup == "" || procOf(r.Init.PID) != r.Init {
 		return false, nil

@@ -707,3 +707,43 @@ func TestReapEndsAPausedSandbox(t *testing.T) {
 	assert.Empty(t, procsWith("oma-bg-reap-paused"), "the reaper left the paused sandbox")
 	assert.Empty(t, procsWith(s.dirs.Workspace))
 }
+
+// A fork copies a workspace at rest: the source's sandbox is frozen while
+// the copy is made, and runs on after it; a source paused before or while
+// it copies (by another process) stays paused.
+func TestForkFreezesTheSourceWhileItCopies(t *testing.T) {
+	s := newResidentSession(t, Options{WorkspaceID: "ws", SessionID: "fork-src"})
+	ctx := context.Background()
+	ticks := startTicker(t, s, "oma-bg-fork-src")
+	advances := func() bool {
+		before := ticks()
+		time.Sleep(300 * time.Millisecond)
+		return ticks() > before
+	}
+	a, err := Attach(ctx, filepath.Dir(s.dirs.Root), s.Name())
+	require.NoError(t, err)
+	copying, pauseWhileCopying := 0, false
+	real := copyWorkspace
+	t.Cleanup(func() { copyWorkspace = real })
+	copyWorkspace = func(ctx context.Context, src, dst string, limit int64) ([]string, error) {
+		copying++
+		assert.False(t, advances(), "the source ran on while its workspace was copied")
+		if pauseWhileCopying {
+			require.NoError(t, a.Pause(ctx))
+		}
+		return real(ctx, src, dst, limit)
+	}
+	for i, c := range []struct{ before, during bool }{{false, false}, {true, false}, {false, true}} {
+		if c.before {
+			require.NoError(t, s.Pause(ctx))
+		}
+		pauseWhileCopying = c.during
+		f, err := s.Fork(ctx, ForkOptions{SessionID: fmt.Sprintf("fork-%d", i)})
+		require.NoError(t, err)
+		require.NoError(t, f.Close(ctx))
+		assert.Equal(t, i+1, copying)
+		assert.Equal(t, !c.before && !c.during, advances(), "paused before the fork: %v, during it: %v", c.before, c.during)
+		require.NoError(t, s.Resume(ctx))
+	}
+	assert.True(t, advances())
+}

@@ -26,4 +26,6 @@ func readResident(string) residentProcs { return residentProcs{} }
 
 func residentStats(string, Limits, *session.Stats) {}
 
-func freezeResident(context.Context, string, bool, time.Duration) (bool, error) { return false, nil }
+func freezeResident(context.Context, string, bool, time.Duration, func() bool) (bool, error) {
+	return false, nil
+}
