@@ -383,6 +383,7 @@ func (s *supervision) startCommand(command string, exited chan<- struct{}) error
 		Stderr:      s.log,
 		SysProcAttr: s.call.ProcAttr(true),
 	}
+	joinCommands(cmd)
 	// The command inherits the directory the agent entered for the call,
 	// and the PWD a shell started there would see.
 	err = startIn(cmd, s.call.Workdir, func() {

@@ -45,7 +45,7 @@ func ready(fd string) error {
 
 // serveInUserNS starts the agent again, serving, in a user namespace of
 // its own (ServeInUserNS), and exits as it does.
-func serveInUserNS(spec, user, workdir string, seccompFD, listenFD int, relay string, stderr io.Writer) int {
+func serveInUserNS(spec, user, workdir string, seccompFD, listenFD, commandsFD int, relay string, stderr io.Writer) int {
 	root, guest, ok := strings.Cut(spec, ":")
 	rootID, err1 := strconv.Atoi(root)
 	guestID, err2 := strconv.Atoi(guest)
@@ -65,6 +65,10 @@ func serveInUserNS(spec, user, workdir string, seccompFD, listenFD int, relay st
 	if listenFD != 0 {
 		files = append(files, os.NewFile(uintptr(listenFD), "listener"))
 		argv = append(argv, "--listen-fd="+strconv.Itoa(2+len(files)))
+	}
+	if commandsFD != 0 {
+		files = append(files, os.NewFile(uintptr(commandsFD), "commands-cgroup"))
+		argv = append(argv, "--commands-cgroup-fd="+strconv.Itoa(2+len(files)))
 	}
 	code, err := ServeInUserNS(rootID, guestID, argv, files)
 	if err != nil {
@@ -148,6 +152,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	seccompFD := fs.Int("seccomp-fd", 0, "install the seccomp filter read from this descriptor before serving")
 	listenFD := fs.Int("listen-fd", 0, "serve each connection accepted on this listening unix socket as a channel, not stdin and stdout, until killed")
 	relay := fs.String("egress-relay", "", "ADDR=SOCKET: listen on the TCP address ADDR and relay each connection to the unix socket SOCKET (a session's egress proxy)")
+	commandsFD := fs.Int("commands-cgroup-fd", 0, "a cgroup's cgroup.procs, open for writing: every call's command starts in that group (a session's process limit)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -156,13 +161,20 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *userns != "" {
-		return serveInUserNS(*userns, *user, *workdir, *seccompFD, *listenFD, *relay, stderr)
+		return serveInUserNS(*userns, *user, *workdir, *seccompFD, *listenFD, *commandsFD, *relay, stderr)
 	}
 	if *seccompFD != 0 {
 		if err := LoadSeccomp(*seccompFD); err != nil {
 			fmt.Fprintf(stderr, "oma-guest-agent: %v\n", err)
 			return 1
 		}
+	}
+	if *commandsFD != 0 {
+		if *commandsFD < 3 {
+			fmt.Fprintf(stderr, "oma-guest-agent: --commands-cgroup-fd=%d: want a descriptor number from 3\n", *commandsFD)
+			return 2
+		}
+		commandsCgroup = os.NewFile(uintptr(*commandsFD), "commands-cgroup")
 	}
 	if *relay != "" {
 		// Listening before the first call, so a command's first

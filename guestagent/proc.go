@@ -113,6 +113,7 @@ func (p *proc) execute() *agentwire.Exit {
 		args = append(args, string(a))
 	}
 	cmd := &exec.Cmd{Path: p.s.Shell, Args: args, Env: os.Environ(), SysProcAttr: attr}
+	joinCommands(cmd)
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return startFailed(err)

@@ -17,8 +17,9 @@ import (
 // TestLimitsAreWrittenExactly reads back, while a call runs, every limit
 // file of its cgroups on this host's real hierarchies: the values must be
 // exactly the session's, and the command must be in the groups. They are
-// the call's own groups under a process limit, else (as root) the
-// session's resident sandbox's.
+// the call's own groups in a sandbox per call, else (as root) the
+// session's resident sandbox's, whose process limit is its commands
+// group's.
 func TestLimitsAreWrittenExactly(t *testing.T) {
 	for _, tc := range []struct {
 		lim    Limits
@@ -34,18 +35,18 @@ func TestLimitsAreWrittenExactly(t *testing.T) {
 			"memory.max": "67108864", "cpu.max": "10000 100000",
 		},
 	}, {
-		lim:    Limits{MemoryBytes: 96 << 20, CPUQuota: 20 * time.Millisecond, CPUPeriod: 50 * time.Millisecond},
+		lim:    Limits{MemoryBytes: 96 << 20, Processes: 40, CPUQuota: 20 * time.Millisecond, CPUPeriod: 50 * time.Millisecond},
 		groups: "resident-",
 		want: map[string]string{
 			"memory.limit_in_bytes": "100663296", "cpu.cfs_quota_us": "20000", "cpu.cfs_period_us": "50000",
-			"memory.max": "100663296", "cpu.max": "20000 50000",
+			"memory.max": "100663296", "cpu.max": "20000 50000", commandsLeaf + "/pids.max": "40",
 		},
 	}} {
 		t.Run(strings.TrimSuffix(tc.groups, "-"), func(t *testing.T) {
 			if tc.groups == "resident-" && os.Geteuid() != 0 {
 				t.Skip("only root starts a resident sandbox")
 			}
-			s := newTestSession(t, Options{Limits: tc.lim})
+			s := newTestSession(t, Options{Limits: tc.lim, SandboxPerCall: tc.groups == "call-"})
 			parents, stop := waitingCall(t, s)
 			defer stop()
 			seen := map[string]bool{}
@@ -70,7 +71,7 @@ func TestLimitsAreWrittenExactly(t *testing.T) {
 			}
 			v1 := seen["cpu.cfs_quota_us"] && seen["cpu.cfs_period_us"] && seen["memory.limit_in_bytes"]
 			v2 := seen["cpu.max"] && seen["memory.max"]
-			if _, pids := tc.want["pids.max"]; pids != seen["pids.max"] || !v1 && !v2 {
+			if !seen["pids.max"] && !seen[commandsLeaf+"/pids.max"] || !v1 && !v2 {
 				t.Fatalf("limit files found: %v", seen)
 			}
 		})

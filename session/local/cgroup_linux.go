@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -138,13 +139,27 @@ func (l cgLayout) missingReason(controller string) string {
 	return "no cgroup hierarchy with the " + controller + " controller is mounted"
 }
 
-// callGroups are the cgroups of one call.
+// callGroups are the cgroups of one call, or of a resident sandbox.
 type callGroups struct {
-	dirs   map[string]string // controller → the call's group
+	dirs   map[string]string // controller → the group enforcing it
 	v1     []string          // cgroup.procs files the shim joins
-	v2     string            // unified group entered at clone
-	limits Limits
+	v2     string            // the unified group
+	v2Join string            // where the sandbox enters at clone, v2 or a leaf of it
+	// commands is a resident sandbox's group for the processes of its
+	// calls, under its own, where its process limit binds; "" when it has
+	// none. Its agent stays above it: the pids controller counts threads,
+	// and a command that used the limit up must not leave the agent none.
+	commands string
+	limits   Limits
 }
+
+// Leaves of a resident sandbox's group under a process limit: its calls'
+// processes in one, and on cgroup v2, whose inner groups hold no process,
+// the sandbox itself in the other.
+const (
+	commandsLeaf = "commands"
+	agentLeaf    = "agent"
+)
 
 // create makes groups named kind-RANDOM (a call's, or a resident
 // sandbox's) under the session's groups and writes the limits into them;
@@ -175,6 +190,8 @@ func (l cgLayout) create(sessionDir, sessionName, kind string, lim Limits, freez
 			return nil, errors.New("no cgroup v1 freezer hierarchy and no unified hierarchy: nothing can freeze a sandbox")
 		}
 	}
+	// A resident sandbox's process limit binds its calls' processes only.
+	commands := kind == "resident" && lim.Processes > 0
 	for _, ctl := range controllers {
 		if base, ok := l.v1[ctl]; ok {
 			parent := filepath.Join(base, parentName)
@@ -187,6 +204,13 @@ func (l cgLayout) create(sessionDir, sessionName, kind string, lim Limits, freez
 			}
 			g.dirs[ctl] = dir
 			g.v1 = append(g.v1, filepath.Join(dir, "cgroup.procs"))
+			if ctl == "pids" && commands {
+				g.commands = filepath.Join(dir, commandsLeaf)
+				if err := os.Mkdir(g.commands, 0o755); err != nil {
+					return fail(err)
+				}
+				g.dirs[ctl] = g.commands
+			}
 		} else if l.v2 != "" && l.v2Ctl[ctl] {
 			v2Subtree = append(v2Subtree, ctl)
 		} else {
@@ -202,12 +226,25 @@ func (l cgLayout) create(sessionDir, sessionName, kind string, lim Limits, freez
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			return fail(err)
 		}
-		g.v2 = dir
+		g.v2, g.v2Join = dir, dir
 		for _, c := range v2Subtree {
 			g.dirs[c] = dir
 		}
 		if v2Freeze {
 			g.dirs["freezer"] = dir
+		}
+		if commands && slices.Contains(v2Subtree, "pids") {
+			// Its limits and freezer above both leaves bind both.
+			if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+pids"), 0); err != nil {
+				return fail(fmt.Errorf("cannot delegate pids in %s: %w", dir, err))
+			}
+			g.v2Join, g.commands = filepath.Join(dir, agentLeaf), filepath.Join(dir, commandsLeaf)
+			for _, leaf := range []string{g.v2Join, g.commands} {
+				if err := os.Mkdir(leaf, 0o755); err != nil {
+					return fail(err)
+				}
+			}
+			g.dirs["pids"] = g.commands
 		}
 	}
 	if err := g.write(); err != nil {
@@ -321,10 +358,10 @@ func (g *callGroups) place(argv []string, attr *syscall.SysProcAttr) ([]string, 
 		shim := append([]string{"/bin/sh", "-c", joinScript, "oma-sandbox-join"}, g.v1...)
 		argv = append(append(shim, "--"), argv...)
 	}
-	if g.v2 == "" {
+	if g.v2Join == "" {
 		return argv, nil, nil
 	}
-	f, err := os.Open(g.v2)
+	f, err := os.Open(g.v2Join)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -335,9 +372,18 @@ func (g *callGroups) place(argv []string, attr *syscall.SysProcAttr) ([]string, 
 // leaf is the name of the groups, the same in every hierarchy.
 func (g *callGroups) leaf() string {
 	for _, dir := range g.dirs {
-		return filepath.Base(dir)
+		return filepath.Base(groupOf(dir))
 	}
 	return ""
+}
+
+// groupOf is the group a controller's directory belongs to: a resident
+// sandbox's commands group is its sandbox's.
+func groupOf(dir string) string {
+	if filepath.Base(dir) == commandsLeaf {
+		return filepath.Dir(dir)
+	}
+	return dir
 }
 
 // errNoFreezer is a group that cannot be frozen.
@@ -457,7 +503,9 @@ func groupsNamed(sessionDir, leaf string, lim Limits) *callGroups {
 		if exists(filepath.Join(dir, "memory.oom_control")) || exists(filepath.Join(dir, "memory.events")) {
 			g.dirs["memory"] = dir
 		}
-		if exists(filepath.Join(dir, "pids.events")) {
+		if exists(filepath.Join(dir, commandsLeaf, "pids.events")) {
+			g.dirs["pids"] = filepath.Join(dir, commandsLeaf)
+		} else if exists(filepath.Join(dir, "pids.events")) {
 			g.dirs["pids"] = dir
 		}
 	}
@@ -500,7 +548,7 @@ func (g *callGroups) remove() error {
 	var errs []error
 	seen := map[string]bool{}
 	for _, dir := range g.dirs {
-		if !seen[dir] {
+		if dir = groupOf(dir); !seen[dir] {
 			seen[dir] = true
 			errs = append(errs, emptyAndRemove(dir))
 			_ = syscall.Rmdir(filepath.Dir(dir)) // busy while another call runs

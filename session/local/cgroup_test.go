@@ -7,7 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -60,8 +62,10 @@ func TestParseCgroupLayout(t *testing.T) {
 	}
 }
 
-// TestCgroupFilesV2 writes a call's limits into a directory standing in
-// for the unified hierarchy and checks the files and the record.
+// TestCgroupFilesV2 writes a resident sandbox's limits into a directory
+// standing in for the unified hierarchy and checks the files and the
+// record: its process limit is its commands group's, beside the leaf the
+// sandbox enters (a unified group with children holds no process).
 func TestCgroupFilesV2(t *testing.T) {
 	root := t.TempDir()
 	session := t.TempDir()
@@ -79,11 +83,19 @@ func TestCgroupFilesV2(t *testing.T) {
 	if g.v2 == "" || filepath.Dir(g.v2) != parent || len(g.v1) != 0 {
 		t.Fatalf("groups %+v", g)
 	}
-	for file, want := range map[string]string{"memory.max": "67108864", "pids.max": "10", "cpu.max": "50000 100000"} {
+	for file, want := range map[string]string{"memory.max": "67108864", "commands/pids.max": "10", "cpu.max": "50000 100000", "cgroup.subtree_control": "+pids"} {
 		if got := read(filepath.Join(g.v2, file)); got != want {
 			t.Errorf("%s = %q, want %q", file, got, want)
 		}
 	}
+	require.Equal(t, filepath.Join(g.v2, commandsLeaf), g.commands)
+	var attr syscall.SysProcAttr
+	_, dir, err := g.place([]string{"/bin/true"}, &attr)
+	require.NoError(t, err)
+	require.True(t, attr.UseCgroupFD)
+	entered, _ := os.Readlink("/proc/self/fd/" + strconv.Itoa(attr.CgroupFD))
+	require.NoError(t, dir.Close())
+	require.Equal(t, filepath.Join(g.v2, agentLeaf), entered, "the sandbox enters its agent leaf")
 	if got := read(filepath.Join(session, cgroupFile)); got != parent+"\n" {
 		t.Fatalf("record %q", got)
 	}
@@ -93,7 +105,7 @@ func TestCgroupFilesV2(t *testing.T) {
 	events := func(oomKills, forks int) {
 		t.Helper()
 		require.NoError(t, os.WriteFile(filepath.Join(g.v2, "memory.events"), fmt.Appendf(nil, "low 0\noom 9\noom_kill %d\n", oomKills), 0o644))
-		require.NoError(t, os.WriteFile(filepath.Join(g.v2, "pids.events"), fmt.Appendf(nil, "max %d\n", forks), 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(g.commands, "pids.events"), fmt.Appendf(nil, "max %d\n", forks), 0o644))
 	}
 	events(2, 0)
 	if n := g.notes(limitEvents{}); len(n) != 1 || n[0] != "memory limit of 64 MiB reached: the kernel killed 2 process(es)" {

@@ -22,18 +22,17 @@ import (
 // TestMemoryBombIsKilledAndReported: a session's memory limit kills what
 // exceeds it and the call says so, whether the call runs in the session's
 // resident sandbox (whose groups are the session's, ended with it) or in
-// a sandbox of its own (a process limit keeps calls there: groups of the
-// call's, gone when it ends).
+// a sandbox of its own (groups of the call's, gone when it ends).
 func TestMemoryBombIsKilledAndReported(t *testing.T) {
 	for name, tc := range map[string]struct {
 		lim      Limits
 		resident bool
 	}{
-		"resident": {lim: Limits{MemoryBytes: 64 << 20}, resident: os.Geteuid() == 0},
+		"resident": {lim: Limits{MemoryBytes: 64 << 20, Processes: 200}, resident: os.Geteuid() == 0},
 		"per call": {lim: Limits{MemoryBytes: 64 << 20, Processes: 200}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			s := newTestSession(t, Options{Limits: tc.lim})
+			s := newTestSession(t, Options{Limits: tc.lim, SandboxPerCall: !tc.resident})
 			res := sh(t, s, `tail /dev/zero; echo "rc=$?"`)
 			if !strings.Contains(string(res.Stdout), "rc=137") {
 				t.Fatalf("memory bomb not killed: stdout %q stderr %q", res.Stdout, res.Stderr)

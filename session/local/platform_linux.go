@@ -482,6 +482,36 @@ func (p *linuxPlatform) startResident(c call, ln, stderr *os.File) (procs reside
 			}
 		}()
 	}
+	// Groups of its own also let Pause freeze it; a host that cannot
+	// give it a freezer only loses that (Pause then ends it).
+	g, err := p.cgroups.create(c.dirs.Root, c.name, "resident", c.limits, p.cgroups.canFreeze())
+	if err != nil && !c.limits.cgroupNeeded() {
+		g, err = nil, nil
+	}
+	if err != nil {
+		return procs, fmt.Errorf("cgroup: %w", err)
+	}
+	files := []*os.File{nil, ln, nil} // 3: the filter, 5: bwrap's info
+	if g != nil {
+		defer func() {
+			if err != nil {
+				g.remove()
+			}
+		}()
+		procs.Cgroup = g.leaf()
+		if g.commands != "" {
+			// The agent puts each call's processes in the group through
+			// this descriptor, opened here, by the host: the kernel checks
+			// its opener's right to move them.
+			procsFile, err := os.OpenFile(filepath.Join(g.commands, "cgroup.procs"), os.O_WRONLY, 0)
+			if err != nil {
+				return procs, fmt.Errorf("cgroup: %w", err)
+			}
+			defer procsFile.Close()
+			files = append(files, procsFile)
+			spec.Command = append(spec.Command, "--commands-cgroup-fd="+strconv.Itoa(2+len(files)))
+		}
+	}
 	filter, scoped, err := p.socketConfinement(spec)
 	if err != nil {
 		return procs, fmt.Errorf("seccomp filter: %w", err)
@@ -492,28 +522,14 @@ func (p *linuxPlatform) startResident(c call, ln, stderr *os.File) (procs reside
 		return procs, err
 	}
 	defer infoR.Close()
+	files[0], files[2] = filter, infoW
 	argv := append([]string{p.bwrap, "--info-fd", "5"}, spec.args()...)
 	if c.limits.FileSize > 0 {
 		argv = append([]string{p.prlimit, "--fsize=" + strconv.FormatInt(c.limits.FileSize, 10), "--"}, argv...)
 	}
 	// A session of its own: no terminal's signal reaches it.
 	attr := &syscall.SysProcAttr{Setsid: true}
-	// Groups of its own also let Pause freeze it; a host that cannot
-	// give it a freezer only loses that (Pause then ends it).
-	g, err := p.cgroups.create(c.dirs.Root, c.name, "resident", c.limits, p.cgroups.canFreeze())
-	if err != nil && !c.limits.cgroupNeeded() {
-		g, err = nil, nil
-	}
-	if err != nil {
-		infoW.Close()
-		return procs, fmt.Errorf("cgroup: %w", err)
-	}
 	if g != nil {
-		defer func() {
-			if err != nil {
-				g.remove()
-			}
-		}()
 		var dir *os.File
 		if argv, dir, err = g.place(argv, attr); err != nil {
 			infoW.Close()
@@ -522,11 +538,10 @@ func (p *linuxPlatform) startResident(c call, ln, stderr *os.File) (procs reside
 		if dir != nil {
 			defer dir.Close()
 		}
-		procs.Cgroup = g.leaf()
 	}
 	cmd := &exec.Cmd{
 		Path: argv[0], Args: argv, Env: []string{"PATH=" + os.Getenv("PATH")},
-		Stderr: stderr, ExtraFiles: []*os.File{filter, ln, infoW}, SysProcAttr: attr,
+		Stderr: stderr, ExtraFiles: files, SysProcAttr: attr,
 	}
 	release, err := confine.StartHeld(cmd, scoped)
 	infoW.Close()

@@ -21,13 +21,14 @@ import (
 // until Close, Pause, Poison or the reaper ends it, from any process.
 //
 // A session's memory and CPU limits bound its resident sandbox as a
-// VM's bound the VM: everything in it together, the agent included.
+// VM's bound the VM: everything in it together, the agent included; its
+// process limit binds every process its calls start, together, but not
+// the agent (see callGroups.commands).
 //
 // Calls a resident sandbox cannot run as a sandbox of their own would
 // still run one each: root's (uploads and skills), those of a session
-// whose policy it does not cover (a process limit, which counts threads,
-// so a command that reached it would leave the agent none to start), and
-// every call on a host where it cannot start.
+// made to (SandboxPerCall), and every call on a host where it cannot
+// start.
 
 const (
 	// residentHelloTimeout bounds the wait for the agent's first frame.
@@ -97,7 +98,7 @@ type residency struct {
 // residentFor reports whether call c can run in the resident sandbox.
 func (s *Session) residentFor(c call) bool {
 	rs, ok := s.plat.(residentStarter)
-	return ok && rs.residentPossible() && !c.root && c.limits.Processes == 0
+	return ok && rs.residentPossible() && !c.root
 }
 
 // mayBeResident reports whether calls of this session may run in a

@@ -747,3 +747,37 @@ func TestForkFreezesTheSourceWhileItCopies(t *testing.T) {
 	}
 	assert.True(t, advances())
 }
+
+// A session's process limit binds its resident sandbox's calls, all of
+// them together, and not the agent: while a call holds the limit used up,
+// a builtin still runs; the call is told of the limit; the sandbox serves
+// on; what the calls start is in the sandbox's commands group.
+func TestResidentSandboxHoldsTheSessionsProcessLimit(t *testing.T) {
+	s := newResidentSession(t, Options{Limits: Limits{Processes: 24}})
+	ctx := context.Background()
+	require.Contains(t, rsh(t, s, `cat /proc/self/cgroup; echo kept > note.txt`), "/"+commandsLeaf+"\n", "a call's command outside the commands group")
+	first := readResident(s.dirs.Root)
+	type result struct {
+		res *session.Result
+		err error
+	}
+	bomb := make(chan result, 1)
+	go func() {
+		res, err := s.Shell(ctx, session.Command{Script: `for i in $(seq 40); do sleep 30 & done 2>/dev/null; wait`},
+			session.ShellOptions{GuestTimeout: 3 * time.Second})
+		bomb <- result{res, err}
+	}()
+	time.Sleep(time.Second)
+	for range 3 {
+		out, err := s.Shell(ctx, session.Command{Builtin: "cat", Args: []string{"/workspace/note.txt", "/workspace", "note.txt"}}, session.ShellOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, "kept\n", string(out.Stdout), "stderr %q", out.Stderr)
+	}
+	r := <-bomb
+	require.ErrorIs(t, r.err, session.ErrGuestTimeout)
+	assert.Contains(t, string(r.res.Stderr), "oma-sandbox: process limit of 24 reached:")
+	assert.Equal(t, "ok\n", rsh(t, s, `echo ok`))
+	assert.Equal(t, 6, s.Served().Resident, "the process limit kept a call out of the resident sandbox")
+	assert.Equal(t, first, readResident(s.dirs.Root), "the sandbox did not survive its calls' limit")
+	require.NoError(t, s.Close(ctx))
+}
