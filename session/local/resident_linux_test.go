@@ -350,11 +350,7 @@ func TestReapEndsAResidentSandboxWhoseStarterWasKilled(t *testing.T) {
 	require.NoError(t, helper.Process.Kill())
 	_ = helper.Wait()
 	require.NotEmpty(t, procsWith("oma-bg-killed"))
-	rep, err := Reap(context.Background(), state, 0, time.Now().Add(time.Hour), false)
-	require.NoError(t, err)
-	require.Len(t, rep.Removed, 1, "%+v", rep)
-	assert.Empty(t, procsWith("oma-bg-killed"), "the reaper left the sandbox running")
-	assert.Empty(t, procsWith(s.dirs.Workspace))
+	requireReaped(t, state, s, "oma-bg-killed")
 }
 
 // A call's own timeout and output cap hold in the resident sandbox, and
@@ -624,18 +620,35 @@ func TestResidentEgressProxyEndsWithTheSandbox(t *testing.T) {
 
 // startTicker starts, in the background of a call, a process named marker
 // that writes a count to the workspace's file .ticks every 10 ms, and
-// returns a reader of the count.
-func startTicker(t *testing.T, s *Session, marker string) func() int {
+// returns advances, which tells whether the count moves in 300 ms.
+func startTicker(t *testing.T, s *Session, marker string) (advances func() bool) {
 	t.Helper()
 	rsh(t, s, `rm -f .ticks; setsid bash -c 'exec -a `+marker+` bash -c "n=0; while :; do n=\$((n+1)); echo \$n > .ticks.new; mv .ticks.new .ticks; sleep 0.01; done"' >/dev/null 2>&1 </dev/null &
 while [ ! -s .ticks ]; do sleep 0.01; done`)
-	return func() int {
+	ticks := func() int {
 		b, err := os.ReadFile(filepath.Join(s.dirs.Workspace, ".ticks"))
 		require.NoError(t, err)
 		n, err := strconv.Atoi(strings.TrimSpace(string(b)))
 		require.NoError(t, err)
 		return n
 	}
+	return func() bool {
+		before := ticks()
+		time.Sleep(300 * time.Millisecond)
+		return ticks() > before
+	}
+}
+
+// requireReaped reaps the stale sessions of state, s among them, and
+// checks that nothing of s's sandbox runs on, the process named marker in
+// it neither.
+func requireReaped(t *testing.T, state string, s *Session, marker string) {
+	t.Helper()
+	rep, err := Reap(context.Background(), state, 0, time.Now().Add(time.Hour), false)
+	require.NoError(t, err)
+	require.Len(t, rep.Removed, 1, "%+v", rep)
+	assert.Empty(t, procsWith(marker), "the reaper left the sandbox running")
+	assert.Empty(t, procsWith(s.dirs.Workspace))
 }
 
 // Pause freezes the resident sandbox, whichever process started it: what
@@ -646,12 +659,7 @@ func TestPauseFreezesTheResidentSandbox(t *testing.T) {
 	s := newResidentSession(t, Options{WorkspaceID: "ws", SessionID: "freeze"})
 	ctx := context.Background()
 	rsh(t, s, `: > /tmp/this-sandbox`)
-	ticks := startTicker(t, s, "oma-bg-ticker")
-	advances := func() bool {
-		before := ticks()
-		time.Sleep(300 * time.Millisecond)
-		return ticks() > before
-	}
+	advances := startTicker(t, s, "oma-bg-ticker")
 	require.True(t, advances(), "the ticker does not tick")
 
 	a, err := Attach(ctx, filepath.Dir(s.dirs.Root), s.Name())
@@ -701,11 +709,7 @@ func TestReapEndsAPausedSandbox(t *testing.T) {
 	startTicker(t, s, "oma-bg-reap-paused")
 	require.NoError(t, s.Pause(context.Background()))
 	require.NotEmpty(t, procsWith("oma-bg-reap-paused"))
-	rep, err := Reap(context.Background(), state, 0, time.Now().Add(time.Hour), false)
-	require.NoError(t, err)
-	require.Len(t, rep.Removed, 1, "%+v", rep)
-	assert.Empty(t, procsWith("oma-bg-reap-paused"), "the reaper left the paused sandbox")
-	assert.Empty(t, procsWith(s.dirs.Workspace))
+	requireReaped(t, state, s, "oma-bg-reap-paused")
 }
 
 // A fork copies a workspace at rest: the source's sandbox is frozen while
@@ -714,12 +718,7 @@ func TestReapEndsAPausedSandbox(t *testing.T) {
 func TestForkFreezesTheSourceWhileItCopies(t *testing.T) {
 	s := newResidentSession(t, Options{WorkspaceID: "ws", SessionID: "fork-src"})
 	ctx := context.Background()
-	ticks := startTicker(t, s, "oma-bg-fork-src")
-	advances := func() bool {
-		before := ticks()
-		time.Sleep(300 * time.Millisecond)
-		return ticks() > before
-	}
+	advances := startTicker(t, s, "oma-bg-fork-src")
 	a, err := Attach(ctx, filepath.Dir(s.dirs.Root), s.Name())
 	require.NoError(t, err)
 	copying, pauseWhileCopying := 0, false
