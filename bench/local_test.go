@@ -75,9 +75,10 @@ func BenchmarkLocal(b *testing.B) {
 // side in one run: read and bash on a session with an egress allowlist
 // (ours: its resident sandbox, the agent relaying to the sandbox's proxy),
 // one with memory and CPU limits ("limits": the resident sandbox in its
-// cgroups), one with neither ("plain"), the allowlist session's calls in a
-// sandbox each ("per-call", as every allowlist call ran before) and the
-// floor.
+// cgroups), one with a process limit ("processes": each command joins the
+// sandbox's commands group through a shim), one with none of these
+// ("plain"), the allowlist session's calls in a sandbox each ("per-call",
+// as every allowlist call ran before) and the floor.
 func BenchmarkLocalPolicies(b *testing.B) {
 	bwrap, err := exec.LookPath("bwrap")
 	if err != nil {
@@ -101,6 +102,7 @@ func BenchmarkLocalPolicies(b *testing.B) {
 	}
 	ours := open("allowlist", local.Options{Policy: allowlist})
 	limited := open("limits", local.Options{Limits: local.Limits{MemoryBytes: 256 << 20, CPUQuota: 100 * time.Millisecond}})
+	processes := open("processes", local.Options{Limits: local.Limits{Processes: 256}})
 	plain := open("plain", local.Options{})
 	perCall := open("percall", local.Options{Policy: allowlist, SandboxPerCall: true})
 	floorArgv := []string{"--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "/usr/bin/true"}
@@ -121,6 +123,7 @@ func BenchmarkLocalPolicies(b *testing.B) {
 				s.round(
 					variant{"ours", call(ours)},
 					variant{"limits", call(limited)},
+					variant{"processes", call(processes)},
 					variant{"plain", call(plain)},
 					variant{"per-call", call(perCall)},
 					variant{"floor", func() { check(b, exec.Command(bwrap, floorArgv...).Run()) }},
