@@ -383,7 +383,6 @@ func (s *supervision) startCommand(command string, exited chan<- struct{}) error
 		Stderr:      s.log,
 		SysProcAttr: s.call.ProcAttr(true),
 	}
-	joinCommands(cmd)
 	// The command inherits the directory the agent entered for the call,
 	// and the PWD a shell started there would see.
 	err = startIn(cmd, s.call.Workdir, func() {
@@ -392,6 +391,13 @@ func (s *supervision) startCommand(command string, exited chan<- struct{}) error
 	textR.Close()
 	if err != nil {
 		textW.Close()
+		return err
+	}
+	// Until it has its text, bash has started nothing.
+	if err := moveToCommands(cmd.Process.Pid); err != nil {
+		textW.Close()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
 		return err
 	}
 	start := procStart(cmd.Process.Pid)

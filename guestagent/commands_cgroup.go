@@ -1,6 +1,7 @@
 package guestagent
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -12,6 +13,21 @@ import (
 // that used the limit up leaves the agent its threads. Nil when the agent
 // was given none.
 var commandsCgroup *os.File
+
+// moveToCommands moves the process pid into commandsCgroup, if the agent
+// has one; the bash supervisor's command, which reads its text from
+// stdin before it runs anything, is moved so before it is given the text,
+// without joinCommands' shell. The kernel checks the descriptor's opener,
+// the host, not the agent (Linux 5.16 and later).
+func moveToCommands(pid int) error {
+	if commandsCgroup == nil {
+		return nil
+	}
+	if _, err := commandsCgroup.WriteString(strconv.Itoa(pid)); err != nil {
+		return fmt.Errorf("cannot join the session's process limit: %w", err)
+	}
+	return nil
+}
 
 // joinCommands makes cmd enter commandsCgroup before its program runs: a
 // shell writes its own pid there, closes the descriptor, and only then

@@ -3,6 +3,7 @@
 package guestagent
 
 import (
+	"bytes"
 	"io"
 	"os"
 	"os/exec"
@@ -10,9 +11,13 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
+	"github.com/oma-sandbox/oma-sandbox/bashproto"
 )
 
 // withCommandsCgroup stands f in for the commands group's cgroup.procs.
@@ -76,4 +81,41 @@ func TestServeRefusesAStandardDescriptorAsTheGroup(t *testing.T) {
 		assert.Contains(t, stderr.String(), "--commands-cgroup-fd="+fd+": want a descriptor number from 3")
 		assert.Nil(t, commandsCgroup)
 	}
+}
+
+// superviseTrue runs the bash builtin on a command that leaves a marker
+// file, and returns its exit code and output.
+func superviseTrue(t *testing.T, marker string) (int, string) {
+	t.Helper()
+	args, stdin := bashproto.Args(bashproto.NewCall(), `: > `+marker+`; echo "pid $$"`, time.Minute,
+		bashproto.LogsIn(t.TempDir()), bashproto.Limits{MaxLines: 2000, MaxBytes: 50 << 10})
+	var out bytes.Buffer
+	code, err := RunBuiltin(agentwire.BuiltinBashSupervisor, args, bytes.NewReader(stdin), &out, io.Discard)
+	require.NoError(t, err)
+	return code, out.String()
+}
+
+// The bash builtin's command is moved into the group before it is given
+// its text; one that cannot be moved is killed having run nothing.
+func TestBashCommandJoinsTheGroupBeforeItRuns(t *testing.T) {
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	withCommandsCgroup(t, w)
+	marker := filepath.Join(t.TempDir(), "ran")
+	code, out := superviseTrue(t, marker)
+	require.Equal(t, 0, code, out)
+	w.Close()
+	moved, err := io.ReadAll(r)
+	require.NoError(t, err)
+	assert.Contains(t, out, "pid "+string(moved)+"\n", "the process moved is not the command's")
+
+	f, err := os.Open(t.TempDir())
+	require.NoError(t, err)
+	defer f.Close()
+	withCommandsCgroup(t, f) // a directory: no write succeeds
+	code, out = superviseTrue(t, marker+"-2")
+	assert.Equal(t, 127, code, out)
+	assert.Contains(t, out, "oma-sandbox: cannot run /bin/bash: cannot join the session's process limit")
+	assert.NoFileExists(t, marker+"-2", "the command ran outside the group")
 }
