@@ -79,6 +79,12 @@ func readStat(pid int) (procStat, bool) {
 	if err != nil {
 		return procStat{}, false
 	}
+	return parseStat(b)
+}
+
+// parseStat reads a /proc/PID/stat line; false for a zombie or a line
+// that is not one.
+func parseStat(b []byte) (procStat, bool) {
 	// pid (comm) state ppid pgrp session ... starttime (the 22nd field);
 	// comm may hold spaces and parens.
 	i := bytes.LastIndexByte(b, ')')

@@ -623,6 +623,13 @@ func statField(pid, n int) string {
 	if err != nil {
 		return ""
 	}
+	return fieldOfStat(b, n)
+}
+
+// fieldOfStat is field n after the command name of a /proc/PID/stat line
+// (0: the state); "" when there is none. The name is the guest's to pick,
+// spaces and parentheses included: it ends at the line's last ')'.
+func fieldOfStat(b []byte, n int) string {
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
 		return ""
