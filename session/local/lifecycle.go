@@ -56,6 +56,11 @@ func (s *Session) Pause(ctx context.Context) error {
 		return fmt.Errorf("local sandbox %s: pause: %w", s.rec.Name, err)
 	}
 	frozen, err := freezeResident(ctx, s.dirs.Root, true, s.opTimeout(), nil)
+	if err != nil && ctx.Err() != nil {
+		// Cancelled, not refused: nothing is paused, nothing ends.
+		_ = s.markPaused(false)
+		return fmt.Errorf("local sandbox %s: pause: %w", s.rec.Name, ctxError(ctx))
+	}
 	if err != nil {
 		s.log.Warn("local sandbox: the resident sandbox did not freeze; ending it", "err", err)
 	}

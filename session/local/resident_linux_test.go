@@ -780,3 +780,20 @@ func TestResidentSandboxHoldsTheSessionsProcessLimit(t *testing.T) {
 	assert.Equal(t, first, readResident(s.dirs.Root), "the sandbox did not survive its calls' limit")
 	require.NoError(t, s.Close(ctx))
 }
+
+// A Pause cancelled while it waits for the sandbox (another process holds
+// the resident lock) pauses nothing and ends nothing.
+func TestCancelledPauseChangesNothing(t *testing.T) {
+	s := newResidentSession(t, Options{WorkspaceID: "ws", SessionID: "pause-cancel"})
+	advances := startTicker(t, s, "oma-bg-pause-cancel")
+	unlock, err := lockResident(context.Background(), s.dirs.Root)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	err = s.Pause(ctx)
+	unlock()
+	require.ErrorIs(t, err, session.ErrHostTimeout)
+	assert.False(t, s.paused(), "a cancelled pause left the session marked paused")
+	assert.True(t, advances(), "a cancelled pause stopped the sandbox")
+	require.NoError(t, s.Close(context.Background()))
+}
