@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oma-sandbox/oma-sandbox/agentwire"
+	"github.com/oma-sandbox/oma-sandbox/glob"
 	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
 	"github.com/oma-sandbox/oma-sandbox/msb"
@@ -82,6 +83,31 @@ func TestSearchWithoutReadinessPoisons(t *testing.T) {
 			_, err = tb.Call(context.Background(), "read", []byte(`{"path": "notes.txt"}`), nil)
 			assert.ErrorIs(t, err, session.ErrPoisoned, "a poisoned session starts nothing")
 			workspaceKept(t, env, s)
+		})
+	}
+}
+
+// A search out of time before its guest was ready poisons the session as
+// well, and says that it ran out of time.
+func TestSearchTimeoutBeforeReadinessSaysSo(t *testing.T) {
+	for _, tool := range []string{"glob", "grep"} {
+		t.Run(tool, func(t *testing.T) {
+			timedOut := func(context.Context) (*session.Result, error) {
+				return &session.Result{ExitCode: 137}, session.ErrGuestTimeout
+			}
+			_, s, tb := msbSession(t, timedOut, agentwire.BuiltinGlobEnumerate, agentwire.BuiltinGrepSearch)
+			input := `{"pattern": "*"}`
+			if tool == "grep" {
+				input = `{"pattern": "x", "path": "/workspace"}`
+			}
+			_, err := tb.Call(context.Background(), tool, []byte(input), nil)
+			require.Error(t, err)
+			assert.True(t, strings.HasPrefix(err.Error(), strings.ToUpper(tool[:1])+tool[1:]+" timed out after "), err.Error())
+			assert.Contains(t, err.Error(), "before the guest was ready")
+			assert.ErrorIs(t, err, session.ErrGuestTimeout)
+			assert.ErrorIs(t, err, glob.ErrNotReady)
+			assert.ErrorIs(t, err, session.ErrPoisoned)
+			assert.True(t, s.Poisoned())
 		})
 	}
 }

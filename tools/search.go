@@ -81,8 +81,13 @@ func (t *Toolbox) runSearch(ctx context.Context, s search) (*searchResult, error
 			return nil, fmt.Errorf("%s: %w", s.tool, err)
 		}
 		cause := s.readiness.Finish()
-		if streamErr != nil {
+		switch {
+		case streamErr != nil:
 			cause = streamErr
+		case errors.Is(err, session.ErrHostTimeout), errors.Is(err, session.ErrGuestTimeout):
+			// Out of time before the guest proved it started (a guest
+			// too slow, or too busy): still unknown, but say why.
+			cause = &wrapped{msg: fmt.Sprintf("%s timed out after %s before the guest was ready", title(s.tool), seconds(t.opTimeout)), err: errors.Join(err, cause)}
 		}
 		if ctx.Err() != nil {
 			cause = fmt.Errorf("%s aborted before the guest was ready: %w", s.tool, session.ErrAborted)
