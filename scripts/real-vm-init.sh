@@ -35,9 +35,16 @@ main() {
   # what is left.
   (while sleep 5; do sync; done) >/dev/null 2>&1 &
   local syncer=$!
+  # A heartbeat on the console, past the pipe below: the host kills an L1
+  # that stops beating (a kernel that froze, or thrashes) and boots it
+  # again, rather than waiting out the lane's whole time.
+  (while sleep 30; do
+    echo "heartbeat: up $(cut -d' ' -f1 /proc/uptime) s, load $(cut -d' ' -f1-3 /proc/loadavg), $(grep -h MemAvailable /proc/meminfo | tr -s ' ')" >/dev/console
+  done) 2>/dev/null &
+  local beat=$!
   lane=$(sed -n 's/.*oma\.lane=\([0-9]*\).*/\1/p' /proc/cmdline)
   /opt/oma/run-suite.sh run "$lane"
-  kill "$syncer"
+  kill "$syncer" "$beat"
 }
 # Through a pipe, not the serial tty: msb draws no spinners then. The
 # reader stops at main's last line, not at the pipe's end: a process the

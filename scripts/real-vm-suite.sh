@@ -167,6 +167,13 @@ lane() {
   local dir=$1 want=$2 lane name pkg args envs
   while IFS=$'\t' read -r lane name pkg args envs; do
     if [ "$lane" = "$want" ] && [ ! -f "$dir/results/$name.counts" ]; then
+      # A log without counts: L1 stopped (died, or froze and was killed)
+      # while this line ran. It runs again, as a failed line does, and only
+      # once more should it fail.
+      if [ -f "$dir/results/$name.log" ]; then
+        echo "real-vm: $name: L1 stopped while it ran; once more"
+        mv "$dir/results/$name.log" "$dir/results/$name.first.log"
+      fi
       one "$dir" "$name" "$pkg" "$args" "$envs"
       # (Not a line that hit chunk_limit: a hang would cost its time twice.)
       if [ "$(cut -d' ' -f4 "$dir/results/$name.counts")" != 1 ] && [ ! -f "$dir/results/$name.first.log" ] &&
@@ -208,7 +215,7 @@ run() {
   done
   # (ls and sed, not a glob: set -f is on.)
   for name in $(ls "$dir/results" | sed -n 's/\.first\.log$//p'); do
-    echo "real-vm: $name ran twice: its first run failed (results/$name.first.log)"
+    echo "real-vm: $name ran twice: its first run failed or did not end (results/$name.first.log)"
   done
   echo "real-vm: $passed passed, $failed failed, $skipped skipped"
   if [ "$ok" = 1 ]; then echo "real-vm: suite ok"; fi

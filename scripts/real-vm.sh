@@ -19,6 +19,8 @@
 #   OMA_VM_TIMEOUT seconds L1 may run, all its boots together, before it is
 #                  killed (default 3000: with make check, inside CI's 90 minutes)
 #   OMA_VM_BOOTS   how many times L1 may be booted to finish the suite (20)
+#   OMA_VM_SILENCE seconds L1's console may stay silent (it beats every 30)
+#                  before L1 is taken for frozen, killed and booted again (300)
 #   OMA_VM_DIRECT  1: run here even where msb doctor fails (to see it fail)
 # The last line is "real-vm: N passed, N failed, N skipped"; the exit status
 # is 0 only when every test binary passed and at least one test ran.
@@ -127,15 +129,42 @@ for lane in 1 2; do
 done
 rm -rf "$rootfs/opt/oma"
 
+# The console lines shown as they come: the suite's, and the kernel's
+# signs of trouble (loglevel=4 lets its errors through: a panic, a lockup,
+# a stall, a task blocked for minutes, the OOM killer).
+shown='^real-vm\|Kernel panic\|BUG: \|rcu.*stall\|blocked for more than\|Out of memory'
+
+# watch_l1 PID LOG DEADLINE: watches the qemu PID, run in the background
+# by the shell that waits for PID (which kills the watcher once PID ends),
+# and kills PID once the clock passes DEADLINE (prints "deadline") or its
+# console LOG has been silent for OMA_VM_SILENCE seconds (prints "silent").
+# SIGKILL: a frozen guest's qemu is not always in a state to act on SIGTERM.
+watch_l1() {
+  local pid=$1 log=$2 deadline=$3 silence=${OMA_VM_SILENCE:-300} now
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 5
+    now=$(date +%s)
+    if [ "$now" -ge "$deadline" ]; then
+      kill -KILL "$pid" 2>/dev/null && echo deadline
+      return
+    fi
+    if [ $((now - $(stat -c %Y "$log"))) -ge "$silence" ]; then
+      kill -KILL "$pid" 2>/dev/null && echo silent
+      return
+    fi
+  done
+}
+
 # boot_lane N: boots the L1 of lane N until its part of the suite has run
 # to its end. Nested virtualization under emulation is not steady (seen: a
 # kernel panic on a stack guard page hit in msb's vCPU thread, a machine
-# reset without a word), so an L1 that stops early is booted again, up to
+# reset without a word, an L1 that went silent for the rest of its time),
+# so an L1 that stops early, or stops beating, is booted again, up to
 # OMA_VM_BOOTS times, and the suite goes on from the first chunk that had
 # not finished. Its console goes to console-N.log.
 boot_lane() {
   # (Not "local lane=$1 log=...$lane": local expands all its words first.)
-  local lane=$1 boot left qemu_rc log=$work/console-$1.log
+  local lane=$1 boot left qemu qemu_rc stopped tailer watcher log=$work/console-$1.log boot_log=$work/boot-$1.log
   : >"$log"
   for boot in $(seq "${OMA_VM_BOOTS:-20}"); do
     left=$((vm_timeout - ($(date +%s) - t)))
@@ -143,22 +172,41 @@ boot_lane() {
       say "lane $lane: no time left for another boot of L1 (OMA_VM_TIMEOUT=$vm_timeout s in all)"
       break
     fi
+    # A killed or crashed L1 left its file system as a power cut does.
+    [ "$boot" -eq 1 ] || e2fsck -fy "$work/l1-$lane.img" >/dev/null 2>&1 || true
     say "lane $lane: booting L1 (qemu -accel tcg -cpu max, 1 CPU, $vm_mem), boot $boot"
-    set +e
-    timeout "$left" qemu-system-x86_64 -accel tcg,tb-size=1024 -cpu max \
+    : >"$boot_log"
+    qemu-system-x86_64 -accel tcg,tb-size=1024 -cpu max \
       -smp 1 -m "$vm_mem" -nographic -no-reboot -nodefaults -serial stdio \
       -kernel "$kernel" -initrd "$initrd" \
       -drive file="$work/l1-$lane.img",if=virtio,format=raw,cache=unsafe \
-      -append "root=/dev/vda rw init=/sbin/oma-vm-init console=ttyS0 loglevel=3 panic=-1 mitigations=off oma.lane=$lane" \
-      </dev/null 2>&1 | tee "$work/boot-$lane.log" | grep --line-buffered -a '^real-vm\|Kernel panic\|BUG: '
-    qemu_rc=${PIPESTATUS[0]}
+      -append "root=/dev/vda rw init=/sbin/oma-vm-init console=ttyS0 loglevel=4 panic=-1 mitigations=off oma.lane=$lane" \
+      </dev/null >"$boot_log" 2>&1 &
+    qemu=$!
+    tail -n +1 -f --pid="$qemu" "$boot_log" | grep --line-buffered -a "$shown" &
+    tailer=$!
+    watch_l1 "$qemu" "$boot_log" $(($(date +%s) + left)) >"$work/stopped-$lane" &
+    watcher=$!
+    set +e
+    wait "$qemu" 2>/dev/null # (not bash's word on a job it killed)
+    qemu_rc=$?
     set -e
-    cat "$work/boot-$lane.log" >>"$log"
+    kill "$watcher" 2>/dev/null || true
+    wait "$watcher" "$tailer" 2>/dev/null || true
+    stopped=$(cat "$work/stopped-$lane")
+    cat "$boot_log" >>"$log"
+    case $stopped in
+      deadline) qemu_rc=124 ;;
+      silent)
+        say "lane $lane: L1 was silent for ${OMA_VM_SILENCE:-300} s (no heartbeat): killed; its console's last lines:"
+        grep -av '^heartbeat: ' "$boot_log" | tail -8 | tr -d '\r' | sed "s/^/real-vm: lane $lane: | /"
+        ;;
+    esac
     say "lane $lane: L1 ran for $(elapsed "$t") since the first boot (qemu exit $qemu_rc)"
-    if grep -aq '^real-vm: [0-9]* passed' "$work/boot-$lane.log" || [ "$qemu_rc" = 124 ]; then
+    if grep -aq '^real-vm: [0-9]* passed' "$boot_log" || [ "$qemu_rc" = 124 ]; then
       break
     fi
-    say "lane $lane: L1 stopped before its part of the suite ended$(grep -aq 'Kernel panic' "$work/boot-$lane.log" && echo ': its kernel panicked')"
+    say "lane $lane: L1 stopped before its part of the suite ended$(grep -aq 'Kernel panic' "$boot_log" && echo ': its kernel panicked')"
   done
 }
 t=$(date +%s)
@@ -180,6 +228,7 @@ for lane in 1 2; do
   mkdir -p "$logs/results"
   cp -a "$logs/lane-$lane/results/." "$logs/results/" 2>/dev/null || true
   rm -rf "$logs/lane-$lane"
+  cp "$work/console-$lane.log" "$logs/" # every boot's whole console, the kernel's words and the heartbeats
   summary=$( (grep -a '^real-vm: [0-9]* passed' "$work/console-$lane.log" || true) | tail -1 | tr -d '\r')
   if [ -z "$summary" ]; then
     ok=0 failed=$((failed + 1))
@@ -204,7 +253,7 @@ fi
 # lane was doing when it stopped (its boots, the line it was running).
 for lane in "${unfinished[@]}"; do
   echo "----- lane $lane's last lines (console-$lane.log)"
-  grep -a '^real-vm: \|Kernel panic\|BUG: ' "$work/console-$lane.log" | grep -av ': --- PASS' | tail -25 | tr -d '\r' || true
+  grep -a "$shown" "$work/console-$lane.log" | grep -av ': --- PASS' | tail -25 | tr -d '\r' || true
 done
 echo "real-vm: $passed passed, $failed failed, $skipped skipped"
 [ "$ok" = 1 ]
