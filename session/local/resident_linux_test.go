@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"golang.org/x/sys/unix"
 
 	"github.com/oma-sandbox/oma-sandbox/agentchan"
 	"github.com/oma-sandbox/oma-sandbox/egress"
@@ -779,6 +780,77 @@ func TestResidentSandboxHoldsTheSessionsProcessLimit(t *testing.T) {
 	assert.Equal(t, 6, s.Served().Resident, "the process limit kept a call out of the resident sandbox")
 	assert.Equal(t, first, readResident(s.dirs.Root), "the sandbox did not survive its calls' limit")
 	require.NoError(t, s.Close(ctx))
+}
+
+// A compromised agent holds the descriptor that moves a command into the
+// process limit's group, which host root opened (the kernel checks the
+// opener). It names processes in the agent's own pid namespace only: a host
+// process's pid, written through that very open file from the agent's pid
+// namespace, moves nothing, while a process of that namespace moves.
+func TestAgentsGroupDescriptorReachesNoHostProcess(t *testing.T) {
+	s := newResidentSession(t, Options{Limits: Limits{Processes: 24}})
+	if _, err := exec.LookPath("nsenter"); err != nil {
+		t.Skip("nsenter (util-linux) is not installed")
+	}
+	rsh(t, s, `true`)
+	agent, fd := commandsDescriptor(t, readResident(s.dirs.Root).Cgroup)
+	pidfd, err := unix.PidfdOpen(agent, 0)
+	require.NoError(t, err)
+	defer unix.Close(pidfd)
+	dup, err := unix.PidfdGetfd(pidfd, fd, 0) // the agent's open file, not one opened again
+	require.NoError(t, err)
+	procs := os.NewFile(uintptr(dup), "commands/cgroup.procs")
+	defer procs.Close()
+
+	host := exec.Command("sleep", "60")
+	require.NoError(t, host.Start())
+	defer func() { _ = host.Process.Kill(); _ = host.Wait() }()
+	before := cgroupsOf(t, host.Process.Pid)
+	// asAgent runs script with the descriptor as fd 3 in the agent's pid
+	// namespace.
+	asAgent := func(script string) (string, error) {
+		cmd := exec.Command("nsenter", "--pid=/proc/"+strconv.Itoa(agent)+"/ns/pid", "--", "/bin/sh", "-c", script)
+		cmd.ExtraFiles = []*os.File{procs}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := asAgent(fmt.Sprintf(`echo %d >&3`, host.Process.Pid))
+	assert.Error(t, err, "a host pid was written through the agent's descriptor: %s", out)
+	assert.Equal(t, before, cgroupsOf(t, host.Process.Pid), "a host process moved into the sandbox's group")
+
+	out, err = asAgent(`echo $$ >&3 && cat /proc/self/cgroup`)
+	require.NoError(t, err, "a process of the agent's namespace could not join: %s", out)
+	assert.Contains(t, out, "/"+commandsLeaf+"\n", "the descriptor did not move a process of the agent's namespace")
+	require.NoError(t, s.Close(context.Background()))
+}
+
+// commandsDescriptor finds the process holding the commands/cgroup.procs
+// of the resident sandbox whose groups are named group open (its agent),
+// and the descriptor's number.
+func commandsDescriptor(t *testing.T, group string) (pid, fd int) {
+	t.Helper()
+	dirs, _ := filepath.Glob("/proc/[0-9]*/fd")
+	for _, dir := range dirs {
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			target, _ := os.Readlink(filepath.Join(dir, e.Name()))
+			if strings.HasSuffix(target, "/"+group+"/"+commandsLeaf+"/cgroup.procs") {
+				pid, _ = strconv.Atoi(strings.Split(dir, "/")[2])
+				fd, _ = strconv.Atoi(e.Name())
+				return pid, fd
+			}
+		}
+	}
+	t.Fatalf("no process holds %s/%s/cgroup.procs open", group, commandsLeaf)
+	return 0, 0
+}
+
+// cgroupsOf is /proc/PID/cgroup.
+func cgroupsOf(t *testing.T, pid int) string {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	require.NoError(t, err)
+	return string(data)
 }
 
 // A Pause cancelled while it waits for the sandbox (another process holds
