@@ -10,36 +10,6 @@ import (
 	"strings"
 )
 
-// fetchScript walks rel one segment at a time so that no symlinked component
-// is followed, and streams the file only if it is a regular file. A file
-// swapped between the checks and cat is caught on the host by Verifier.
-const fetchScript = `set -u
-root=$1 rel=$2
-path=$root rest=$rel
-while :; do
-  seg=${rest%%/*}
-  path=$path/$seg
-  if [ -L "$path" ]; then
-    printf 'session output refused: %s: symlink in path\n' "$rel" >&2
-    exit 1
-  fi
-  if [ "$seg" = "$rest" ]; then break; fi
-  rest=${rest#*/}
-done
-if [ ! -f "$path" ]; then
-  printf 'session output refused: %s: not a regular file\n' "$rel" >&2
-  exit 1
-fi
-exec cat < "$path"
-`
-
-// FetchScript streams the output file rel (a Record.Path from ParseListing)
-// under root to stdout. It exits non-zero, without output, when any
-// component of the path is a symlink or the file is not a regular file.
-func FetchScript(root, rel string) (string, []string) {
-	return fetchScript, []string{root, rel}
-}
-
 // SafeJoin returns the host path for the output path rel inside dir. It
 // refuses every path ParseListing refuses and anything the host's own rules
 // consider non-local (such as reserved names on Windows). The result is

@@ -56,9 +56,6 @@ func (l Limits) normalized() Limits {
 	return l
 }
 
-// Normalized returns l with every unset field at its default.
-func (l Limits) Normalized() Limits { return l.normalized() }
-
 // maxRecordBytes is the longest record a valid listing can hold: path, a
 // type letter, a link count, a size, a checksum and five NULs.
 const maxRecordBytes = MaxPathBytes + 1 + 19 + 19 + 64 + 5
