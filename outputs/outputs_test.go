@@ -24,15 +24,6 @@ func sum(s string) string {
 	return hex.EncodeToString(h[:])
 }
 
-func listing(fields ...string) []byte {
-	var b bytes.Buffer
-	for _, f := range fields {
-		b.WriteString(f)
-		b.WriteByte(0)
-	}
-	return b.Bytes()
-}
-
 func TestMIMEType(t *testing.T) {
 	for name, want := range map[string]string{
 		"a.txt":            "text/plain",
