@@ -1,12 +1,14 @@
 GO      ?= go
 BIN     := bin/oma-sandbox
 FAKEMSB := bin/fakemsb
+# golang.org/x/tools, for cmd/deadcode (make deadcode).
+DEADCODE_VERSION := v0.53.0
 
 # The guest agent, embedded by guestagent/bundle (static, for both guest
 # architectures).
 AGENT_DIR := guestagent/bundle/bin
 
-.PHONY: all agent build deps run test check vet cross image e2e-real fuzz bench mutate clean
+.PHONY: all agent build deps run test check vet cross deadcode image e2e-real fuzz bench mutate clean
 
 all: build
 
@@ -33,6 +35,12 @@ vet:
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
 	$(MAKE) --no-print-directory cross
+	$(MAKE) --no-print-directory deadcode
+
+# No function that neither a command nor a test reaches.
+deadcode:
+	dead=$$($(GO) run golang.org/x/tools/cmd/deadcode@$(DEADCODE_VERSION) -test ./...) || exit 1; \
+		test -z "$$dead" || { echo "$$dead"; echo "deadcode: the functions above are reached by no command and no test"; exit 1; }
 
 # The CLI and library build and vet on every OS msb ships for (fakemsb and
 # the tests that need Linux say so by build constraints).
