@@ -169,9 +169,11 @@ func TestSearchCleanupEndingWithoutAWordIsSentAgain(t *testing.T) {
 // own shows in any result or is left behind.
 func TestParallelMixedCalls(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
-		// 24 calls at once on a loaded machine: a generous timeout, since
-		// this test is about isolation, not speed.
-		tb := tools.New(s, tools.Options{OperationTimeout: time.Minute})
+		// 24 calls at once on a loaded machine, or in a microVM under
+		// emulation beside another: a generous timeout, since this test is
+		// about isolation, not speed (with one minute, a grep among them
+		// once ended there before rg started, as a call out of time does).
+		tb := tools.New(s, tools.Options{OperationTimeout: 5 * time.Minute})
 		ws := s.Paths().Workspace
 		sh(t, s, `mkdir -p p && for i in $(seq 0 11); do printf 'needle %s\n' "$i" > "p/base$i.txt"; done`)
 		type result struct {
