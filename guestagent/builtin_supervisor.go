@@ -375,9 +375,10 @@ func (s *supervision) startCommand(command string, exited chan<- struct{}) error
 	if err != nil {
 		return err
 	}
+	text := command + "\n"
 	cmd := &exec.Cmd{
 		Path:        "/bin/bash",
-		Args:        []string{"/bin/bash", "-c", bashproto.CommandReader, "bash"},
+		Args:        bashproto.ReaderArgv(text),
 		Stdin:       textR,
 		Stdout:      s.log,
 		Stderr:      s.log,
@@ -409,7 +410,7 @@ func (s *supervision) startCommand(command string, exited chan<- struct{}) error
 	go func() {
 		// A command that dies unread breaks the pipe: the write fails.
 		defer feeding.Done()
-		_, _ = io.WriteString(textW, command+"\n")
+		_, _ = io.WriteString(textW, text)
 		textW.Close()
 	}()
 	go func() {

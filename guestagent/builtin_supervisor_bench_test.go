@@ -20,7 +20,7 @@ import (
 func BenchmarkBashSupervisor(b *testing.B) {
 	b.Run("run=bash", func(b *testing.B) {
 		for b.Loop() {
-			cmd := exec.Command("/bin/bash", "-c", bashproto.CommandReader, "bash")
+			cmd := exec.Command("/bin/bash", bashproto.ReaderArgv("true\n")[1:]...)
 			cmd.Stdin = strings.NewReader("true\n")
 			if err := cmd.Run(); err != nil {
 				b.Fatal(err)
@@ -38,4 +38,27 @@ func BenchmarkBashSupervisor(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkCommandReader sets CommandReader (`read -N`, large reads) beside
+// the reader it replaced (`read -d ""`, a byte a read) on a command of
+// 64 KiB, the size of a file an agent writes through a heredoc.
+func BenchmarkCommandReader(b *testing.B) {
+	text := ": '" + strings.Repeat("x", 64<<10) + "'\n"
+	for _, r := range []struct{ name, program string }{
+		{"reader=count", bashproto.CommandReader},
+		{"reader=delimiter", `IFS= read -r -d "" __oma_command; shift; exec </dev/null; eval "unset __oma_command; $__oma_command"`},
+	} {
+		b.Run(r.name, func(b *testing.B) {
+			for b.Loop() {
+				argv := bashproto.ReaderArgv(text)
+				argv[2] = r.program
+				cmd := exec.Command(argv[0], argv[1:]...)
+				cmd.Stdin = strings.NewReader(text)
+				if err := cmd.Run(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -3,6 +3,10 @@
 package guestagent
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,6 +47,20 @@ func (h *agentHost) wait(id uint64) (string, *agentwire.Exit) {
 	h.t.Helper()
 	exit := h.waitFor(id, 15*time.Second)
 	return h.out[id], exit
+}
+
+// The command's bash runs its text exactly, however long and whatever its
+// characters, with no positional parameter: the count CommandReader is
+// given bounds what it reads, never the text.
+func TestCommandReaderRunsTheWholeText(t *testing.T) {
+	big := strings.Repeat("ü\\x ", 40000) // 200,000 bytes, 160,000 characters
+	command := "  v='" + big + "'\nprintf '%s|%s|' \"$#\" \"$0\"\nprintf '%s' \"$v\" | wc -c\nprintf '%s' \"$v\" | sha256sum\n\n"
+	args, stdin := bashproto.Args(bashproto.NewCall(), command, time.Minute, bashproto.LogsIn(t.TempDir()), bashproto.Limits{MaxLines: 2000, MaxBytes: 50 << 10})
+	var out bytes.Buffer
+	code, err := RunBuiltin(agentwire.BuiltinBashSupervisor, args, bytes.NewReader(stdin), &out, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, 0, code, out.String())
+	assert.Contains(t, out.String(), fmt.Sprintf("0|bash|%d\n%x  -\n", len(big), sha256.Sum256([]byte(big))))
 }
 
 // liveProcess reports whether pid is a process that is not a zombie.
