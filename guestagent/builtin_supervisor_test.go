@@ -339,6 +339,14 @@ func TestReapAdoptedLeavesOsExecChildren(t *testing.T) {
 }
 
 func testReapAdopted(t *testing.T) {
+	// A supervisor still running (an earlier test's call ending on a
+	// loaded machine) reaps every adopted zombie too, the orphan below
+	// among them: only this test may be the subreaper's holder.
+	require.Eventually(t, func() bool {
+		subreaper.Lock()
+		defer subreaper.Unlock()
+		return subreaper.calls == 1
+	}, time.Minute, 10*time.Millisecond, "a bash supervisor of an earlier test is still running")
 	pidFile := filepath.Join(t.TempDir(), "orphan")
 	// The orphan is reparented to this process and ends as a zombie.
 	require.NoError(t, exec.Command("/bin/bash", "-c", `(sleep 0.05 & echo $! > "$1")`, "bash", pidFile).Run())
