@@ -84,10 +84,10 @@ func (t *Toolbox) runSearch(ctx context.Context, s search) (*searchResult, error
 		switch {
 		case streamErr != nil:
 			cause = streamErr
-		case errors.Is(err, session.ErrHostTimeout), errors.Is(err, session.ErrGuestTimeout):
+		case timedOut(err):
 			// Out of time before the guest proved it started (a guest
 			// too slow, or too busy): still unknown, but say why.
-			cause = &wrapped{msg: fmt.Sprintf("%s timed out after %s before the guest was ready", title(s.tool), seconds(t.opTimeout)), err: errors.Join(err, cause)}
+			cause = t.timeoutError(s.tool, " before the guest was ready", errors.Join(err, cause))
 		}
 		if ctx.Err() != nil {
 			cause = fmt.Errorf("%s aborted before the guest was ready: %w", s.tool, session.ErrAborted)
@@ -112,8 +112,8 @@ func (t *Toolbox) runSearch(ctx context.Context, s search) (*searchResult, error
 		return keepFound(ctx, &searchResult{matches: s.collector.Matches(), truncated: true}), nil
 	case ctx.Err() != nil:
 		return nil, fmt.Errorf("%s: %w", s.tool, session.ErrAborted)
-	case errors.Is(err, session.ErrHostTimeout), errors.Is(err, session.ErrGuestTimeout):
-		return nil, &wrapped{msg: fmt.Sprintf("%s timed out after %s", title(s.tool), seconds(t.opTimeout)), err: err}
+	case timedOut(err):
+		return nil, t.timeoutError(s.tool, "", err)
 	case err != nil:
 		return nil, fmt.Errorf("%s: %w", s.tool, err)
 	case res.ExitCode != 0:
@@ -123,6 +123,18 @@ func (t *Toolbox) runSearch(ctx context.Context, s search) (*searchResult, error
 		return nil, err
 	}
 	return keepFound(ctx, &searchResult{matches: s.collector.Matches(), skipped: skippedPaths(res.Stderr)}), nil
+}
+
+// timedOut reports whether a search's guest command ran out of the
+// operation timeout, by the host's deadline or the guest's timer.
+func timedOut(err error) bool {
+	return errors.Is(err, session.ErrHostTimeout) || errors.Is(err, session.ErrGuestTimeout)
+}
+
+// timeoutError says that tool ran out of the operation timeout (then
+// what, which may be empty), wrapping err.
+func (t *Toolbox) timeoutError(tool, then string, err error) error {
+	return &wrapped{msg: fmt.Sprintf("%s timed out after %s%s", title(tool), seconds(t.opTimeout), then), err: err}
 }
 
 // searchResult is what a search found.
