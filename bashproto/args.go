@@ -51,7 +51,7 @@ const CommandReader = `IFS= read -r -N "$1" __oma_command; shift; exec </dev/nul
 // given text on its stdin: its length in bytes bounds the characters read
 // (never fewer than there are), and the stdin's end ends the read.
 func ReaderArgv(text string) []string {
-	return []string{"/bin/bash", "-c", CommandReader, "bash", strconv.Itoa(len(text) + 1)}
+	return []string{"/bin/bash", "-c", CommandReader, "bash", strconv.Itoa(len(text))}
 }
 
 // Call is one bash run. ID is public: it names the log and tags the
