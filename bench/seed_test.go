@@ -147,8 +147,7 @@ func seedCreate(ctx context.Context, client *msb.Client, names session.Names, ag
 		})
 	}
 	if err == nil {
-		script, args := grep.PreflightScript()
-		_, err = s.checked(ctx, seedExec{script: script, args: args, noGuest: true, host: seedAuxTimeout})
+		_, err = s.checked(ctx, seedExec{script: seedBuiltin, args: builtinArgs(agentwire.BuiltinGrepPreflight, []string{"."}), noGuest: true, host: seedAuxTimeout})
 	}
 	if err != nil {
 		return nil, errors.Join(err, s.close(context.WithoutCancel(ctx)))

@@ -12,7 +12,8 @@ func NewToken(kind string) string { return "oma-" + kind + "-" + uuid.NewString(
 type Narrowing struct {
 	// SkipGit leaves out the insides of .git directories.
 	SkipGit bool
-	// Name, when set, is a find -name pattern every match's base name fits.
+	// Name, when set, is a pattern every match's base name fits: literal
+	// bytes and '*', which stands for any run of them.
 	Name string
 	// Under, when set, is a plain relative directory path ("calc" or
 	// "src/pkg") that every match lies below, at any depth.
@@ -22,15 +23,15 @@ type Narrowing struct {
 // EnumerationArgs are the arguments of the guest agent's glob-enumerate
 // builtin (agentwire.BuiltinGlobEnumerate), which lists the regular files
 // under root that n lets through as NUL-terminated "./"-relative paths,
-// after the readiness marker. Its find runs in a session of its own, tagged
-// OwnerEnv=token, and prints the marker itself when it visits root, so that
-// CleanupArgs' kill ends all work that follows readiness. A root that
-// cannot be entered is an ordinary failure after readiness (exit 3, "Path
-// not found"): there is no work then. find follows no symbolic link, so the
-// listing stays inside root. A directory that cannot be read, or that
-// vanishes during the walk, does not fail the listing: find's complaints go
-// to stderr and the status is 0; any other failure of find is the
-// builtin's status.
+// after the readiness marker, in the order find would (each directory's
+// entries as it lists them). The agent walks the tree itself, starting no
+// process, so CleanupArgs' kill finds nothing of it to end: the call's own
+// kill and timer end the walk. A root that cannot be entered is an ordinary
+// failure after readiness (exit 3, "Path not found"). No symbolic link
+// below root is followed, so the listing stays inside it. A directory that
+// cannot be read, or that vanishes during the walk, does not fail the
+// listing: it is named on stderr as find names it, and the status is 0.
+// token is kept for agents that still start find.
 func EnumerationArgs(root, token string, n Narrowing) []string {
 	skipGit := "0"
 	if n.SkipGit {

@@ -34,15 +34,6 @@ func needTools(t *testing.T) string {
 	return rg
 }
 
-func bashCommand(script string, args []string, dir, path string) *exec.Cmd {
-	cmd := exec.Command("/bin/bash", append([]string{"-c", script, "bash"}, args...)...)
-	cmd.Dir = dir
-	if path != "" {
-		cmd.Env = append(os.Environ(), "PATH="+path+string(os.PathListSeparator)+os.Getenv("PATH"))
-	}
-	return cmd
-}
-
 // builtinCommand runs the guest agent's builtin name with args, an rg
 // from path first on its PATH when path is set.
 func builtinCommand(t *testing.T, name string, args []string, path string) *exec.Cmd {
@@ -356,7 +347,9 @@ func TestCleanupEndsSearch(t *testing.T) {
 	}
 }
 
-func TestPreflightScript(t *testing.T) {
+// The agent's grep-preflight builtin (run in every new msb sandbox by
+// prepare) accepts the real rg and names what is wrong with each broken one.
+func TestPreflight(t *testing.T) {
 	needTools(t)
 	cases := []struct {
 		name, rg, msg string // rg "" is the real one
@@ -382,8 +375,7 @@ func TestPreflightScript(t *testing.T) {
 				path = fakeRg(t, c.rg)
 			}
 			work := t.TempDir()
-			script, args := PreflightScript()
-			out, err := bashCommand(script, args, work, path).CombinedOutput()
+			out, err := builtinCommand(t, agentwire.BuiltinGrepPreflight, []string{work}, path).CombinedOutput()
 			if c.msg == "" {
 				if err != nil {
 					t.Fatalf("preflight: %v: %s", err, out)

@@ -36,6 +36,11 @@ var builtins = map[string]builtin{
 	agentwire.BuiltinBashKill:       bashKill,
 	agentwire.BuiltinRead:           builtinRead,
 	agentwire.BuiltinLs:             builtinLs,
+	agentwire.BuiltinOutputsList:    outputsList,
+	agentwire.BuiltinOutputsFetch:   outputsFetch,
+	agentwire.BuiltinExtract:        extract,
+	agentwire.BuiltinPrepare:        prepare,
+	agentwire.BuiltinGrepPreflight:  grepPreflight,
 }
 
 // BuiltinNames lists the builtins this agent offers, sorted.
@@ -190,9 +195,11 @@ func (r *queueReader) Read(b []byte) (int, error) {
 // since a thread that ends SIGKILLs every child it started with Pdeathsig
 // (the calls' processes, whichever goroutine ran there before). Only a
 // thread whose identity cannot be restored is let end with fn. An agent
-// not running as root (in tests) already is its only user: fn runs as it.
+// not running as root (in tests) already is its only user, and one asked
+// to act as itself (root's calls, such as extracting uploads) has nothing
+// to change: fn runs as it.
 func asUser(id identity, fn func() error) error {
-	if os.Geteuid() != 0 {
+	if os.Geteuid() != 0 || id == (identity{uint32(os.Geteuid()), uint32(os.Getegid())}) {
 		return fn()
 	}
 	done := make(chan error, 1)

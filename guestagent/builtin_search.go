@@ -3,11 +3,15 @@
 package guestagent
 
 import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"os/exec"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -16,8 +20,8 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/agentwire"
 )
 
-// The search builtins start find and rg themselves, each in a session of
-// its own, tagged so that the search-kill builtin finds it.
+// grep's builtin starts rg itself, in a session of its own, tagged so that
+// the search-kill builtin finds it; glob's walks the tree in the agent.
 
 // The tags of their processes: glob.OwnerEnv and grep.OwnerEnv, spelled
 // here because importing those packages would bring their token maker's
@@ -32,54 +36,195 @@ const (
 const killedStatus = 255
 
 // globEnumerate lists the regular files under root after the readiness
-// marker (see glob.EnumerationArgs). Its args: token, root, marker,
-// skipgit, name, under.
+// marker (see glob.EnumerationArgs), walking the tree itself as the call's
+// user: no process is started, so there is nothing for search-kill to
+// find, and a kill or the timer ends the walk between two directories.
+// Its args: token, root, marker, skipgit, name, under.
 func globEnumerate(c *builtinCall) int {
 	if len(c.Args) != 6 {
 		return c.badArgs(agentwire.BuiltinGlobEnumerate, 6)
 	}
-	token, root, marker, skipGit, name, under := c.Args[0], c.Args[1], c.Args[2], c.Args[3], c.Args[4], c.Args[5]
-	// find visits "." first, so the marker it prints there precedes every
-	// path and comes from the tagged work.
-	argv := []string{".", "-path", ".", "-printf", marker + `\0`, "-o"}
-	if skipGit == "1" {
-		argv = append(argv, "-type", "d", "-name", ".git", "-prune", "-o")
+	root, marker := c.Args[1], c.Args[2]
+	w := &globWalk{c: c, skipGit: c.Args[3] == "1", name: c.Args[4], under: c.Args[5]}
+	if w.under != "" {
+		w.under = "/" + w.under + "/"
 	}
-	argv = append(argv, "-type", "f")
-	if name != "" {
-		argv = append(argv, "-name", name)
-	}
-	if under != "" {
-		argv = append(argv, "-path", "*/"+under+"/*")
-	}
-	argv = append(argv, "-print0")
 	if c.ending() {
 		return killedStatus
 	}
-	cmd := c.tagged(globOwnerEnv, token, "find", argv...)
-	// The child enters root after it became the user, as a cd would; a
-	// relative root is taken from the workdir it inherits.
-	cmd.Dir = root
-	cmd.Stdout, cmd.Stderr = c.Stdout, c.Stderr
-	if err := c.start(cmd); err != nil {
-		if c.canEnter(root) {
-			return c.setsidFailed("find", err)
+	return asCallUser(c, func() int {
+		// The root is entered as cd would, a link at it followed; below it
+		// none is.
+		fd, err := retryEINTR(func() (int, error) {
+			return unix.Open(c.userPath(root), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		})
+		if err == nil && !searchable(fd) {
+			unix.Close(fd)
+			err = unix.EACCES
 		}
-		// No work was started: the marker, then the failure.
-		if _, err := io.WriteString(c.Stdout, marker+"\x00"); err != nil {
-			return 1
+		w.out = bufio.NewWriterSize(c.Stdout, ioChunk)
+		if _, werr := io.WriteString(w.out, marker+"\x00"); werr != nil {
+			return killedStatus
 		}
-		fmt.Fprintf(c.Stderr, "Path not found: %s\n", root)
-		return 3
+		if err != nil {
+			if w.out.Flush() != nil {
+				return killedStatus
+			}
+			fmt.Fprintf(c.Stderr, "Path not found: %s\n", root)
+			return 3
+		}
+		// The marker goes out at once: the host waits for it.
+		if w.out.Flush() != nil {
+			return killedStatus
+		}
+		w.dir(fd, ".")
+		unix.Close(fd)
+		if w.failed || w.out.Flush() != nil || c.ending() {
+			return killedStatus
+		}
+		return 0
+	})
+}
+
+// globWalk is one glob-enumerate walk: find . [-type d -name .git -prune]
+// -type f [-name NAME] [-path */UNDER/*] -print0, in find's order (each
+// directory's entries as it lists them, a directory's insides right after
+// it), with find's complaint on stderr for a directory it cannot read.
+type globWalk struct {
+	c       *builtinCall
+	out     *bufio.Writer
+	skipGit bool
+	name    string // a base name pattern of literal bytes and '*'
+	under   string // "/UNDER/", or ""
+	failed  bool   // output could not be written: the call is ending
+}
+
+func (w *globWalk) complain(path string, err error) {
+	fmt.Fprintf(w.c.Stderr, "find: %s: %s\n", quoter{}.quote(path), errText(err))
+}
+
+// dir lists the directory fd, whose path is path ("." for the root).
+func (w *globWalk) dir(fd int, path string) {
+	entries, err := readDirEntries(fd)
+	if err != nil {
+		w.complain(path, err)
 	}
-	code, killed := c.wait(cmd)
-	switch {
-	case killed:
-		return killedStatus
-	case code <= 1:
-		return 0 // 1: some directory could not be read; find said which
+	for _, e := range entries {
+		if w.failed || w.c.ending() {
+			return
+		}
+		p := path + "/" + e.name
+		typ := e.typ
+		if typ == unix.DT_UNKNOWN {
+			var st unix.Stat_t
+			if err := unix.Fstatat(fd, e.name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				if !errors.Is(err, unix.ENOENT) {
+					w.complain(p, err)
+				}
+				continue
+			}
+			typ = dirType(st.Mode)
+		}
+		switch typ {
+		case unix.DT_REG:
+			if w.matches(e.name, p) {
+				_, err := w.out.WriteString(p + "\x00")
+				w.failed = err != nil
+			}
+		case unix.DT_DIR:
+			if w.skipGit && e.name == ".git" {
+				continue
+			}
+			sub, err := retryEINTR(func() (int, error) {
+				return unix.Openat(fd, e.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+			})
+			switch {
+			case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP):
+				// gone or replaced while walked
+			case err != nil:
+				w.complain(p, err)
+			default:
+				w.dir(sub, p)
+				unix.Close(sub)
+			}
+		}
 	}
-	return code
+}
+
+// matches applies the narrowings to a regular file's base name and path.
+func (w *globWalk) matches(base, path string) bool {
+	return (w.name == "" || starMatch(w.name, base)) && (w.under == "" || strings.Contains(path, w.under))
+}
+
+// starMatch matches s against a pattern whose only special byte is '*'
+// (any run of bytes), as fnmatch does for such a pattern.
+func starMatch(pattern, s string) bool {
+	parts := strings.Split(pattern, "*")
+	if len(parts) == 1 {
+		return pattern == s
+	}
+	if !strings.HasPrefix(s, parts[0]) {
+		return false
+	}
+	s = s[len(parts[0]):]
+	last := parts[len(parts)-1]
+	for _, part := range parts[1 : len(parts)-1] {
+		i := strings.Index(s, part)
+		if i < 0 {
+			return false
+		}
+		s = s[i+len(part):]
+	}
+	return len(s) >= len(last) && strings.HasSuffix(s, last)
+}
+
+// dirEntry is one name of a directory with its type as getdents gave it
+// (DT_UNKNOWN when the filesystem does not say).
+type dirEntry struct {
+	name string
+	typ  uint8
+}
+
+// readDirEntries lists the directory fd's entries but "." and "..", in
+// its own order.
+func readDirEntries(fd int) ([]dirEntry, error) {
+	var entries []dirEntry
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := retryEINTR(func() (int, error) { return unix.Getdents(fd, buf) })
+		if err != nil {
+			return entries, err
+		}
+		if n <= 0 {
+			return entries, nil
+		}
+		// struct linux_dirent64: ino (8), off (8), reclen (2), type (1), name.
+		for b := buf[:n]; len(b) >= 19; {
+			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
+			if reclen < 19 || reclen > len(b) {
+				return entries, unix.EINVAL
+			}
+			name := b[19:reclen]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			if s := string(name); s != "." && s != ".." {
+				entries = append(entries, dirEntry{name: s, typ: b[18]})
+			}
+			b = b[reclen:]
+		}
+	}
+}
+
+// dirType is the getdents type of a stat mode.
+func dirType(mode uint32) uint8 {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return unix.DT_REG
+	case unix.S_IFDIR:
+		return unix.DT_DIR
+	}
+	return unix.DT_UNKNOWN
 }
 
 // grepSearch lists the files under root whose contents match pattern,
@@ -264,22 +409,6 @@ func (c *builtinCall) startFailed(name string, err error) int {
 	return 126
 }
 
-// setsidFailed reports a program that could not be started as
-// util-linux's setsid does: its words and strerror's, and status
-// 127 when it was not found, else 126. (A busybox setsid words it
-// otherwise; the status is the same.)
-func (c *builtinCall) setsidFailed(name string, err error) int {
-	errno, code := syscall.ENOENT, 127
-	if !errors.Is(err, exec.ErrNotFound) && !errors.As(err, &errno) {
-		errno = syscall.EACCES
-	}
-	if errno != syscall.ENOENT {
-		code = 126
-	}
-	fmt.Fprintf(c.Stderr, "setsid: failed to execute %s: %s\n", name, errText(errno))
-	return code
-}
-
 func (c *builtinCall) badArgs(name string, want int) int {
 	fmt.Fprintf(c.Stderr, "%s: %d arguments, want %d\n", name, len(c.Args), want)
 	return 2
@@ -296,21 +425,4 @@ func (c *builtinCall) isRegular(p string) bool {
 func (c *builtinCall) exists(p string) bool {
 	var st unix.Stat_t
 	return asUser(c.User, func() error { return unix.Stat(c.userPath(p), &st) }) == nil
-}
-
-// canEnter tells whether the call's user could change into directory p.
-func (c *builtinCall) canEnter(p string) bool {
-	if p == "" {
-		return true // bash's cd "" stays where it is
-	}
-	return asUser(c.User, func() error {
-		var st unix.Stat_t
-		if err := unix.Stat(c.userPath(p), &st); err != nil {
-			return err
-		}
-		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-			return unix.ENOTDIR
-		}
-		return unix.Faccessat(unix.AT_FDCWD, c.userPath(p), unix.X_OK, unix.AT_EACCESS)
-	}) == nil
 }

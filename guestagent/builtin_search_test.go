@@ -394,9 +394,6 @@ func TestSearchBuiltinsEnd(t *testing.T) {
 		{"grep", agentwire.BuiltinGrepSearch, grep.OwnerEnv, func(token string) []string {
 			return []string{token, fifo, "needle", "", grep.ReadyMarker}
 		}, "rg"},
-		{"glob", agentwire.BuiltinGlobEnumerate, glob.OwnerEnv, func(token string) []string {
-			return []string{token, dir, glob.ReadyMarker, "0", "", ""}
-		}, "sleep"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
@@ -517,10 +514,9 @@ func TestSearchBuiltinsInALockedWorkdir(t *testing.T) {
 	}
 }
 
-// An image without find: the builtin says it cannot run find, as
-// util-linux's setsid would, with status 127 and no marker (find prints
-// it).
-func TestGlobEnumerateWithoutFind(t *testing.T) {
+// glob needs no find: the agent walks the tree itself, with the same
+// listing whatever PATH holds.
+func TestGlobEnumerateNeedsNoFind(t *testing.T) {
 	needSearchTools(t)
 	base := searchFixture(t)
 	bin := filepath.Join(base, "bin")
@@ -531,9 +527,9 @@ func TestGlobEnumerateWithoutFind(t *testing.T) {
 	for _, u := range searchUsers() {
 		b := exec.Command(agenttest.AgentBinary(t), append([]string{"builtin", agentwire.BuiltinGlobEnumerate}, args...)...)
 		b.Env = append(os.Environ(), "PATH="+bin)
-		want := outcome{stderr: "setsid: failed to execute find: No such file or directory\n", code: 127}
-		if got := runOutcome(t, b, base, u.cred); got != want {
-			t.Errorf("as %s: the builtin gave\n%v\nwant\n%v", u.name, got, want)
+		got := runOutcome(t, b, base, u.cred)
+		if got.code != 0 || !strings.HasPrefix(got.stdout, glob.ReadyMarker+"\x00") || !strings.Contains(got.stdout, "\x00./b.go\x00") {
+			t.Errorf("as %s: the builtin gave\n%v", u.name, got)
 		}
 	}
 }
@@ -582,21 +578,48 @@ func TestGlobEnumerateListsOnlyRegularFilesInside(t *testing.T) {
 	}
 }
 
-// find's status 1 (a directory it could not read, or one that vanished)
-// is success; any other failure of find is the builtin's status, after
-// the marker and what find printed.
-func TestGlobEnumerateFindStatus(t *testing.T) {
-	for status, want := range map[int]int{1: 0, 2: 2, 126: 126} {
-		bin := t.TempDir()
-		find := "#!/bin/sh\nprintf '%s\\0./a\\0' " + glob.ReadyMarker + "; echo 'find: ./x: Permission denied' >&2; exit " + strconv.Itoa(status) + "\n"
-		if err := os.WriteFile(filepath.Join(bin, "find"), []byte(find), 0o755); err != nil {
+// A directory the user cannot read is named on stderr, as find names it,
+// and the walk goes on: status 0. A kill before the walk ends it with a
+// killed call's status and nothing listed.
+func TestGlobEnumerateUnreadableAndKilled(t *testing.T) {
+	// Not t.TempDir: nobody must be able to reach it.
+	root, err := os.MkdirTemp("", "oma-glob-unreadable-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	for _, d := range []string{"a/locked", "b"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(agenttest.AgentBinary(t), append([]string{"builtin", agentwire.BuiltinGlobEnumerate}, glob.EnumerationArgs(t.TempDir(), glob.NewToken("glob"), glob.Narrowing{})...)...)
-		cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
-		o := runOutcome(t, cmd, bin, nil)
-		if o.code != want || o.stdout != glob.ReadyMarker+"\x00./a\x00" {
-			t.Errorf("find exit %d: the builtin gave\n%v\nwant exit %d", status, o, want)
+	}
+	for _, f := range []string{"a/locked/hidden.txt", "b/seen.txt"} {
+		if err := os.WriteFile(filepath.Join(root, f), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
 		}
+	}
+	if err := os.Chmod(filepath.Join(root, "a/locked"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	args := glob.EnumerationArgs(root, glob.NewToken("glob"), glob.Narrowing{})
+	cmd := exec.Command(agenttest.AgentBinary(t), append([]string{"builtin", agentwire.BuiltinGlobEnumerate}, args...)...)
+	var cred *syscall.Credential
+	if os.Geteuid() == 0 {
+		cred = &syscall.Credential{Uid: 65534, Gid: 65534}
+	}
+	want := outcome{code: 0, stdout: glob.ReadyMarker + "\x00./b/seen.txt\x00", stderr: "find: './a/locked': Permission denied\n"}
+	if got := runOutcome(t, cmd, root, cred); got != want {
+		t.Errorf("the builtin gave\n%v\nwant\n%v", got, want)
+	}
+
+	killed := make(chan struct{})
+	close(killed)
+	var out, errb bytes.Buffer
+	code, err := runBuiltin(agentwire.BuiltinGlobEnumerate, args, strings.NewReader(""), &out, &errb, killed)
+	if err != nil || code != killedStatus || out.Len() != 0 {
+		t.Errorf("killed: status %d, %v, stdout %q", code, err, out.String())
 	}
 }

@@ -35,7 +35,7 @@ type Listing struct {
 const MaxListedRefusals = 100
 
 // ListingError says why a listing was refused as a whole: a guest that
-// prints something the listing script never would. It wraps ErrUnsafeOutput.
+// prints something the agent's listing never would. It wraps ErrUnsafeOutput.
 type ListingError struct {
 	Record int    // 0-based; -1 when the listing as a whole is refused
 	Path   string // the record's path as listed, if known
@@ -51,88 +51,12 @@ func (e *ListingError) Error() string {
 
 func (e *ListingError) Unwrap() error { return ErrUnsafeOutput }
 
-// listingScript lists every non-directory entry under the outputs root, in
-// byte order, without following symlinks (find -P). It classifies each the
-// way ParseListing does — an unsafe name, a type other than a regular file,
-// a hard link, a denied path, a limit — and hashes only the files that pass,
-// so an oversized or hostile tree costs no hashing. A directory the agent
-// made unreadable is listed as such instead of failing the walk. The output
-// is the number of unnamed refusals, then per entry
-// `path\0type\0links\0size\0sha256\0` with an empty sha256 for a refused
-// entry. A failing find, sort or sha256sum fails the listing rather than
-// shortening it.
-const listingScript = `set -u -o pipefail
-export LC_ALL=C
-root=$1 max_files=$2 max_file_bytes=$3 max_bytes=$4 max_refused=$5 ndeny=$6
-shift 6
-declare -A deny=()
-for ((k = 0; k < ndeny; k++)); do deny[$1]=1; shift; done
-allow=("$@")
-fail() { printf 'session output listing failed: %s\n' "$1" >&2; exit 1; }
-if [ -L "$root" ]; then fail "outputs root is a symlink"; fi
-if [ ! -e "$root" ]; then printf '0\0'; exit 0; fi
-cd -- "$root" || fail "cannot enter outputs root"
-mapfile -d '' entries < <(find -P . -mindepth 1 \
-  \( -type d \( ! -readable -o ! -executable \) -printf 'd 1 0 %P\0' -prune \) -o \
-  \( ! -type d -printf '%y %n %s %P\0' \) | sort -z -t ' ' -k 4)
-wait $! || fail "cannot enumerate outputs"
-denied() {
-  local p=$1 a rest seg
-  for a in "${allow[@]}"; do
-    if [[ $p == "$a" || $p == "$a"/* ]]; then return 1; fi
-  done
-  rest=$p
-  while :; do
-    seg=${rest%%/*}
-    seg=${seg,,}
-    if [[ $seg != *[!a-z0-9._-]* && -n ${deny[$seg]-} ]]; then return 0; fi
-    [[ $rest == */* ]] || return 1
-    rest=${rest#*/}
-  done
-}
-paths=() types=() links=() sizes=() sums=() batch=() slots=()
-files=0 bytes=0 named=0 unnamed=0
-for idx in "${!entries[@]}"; do
-  if (( files >= max_files && named >= max_refused )); then
-    unnamed=$((unnamed + ${#entries[@]} - idx))
-    break
-  fi
-  e=${entries[idx]}
-  y=${e%% *} e=${e#* }
-  n=${e%% *} e=${e#* }
-  s=${e%% *} p=${e#* }
-  ok=1
-  case $p in *[[:cntrl:]\\]*) ok=0 ;; esac
-  if (( ok && ${#p} > 4096 )); then ok=0; fi
-  if [[ $ok == 1 && ( $y != f || $n != 1 ) ]]; then ok=0; fi
-  if (( ok )) && denied "$p"; then ok=0; fi
-  if (( ok && (s > max_file_bytes || files >= max_files || s > max_bytes - bytes) )); then ok=0; fi
-  if (( ok )); then
-    files=$((files + 1)) bytes=$((bytes + s))
-    slots+=("${#paths[@]}") batch+=("$p")
-  elif (( named >= max_refused || ${#p} > 4096 )); then
-    unnamed=$((unnamed + 1))
-    continue
-  else
-    named=$((named + 1))
-  fi
-  paths+=("$p") types+=("$y") links+=("$n") sizes+=("$s") sums+=("")
-done
-if (( ${#batch[@]} > 0 )); then
-  mapfile -t lines < <(printf '%s\0' "${batch[@]}" | xargs -0 sha256sum --)
-  wait $! || fail "cannot hash outputs"
-  if (( ${#lines[@]} != ${#batch[@]} )); then fail "sha256sum output does not match the file list"; fi
-  for k in "${!batch[@]}"; do sums[slots[k]]=${lines[k]:0:64}; done
-fi
-printf '%s\0' "$unnamed"
-for i in "${!paths[@]}"; do
-  printf '%s\0%s\0%s\0%s\0%s\0' "${paths[i]}" "${types[i]}" "${links[i]}" "${sizes[i]}" "${sums[i]}"
-done
-`
-
-// ListingScript lists the entries under root for ParseListing under the same
-// policy. A missing root lists nothing.
-func ListingScript(root string, p Policy) (string, []string) {
+// ListingArgs are the arguments of the guest agent's outputs-list builtin
+// (agentwire.BuiltinOutputsList), which lists the entries under root for
+// ParseListing under the same policy: root, the three limits, how many
+// refusals to name, the number of denied names, the denied names, then the
+// allowed paths. A missing root lists nothing.
+func ListingArgs(root string, p Policy) []string {
 	l := p.Limits.normalized()
 	args := []string{
 		root,
@@ -143,16 +67,16 @@ func ListingScript(root string, p Policy) (string, []string) {
 		strconv.Itoa(len(deniedNames)),
 	}
 	args = append(args, deniedNames...)
-	return listingScript, append(args, p.Allow...)
+	return append(args, p.Allow...)
 }
 
-// ParseListing validates a listing produced by ListingScript and decides,
+// ParseListing validates a listing made with ListingArgs and decides,
 // entry by entry and in order, what to fetch: a regular file with one link,
 // a safe path (see SafeJoin), not denied by p, within p's limits and listed
 // with its sha256. Every other entry is refused with its reason. It refuses
 // the whole listing (a *ListingError) only when it is malformed: fields the
-// script never prints, entries out of byte order or repeated, a path listed
-// below another non-directory entry, more entries than the script names.
+// guest never prints, entries out of byte order or repeated, a path listed
+// below another non-directory entry, more entries than the guest may name.
 func ParseListing(data []byte, p Policy) (*Listing, error) {
 	l := p.Limits.normalized()
 	whole := func(reason string) error { return &ListingError{Record: -1, Reason: reason} }
@@ -244,7 +168,7 @@ func ParseListing(data []byte, p Policy) (*Listing, error) {
 	return out, nil
 }
 
-// typeReason names a non-regular entry by find's %y letter.
+// typeReason names a non-regular entry by its type letter (find's %y).
 func typeReason(y byte) string {
 	switch y {
 	case 'l':
@@ -269,7 +193,7 @@ func nextSlash(s string, after int) int {
 	return after + 1 + k
 }
 
-// parseSize accepts only what find prints: decimal digits, no sign, no
+// parseSize accepts only what the listing prints: decimal digits, no sign, no
 // leading zeros.
 func parseSize(s string) (int64, bool) {
 	if s == "" || len(s) > 19 || (s[0] == '0' && len(s) > 1) {

@@ -1,11 +1,8 @@
 // Package outputs collects the files an agent leaves in a session's outputs
-// directory. It builds the guest scripts that list and fetch them and parses
+// directory. It builds the arguments of the guest agent's listing and parses
 // what comes back; the guest is untrusted, so every listed path, size and
 // checksum is validated before it reaches the host, and every fetched file is
 // checked against its listing while it streams.
-//
-// Scripts are returned as (script, args) for `/bin/bash -c SCRIPT bash ARGS...`:
-// values travel as arguments and are never spliced into script text.
 package outputs
 
 import (

@@ -9,10 +9,8 @@ import (
 	"errors"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -116,22 +114,6 @@ func TestVerifier(t *testing.T) {
 	_, err = v.Write([]byte("hello"))
 	assert.EqualError(t, err, "disk full")
 	assert.EqualError(t, v.Finish(), "disk full")
-}
-
-// runBash runs a guest script locally the way the backends do.
-func runBash(t *testing.T, script string, args []string) (stdout, stderr []byte, code int) {
-	t.Helper()
-	cmd := exec.Command("/bin/bash", append([]string{"-c", script, "bash"}, args...)...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return out.Bytes(), errb.Bytes(), ee.ExitCode()
-	}
-	require.NoError(t, err)
-	return out.Bytes(), errb.Bytes(), 0
 }
 
 func writeFile(t *testing.T, path, content string) {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
 	"github.com/oma-sandbox/oma-sandbox/outputs"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
@@ -62,15 +63,6 @@ const (
 func fetchTimeout(bytes int64) time.Duration {
 	return fetchBaseTimeout + time.Duration(bytes/fetchBytesPerSec+1)*time.Second
 }
-
-// tarScript streams the NUL-separated relative paths on stdin as one tar
-// archive, without following symlinks: a file swapped for a link, a
-// directory or a hard link after the listing arrives as that kind of entry,
-// and the host refuses it.
-const tarScript = `set -eu
-cd -- "$1"
-exec tar -c --no-recursion --null -T - -f -
-`
 
 // tarOverhead bounds what tar adds per file (headers, pax records, padding).
 const tarOverhead = 8 << 10
@@ -127,12 +119,12 @@ func collectFiles(ctx context.Context, s session.Session, dest string, records [
 	return files, append(refused, notPlaced...), nil
 }
 
-// List runs the listing script and parses its records strictly.
+// List runs the guest agent's listing and parses its records strictly.
 func List(ctx context.Context, s session.Session, p outputs.Policy) (*outputs.Listing, error) {
-	script, args := outputs.ListingScript(s.Paths().Outputs, p)
 	ctx, cancel := context.WithTimeout(ctx, listTimeout)
 	defer cancel()
-	res, err := s.Shell(ctx, session.Command{Script: script, Args: args},
+	cmd := session.Command{Builtin: agentwire.BuiltinOutputsList, Args: outputs.ListingArgs(s.Paths().Outputs, p)}
+	res, err := s.Shell(ctx, cmd,
 		session.ShellOptions{MaxOutput: p.MaxListingBytes(), GuestTimeout: listTimeout})
 	if err != nil {
 		return nil, fmt.Errorf("list outputs: %w", err)
@@ -156,7 +148,8 @@ func guestText(b []byte) string {
 // whether the bytes were verified (when not, the sink discards them).
 type Sink func(outputs.Record) (w io.Writer, done func(ok bool) error, err error)
 
-// Fetch streams the listed files out of the guest in one tar archive and
+// Fetch streams the listed files out of the guest in one tar archive (the
+// guest agent's outputs-fetch, which follows no link) and
 // hands each, verified, to sink. The archive must hold the records in
 // order, each at most once and nothing else; a record that is missing,
 // arrives as something other than a regular file, or whose size or sha256
@@ -191,7 +184,8 @@ func Fetch(ctx context.Context, s session.Session, records []outputs.Record, sin
 		pr.CloseWithError(err) // unblocks the writer below if we stopped early
 		done <- outcome{files, refused, err}
 	}()
-	res, err := s.Shell(ctx, session.Command{Script: tarScript, Args: []string{s.Paths().Outputs}}, session.ShellOptions{
+	cmd := session.Command{Builtin: agentwire.BuiltinOutputsFetch, Args: []string{s.Paths().Outputs}}
+	res, err := s.Shell(ctx, cmd, session.ShellOptions{
 		Stdin:        &names,
 		Stdout:       func(p []byte) { _, _ = pw.Write(p) },
 		MaxOutput:    budget + tarOverhead,
@@ -205,10 +199,9 @@ func Fetch(ctx context.Context, s session.Session, records []outputs.Record, sin
 	if err != nil {
 		return nil, nil, fmt.Errorf("fetch outputs: %w", err)
 	}
-	// tar exits non-zero when a file vanished or changed while it was read;
-	// the archive, complete and checked entry by entry, already says which.
-	// A tar that fails with nothing to show for it fails the fetch.
-	if res.ExitCode != 0 && (len(got.refused) == 0 || len(got.files) == 0) {
+	// The archive, complete and checked entry by entry, says which files
+	// vanished or changed; a fetch that stopped short fails as a whole.
+	if res.ExitCode != 0 {
 		return nil, nil, fmt.Errorf("fetch outputs: guest exit %d: %s", res.ExitCode, guestText(res.Stderr))
 	}
 	return got.files, got.refused, nil

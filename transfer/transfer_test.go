@@ -30,25 +30,25 @@ import (
 type counted struct {
 	session.Session
 	n atomic.Int64
-	// rewrite, when set, replaces the stdout of Shell calls whose script
-	// contains the key: a guest that lies.
+	// rewrite, when set, replaces the stdout of Shell calls of the builtin
+	// it names: a guest that lies.
 	rewrite map[string]func([]byte) []byte
 	// before, when set, runs its value as a guest script before each Shell
-	// call whose script contains the key: a guest racing the host.
+	// call of the builtin it names: a guest racing the host.
 	before map[string]string
 }
 
 func (c *counted) Shell(ctx context.Context, cmd session.Command, o session.ShellOptions) (*session.Result, error) {
 	c.n.Add(1)
 	for key, script := range c.before {
-		if strings.Contains(cmd.Script, key) {
+		if cmd.Builtin == key {
 			if res, err := c.Session.Shell(ctx, session.Command{Script: script}, session.ShellOptions{}); err != nil || res.ExitCode != 0 {
 				return nil, fmt.Errorf("before %q: %v %+v", key, err, res)
 			}
 		}
 	}
 	for key, fn := range c.rewrite {
-		if strings.Contains(cmd.Script, key) {
+		if cmd.Builtin == key {
 			res, err := c.Session.Shell(ctx, cmd, session.ShellOptions{Stdin: o.Stdin, User: o.User, MaxOutput: o.MaxOutput})
 			if err != nil {
 				return res, err

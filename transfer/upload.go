@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
@@ -100,40 +101,6 @@ type Mount struct {
 	Content io.Reader
 }
 
-// uploadsScript extracts the tar on stdin below the uploads root as root.
-// Nothing there is the agent's: the root must be a real directory owned by
-// the extracting user and writable by no one else, so no link or directory
-// the agent planted can redirect a write (tar -x also never follows a link
-// it did not create itself, and keeps existing directories as they are).
-// Modes are set with find -P, which follows no link: directories 755,
-// files 444.
-const uploadsScript = `set -eu
-root=$1
-if [ -L "$root" ] || [ ! -d "$root" ]; then
-  echo "uploads root $root is not a directory" >&2; exit 1
-fi
-if [ "$(stat -c %u -- "$root")" != "$(id -u)" ] || [ -n "$(find -P "$root" -maxdepth 0 -perm /022)" ]; then
-  echo "uploads root $root is not owned by $(id -u) alone; refusing to extract there" >&2; exit 1
-fi
-tar -x --no-same-owner --no-same-permissions --no-overwrite-dir -C "$root" -f -
-find -P "$root" -mindepth 1 -type d -exec chmod 755 {} +
-find -P "$root" -type f -exec chmod 444 {} +
-`
-
-// skillsScript extracts the tar on stdin below the skills root as the
-// agent's own user (agentUser): the root lives in the agent's workspace,
-// where the agent may have planted links, so the files are written with no
-// more rights than the agent has. Directories 755, files 444, */scripts/*
-// 555.
-const skillsScript = `set -eu
-root=$1
-mkdir -p -- "$root"
-tar -x --no-same-owner --no-same-permissions --no-overwrite-dir -C "$root" -f -
-find -P "$root" -mindepth 1 -type d -exec chmod 755 {} +
-find -P "$root" -type f -exec chmod 444 {} +
-find -P "$root" -path '*/scripts/*' -type f -exec chmod 555 {} +
-`
-
 // agentUser owns the workspace on every backend (the msb session's prepare
 // step and the local backend make it so; the image runs agents as it). It
 // is named explicitly because a runtime whose default user is root must not
@@ -149,8 +116,13 @@ func Materialize(ctx context.Context, s session.Session, mounts []Mount) error {
 
 // Materialize verifies every mount's size and sha256 while spooling it to a
 // host temp file — before anything reaches the guest — then places them with
-// ONE guest command per kind (a tar stream on stdin): uploads as root below
-// a root that is root's alone, skills as the agent's user. Mounts whose
+// ONE guest command per kind, the guest agent's extract builtin reading a
+// tar stream on stdin: uploads as root below a root that is root's alone
+// (nothing there is the agent's, so nothing it made can redirect a write),
+// skills as the agent's user (the skills root lives in its workspace, where
+// it may have planted links, so they are written with no more rights than
+// it has). Nothing below the root is followed if it is a link;
+// directories get mode 755, files 444, */scripts/* skill files 555. Mounts whose
 // sizes add up past q's limits are refused with ErrTooLarge before any is
 // read.
 func (q *Quota) Materialize(ctx context.Context, s session.Session, mounts []Mount) error {
@@ -214,14 +186,14 @@ func (q *Quota) Materialize(ctx context.Context, s session.Session, mounts []Mou
 // place extracts one kind's files below root with one guest command.
 func place(ctx context.Context, s session.Session, k Kind, root string, files []spooled) error {
 	sort.Slice(files, func(i, j int) bool { return files[i].rel < files[j].rel })
-	script, user := uploadsScript, "0"
+	kind, user := "uploads", "0"
 	if k == Skill {
-		script, user = skillsScript, agentUser
+		kind, user = "skills", agentUser
 	}
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(writeTar(pw, files)) }()
 	defer pr.Close() // unblocks the writer if the guest stopped reading
-	res, err := s.Shell(ctx, session.Command{Script: script, Args: []string{root}},
+	res, err := s.Shell(ctx, session.Command{Builtin: agentwire.BuiltinExtract, Args: []string{kind, root}},
 		session.ShellOptions{Stdin: pr, User: user})
 	if err != nil {
 		return fmt.Errorf("materialize %d %s files: %w", len(files), k, err)

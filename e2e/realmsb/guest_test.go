@@ -4,8 +4,11 @@ package realmsb_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,6 +26,7 @@ import (
 	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/session/microvm"
 	"github.com/oma-sandbox/oma-sandbox/tools"
+	"github.com/oma-sandbox/oma-sandbox/transfer"
 )
 
 // target is the msb a scenario runs on: the real one, booting microVMs
@@ -279,4 +283,58 @@ func ownAgent(t *testing.T, tg target) {
 	s.DisableAgentChannel()
 	assert.Contains(t, toolCall(t, s, "ls", map[string]any{"path": "."}), "own.txt")
 	assert.Equal(t, 1, s.Served().Builtins["ls"], "%+v", s.Served())
+}
+
+// TestRealMSBGuestNeedsOnlyBashAndRg: once the image's coreutils,
+// findutils, tar, procps and util-linux are gone from a running sandbox,
+// every tool, an upload of files and skills and an output collection still
+// work, over the channel and by one exec each: of the image, oma-sandbox
+// runs only bash and rg. (fakemsb's guests see the host's own binaries,
+// which a test cannot take away, so this runs on the real VM only.)
+func TestRealMSBGuestNeedsOnlyBashAndRg(t *testing.T) {
+	tg := realTarget(t)
+	s := tg.create(t, "bashandrg")
+	ctx := context.Background()
+	// dpkg lists each package's programs; mv, itself among them, goes last.
+	res, err := s.Shell(ctx, session.Command{Script: `set -eu
+mkdir /root/gone
+progs=$(dpkg -L coreutils findutils tar procps util-linux | grep -E '^/(usr/)?s?bin/[^/]+$' | grep -v '/mv$' | sort -u)
+n=0
+for p in $progs; do [ -f "$p" ] && [ ! -L "$p" ] && files+=("$p") && n=$((n + 1)); done
+mv -t /root/gone -- "${files[@]}" "$(command -v mv)"
+for p in find tar chown chmod mktemp sha256sum sort xargs stat cat rm mkdir ln setsid mv; do
+  if command -v "$p" >/dev/null; then echo "still there: $p" >&2; exit 1; fi
+done
+echo "$n"`}, session.ShellOptions{User: "0"})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode, "%s", res.Stderr)
+	t.Logf("programs taken away: %s", strings.TrimSpace(string(res.Stdout)))
+
+	exercise := func(name string) {
+		toolCall(t, s, "write", map[string]any{"path": name, "content": "alpha\nbeta\n"})
+		toolCall(t, s, "edit", map[string]any{"path": name, "oldText": "beta", "newText": "gamma"})
+		assert.Contains(t, toolCall(t, s, "read", map[string]any{"path": name}), "gamma")
+		assert.Contains(t, toolCall(t, s, "ls", map[string]any{"path": "."}), name)
+		assert.Contains(t, toolCall(t, s, "glob", map[string]any{"pattern": "**/*.txt"}), name)
+		assert.Contains(t, toolCall(t, s, "grep", map[string]any{"pattern": "gamma", "path": "/workspace"}), name)
+		assert.Equal(t, "hi\n", toolCall(t, s, "bash", map[string]any{"command": "echo hi > " + s.Paths().Outputs + "/" + name + " && echo hi"}))
+		p := s.Paths()
+		require.NoError(t, transfer.Materialize(ctx, s, []transfer.Mount{
+			mountOf(transfer.Upload, p.Uploads+"/"+name, "upload"),
+			mountOf(transfer.Skill, p.Skills+"/demo/scripts/"+name, "#!/bin/bash\n"),
+		}))
+		res, err := transfer.Collect(ctx, s, t.TempDir(), transfer.CollectOptions{})
+		require.NoError(t, err)
+		assert.Contains(t, fmt.Sprint(res.Files), name)
+	}
+	exercise("channel.txt")
+	requireOnChannel(t, s)
+	s.DisableAgentChannel()
+	exercise("exec.txt")
+	assert.NotZero(t, s.Served().Exec)
+}
+
+func mountOf(kind transfer.Kind, path, content string) transfer.Mount {
+	sum := sha256.Sum256([]byte(content))
+	return transfer.Mount{Kind: kind, Path: path, Size: int64(len(content)), SHA256: hex.EncodeToString(sum[:]), Content: strings.NewReader(content)}
 }

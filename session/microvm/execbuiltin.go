@@ -19,11 +19,19 @@ func (s *Session) exec(ctx context.Context, cmd session.Command, opts session.Sh
 		s.served.exec("")
 		return s.execArgv(ctx, scriptArgv(cmd.Script, cmd.Args), opts)
 	}
+	res, err := s.execBuiltin(ctx, cmd, opts)
+	if !errors.Is(err, session.ErrNoAgent) {
+		s.served.exec(cmd.Builtin)
+	}
+	return res, err
+}
+
+// execBuiltin runs the agent's builtin cmd.Builtin by one msb exec.
+func (s *Session) execBuiltin(ctx context.Context, cmd session.Command, opts session.ShellOptions) (*session.Result, error) {
 	res, err := s.execArgv(ctx, append([]string{agentGuestPath, "builtin", cmd.Builtin}, cmd.Args...), opts)
 	if agentMissing(err) {
 		return nil, fmt.Errorf("%w: sandbox %s has none at %s (%w)", session.ErrNoAgent, s.names.Sandbox, agentGuestPath, err)
 	}
-	s.served.exec(cmd.Builtin)
 	return res, err
 }
 

@@ -12,8 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
 	"github.com/oma-sandbox/oma-sandbox/egress"
-	"github.com/oma-sandbox/oma-sandbox/grep"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
@@ -210,20 +210,6 @@ func createOptions(o Options, names session.Names) (msb.CreateOptions, error) {
 	return c, nil
 }
 
-// prepareScript sets the mount owners and modes (the image's agent user is
-// 65534: it owns the workspace and the outputs), then runs the ripgrep
-// preflight ($4, with its own arguments after it) in the workspace: one
-// guest round trip.
-const prepareScript = `set -eu
-chown 0:0 "$1" && chmod 755 "$1"
-chown 65534:65534 "$2" && chmod 700 "$2"
-chown 65534:65534 "$3"
-cd "$3"
-preflight=$4
-shift 4
-exec /bin/bash -c "$preflight" bash "$@"
-`
-
 // Create makes a sandbox with its workspace volume and prepares it: two msb
 // invocations (create with --mount-named, which makes the volume; one exec
 // that prepares the mounts and runs the ripgrep preflight). Any failure
@@ -321,10 +307,13 @@ func (s *Session) cleanupFailedCreate(ctx context.Context) error {
 	return err
 }
 
+// prepare sets the mount owners and modes (the image's agent user is
+// 65534: it owns the workspace and the outputs), then runs the ripgrep
+// preflight in the workspace: one guest round trip, the agent's prepare
+// builtin.
 func (s *Session) prepare(ctx context.Context) error {
-	preflight, preflightArgs := grep.PreflightScript()
-	args := append([]string{msbPaths.Uploads, msbPaths.Outputs, msbPaths.Workspace, preflight}, preflightArgs...)
-	res, err := s.execArgv(ctx, scriptArgv(prepareScript, args), session.ShellOptions{User: "0", GuestTimeout: s.opTimeout})
+	cmd := session.Command{Builtin: agentwire.BuiltinPrepare, Args: []string{msbPaths.Uploads, msbPaths.Outputs, msbPaths.Workspace}}
+	res, err := s.execBuiltin(ctx, cmd, session.ShellOptions{User: "0", GuestTimeout: s.opTimeout})
 	if err != nil {
 		return fmt.Errorf("prepare mounts and ripgrep preflight: %w", err)
 	}

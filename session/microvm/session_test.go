@@ -81,7 +81,8 @@ func TestCreateArgvAndBudget(t *testing.T) {
 		"--label", "open-managed-agents.session-id=sess/7",
 		"--label", "open-managed-agents.created-at=2026-11-29T12:00:00.000Z",
 	}, calls[0])
-	assert.Equal(t, []string{"exec", "--user", "0", "--timeout", "10s", "--workdir", "/workspace", names.Sandbox, "--", "/bin/bash", "-c"}, calls[1][:11])
+	assert.Equal(t, []string{"exec", "--user", "0", "--timeout", "10s", "--workdir", "/workspace", names.Sandbox, "--",
+		"/.oma-sandbox/agent", "builtin", "prepare", "/mnt/session/uploads", "/mnt/session/outputs", "/workspace"}, calls[1])
 	assert.Equal(t, []string{names.Sandbox}, env.Sandboxes(t))
 	assert.Equal(t, []string{names.Volume}, env.Volumes(t))
 
