@@ -302,6 +302,7 @@ progs=$(dpkg -L coreutils findutils tar procps util-linux | grep -E '^/(usr/)?s?
 n=0
 for p in $progs; do [ -f "$p" ] && [ ! -L "$p" ] && files+=("$p") && n=$((n + 1)); done
 mv -t /root/gone -- "${files[@]}" "$(command -v mv)"
+hash -r
 for p in find tar chown chmod mktemp sha256sum sort xargs stat cat rm mkdir ln setsid mv; do
   if command -v "$p" >/dev/null; then echo "still there: $p" >&2; exit 1; fi
 done
