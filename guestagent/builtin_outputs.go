@@ -91,7 +91,8 @@ type listedEntry struct {
 	typ   byte
 	links uint64
 	size  int64
-	sum   string
+	fetch bool   // passes the policy: to be hashed
+	sum   string // its sha256, once hashed
 }
 
 func (l *listing) fail(msg string) int {
@@ -105,14 +106,14 @@ func (l *listing) run(root string) int {
 	switch {
 	case errors.Is(err, unix.ENOENT):
 		_, err = io.WriteString(l.c.Stdout, "0\x00")
-		return l.written(err)
+		return sentStatus(err)
 	case err != nil && unix.Lstat(root, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK:
 		return l.fail("outputs root is a symlink")
 	case err != nil:
 		return l.fail("cannot enter outputs root: " + errText(err))
 	}
+	defer unix.Close(fd)
 	err = l.walk(fd, "", 1)
-	unix.Close(fd)
 	if l.c.ending() {
 		return killedExit
 	}
@@ -121,9 +122,7 @@ func (l *listing) run(root string) int {
 	}
 	slices.SortFunc(l.entries, func(a, b listedEntry) int { return strings.Compare(a.path, b.path) })
 	keep, unnamed := l.classify()
-	if err := l.hash(root, keep); err != nil {
-		return l.fail(err.Error())
-	}
+	l.hash(fd, keep)
 	if l.c.ending() {
 		return killedExit
 	}
@@ -132,10 +131,12 @@ func (l *listing) run(root string) int {
 	for _, e := range keep {
 		fmt.Fprintf(w, "%s\x00%c\x00%d\x00%d\x00%s\x00", e.path, e.typ, e.links, e.size, e.sum)
 	}
-	return l.written(w.Flush())
+	return sentStatus(w.Flush())
 }
 
-func (l *listing) written(err error) int {
+// sentStatus is a builtin's status once its output is written: a write
+// fails only when the call is ending.
+func sentStatus(err error) int {
 	if err != nil {
 		return killedExit
 	}
@@ -226,7 +227,7 @@ func (l *listing) classify() ([]listedEntry, int) {
 		case ok:
 			files++
 			total += e.size
-			e.sum = "-" // to be hashed
+			e.fetch = true
 		case named >= l.maxNamed || len(e.path) > maxPathBytes:
 			unnamed++
 			continue
@@ -280,20 +281,14 @@ func asciiLower(s string) string {
 // link and no further than its listed size and one byte (a file that grew
 // is caught by the fetch). One that can no longer be read as a regular file
 // is left without a sum, which the host refuses.
-func (l *listing) hash(root string, entries []listedEntry) error {
-	rootFD, err := openNoFollow(unix.AT_FDCWD, root, unix.O_RDONLY|unix.O_DIRECTORY)
-	if err != nil {
-		return fmt.Errorf("cannot enter outputs root: %s", errText(err))
-	}
-	defer unix.Close(rootFD)
+func (l *listing) hash(rootFD int, entries []listedEntry) {
 	for i := range entries {
 		e := &entries[i]
-		if e.sum == "" {
+		if !e.fetch {
 			continue
 		}
-		e.sum = ""
 		if l.c.ending() {
-			return nil
+			return
 		}
 		f, err := openBeneath(rootFD, e.path)
 		if err != nil {
@@ -306,7 +301,6 @@ func (l *listing) hash(root string, entries []listedEntry) error {
 			e.sum = hex.EncodeToString(h.Sum(nil))
 		}
 	}
-	return nil
 }
 
 // outputsFetch writes the files named on stdin (NUL-ended paths relative
