@@ -128,18 +128,9 @@ func (x *extraction) all(rootFD int) error {
 // what is missing and replacing what is not a directory, each passed
 // directory set to 755 (the root itself is left as it is).
 func (x *extraction) dirs(rootFD int, dir string) (int, error) {
-	fd, err := unix.Dup(rootFD)
-	if err != nil || dir == "" {
-		return fd, err
-	}
-	unix.CloseOnExec(fd)
-	for seg := range strings.SplitSeq(dir, "/") {
-		next, err := x.subdir(fd, seg)
-		unix.Close(fd)
-		if err != nil {
-			return -1, fmt.Errorf("cannot make directory %s below %s: %s", dir, x.root, errText(err))
-		}
-		fd = next
+	fd, err := walkBeneath(rootFD, dir, x.subdir)
+	if err != nil {
+		return -1, fmt.Errorf("cannot make directory %s below %s: %s", dir, x.root, errText(err))
 	}
 	return fd, nil
 }

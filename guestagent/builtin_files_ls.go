@@ -4,6 +4,7 @@ package guestagent
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"strings"
 	"unicode"
@@ -57,7 +58,7 @@ func (j *fileJob) ls(d string) int {
 		return status
 	}
 	defer unix.Close(fd)
-	names, err := readDirNames(fd, j.c.Killed)
+	entries, err := readDirEntries(fd, j.c.Killed)
 	if j.c.ending() {
 		return killedExit
 	}
@@ -67,7 +68,8 @@ func (j *fileJob) ls(d string) int {
 	}
 	prefix := strings.TrimSuffix(d, "/") + "/"
 	var out bytes.Buffer
-	for _, name := range names {
+	for _, e := range entries {
+		name := e.name
 		if j.c.ending() {
 			return killedExit
 		}
@@ -102,10 +104,17 @@ func (j *fileJob) ls(d string) int {
 	return status
 }
 
-// readDirNames reads every name in the directory fd but . and .., in the
-// order the file system gives them.
-func readDirNames(fd int, killed <-chan struct{}) ([]string, error) {
-	var names []string
+// dirEntry is one name of a directory with its type as getdents gave it
+// (DT_UNKNOWN when the filesystem does not say).
+type dirEntry struct {
+	name string
+	typ  uint8
+}
+
+// readDirEntries lists the directory fd's entries but "." and "..", in
+// its own order; nothing once killed closes.
+func readDirEntries(fd int, killed <-chan struct{}) ([]dirEntry, error) {
+	var entries []dirEntry
 	buf := make([]byte, 32<<10)
 	for {
 		select {
@@ -115,12 +124,26 @@ func readDirNames(fd int, killed <-chan struct{}) ([]string, error) {
 		}
 		n, err := retryEINTR(func() (int, error) { return unix.Getdents(fd, buf) })
 		if err != nil {
-			return nil, err
+			return entries, err
 		}
 		if n <= 0 {
-			return names, nil
+			return entries, nil
 		}
-		_, _, names = unix.ParseDirent(buf[:n], -1, names)
+		// struct linux_dirent64: ino (8), off (8), reclen (2), type (1), name.
+		for b := buf[:n]; len(b) >= 19; {
+			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
+			if reclen < 19 || reclen > len(b) {
+				return entries, unix.EINVAL
+			}
+			name := b[19:reclen]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			if s := string(name); binary.NativeEndian.Uint64(b[:8]) != 0 && s != "." && s != ".." {
+				entries = append(entries, dirEntry{name: s, typ: b[18]})
+			}
+			b = b[reclen:]
+		}
 	}
 }
 

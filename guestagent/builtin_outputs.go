@@ -147,11 +147,12 @@ func sentStatus(err error) int {
 // depth its number of components plus one. An entry that vanishes while it
 // is walked is left out, as if the walk had come a moment later.
 func (l *listing) walk(fd int, prefix string, depth int) error {
-	names, err := readDirNames(fd, l.c.Killed)
+	entries, err := readDirEntries(fd, l.c.Killed)
 	if err != nil {
 		return fmt.Errorf("%s: %s", strings.TrimSuffix(prefix, "/"), errText(err))
 	}
-	for _, name := range names {
+	for _, e := range entries {
+		name := e.name
 		if l.c.ending() {
 			return nil
 		}
@@ -474,13 +475,22 @@ func openNoFollow(dirFD int, name string, flags int) (int, error) {
 // ("" is rootFD itself, duplicated), one component at a time, following no
 // symbolic link.
 func openDirBeneath(rootFD int, dir string) (int, error) {
+	return walkBeneath(rootFD, dir, func(fd int, seg string) (int, error) {
+		return openNoFollow(fd, seg, unix.O_PATH|unix.O_DIRECTORY)
+	})
+}
+
+// walkBeneath opens the directory at the local path dir below rootFD ("" is
+// rootFD itself, duplicated) by step, which opens one component in its
+// parent's descriptor.
+func walkBeneath(rootFD int, dir string, step func(fd int, seg string) (int, error)) (int, error) {
 	fd, err := unix.Dup(rootFD)
 	if err != nil || dir == "" {
 		return fd, err
 	}
 	unix.CloseOnExec(fd)
 	for seg := range strings.SplitSeq(dir, "/") {
-		next, err := openNoFollow(fd, seg, unix.O_PATH|unix.O_DIRECTORY)
+		next, err := step(fd, seg)
 		unix.Close(fd)
 		if err != nil {
 			return -1, err

@@ -31,17 +31,16 @@ func prepare(c *builtinCall) int {
 	}
 	uploads, outputs, ws := c.userPath(c.Args[0]), c.userPath(c.Args[1]), c.userPath(c.Args[2])
 	for _, step := range []struct {
-		path     string
-		uid      int
-		mode     os.FileMode
-		keepMode bool
+		path string
+		uid  int
+		mode os.FileMode // 0: left as it is
 	}{
-		{uploads, 0, 0o755, false},
-		{outputs, agentUID, 0o700, false},
-		{ws, agentUID, 0, true},
+		{uploads, 0, 0o755},
+		{outputs, agentUID, 0o700},
+		{ws, agentUID, 0},
 	} {
 		err := os.Chown(step.path, step.uid, step.uid)
-		if err == nil && !step.keepMode {
+		if err == nil && step.mode != 0 {
 			err = os.Chmod(step.path, step.mode)
 		}
 		if err != nil {

@@ -4,8 +4,6 @@ package guestagent
 
 import (
 	"bufio"
-	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -105,7 +103,7 @@ func (w *globWalk) complain(path string, err error) {
 
 // dir lists the directory fd, whose path is path ("." for the root).
 func (w *globWalk) dir(fd int, path string) {
-	entries, err := readDirEntries(fd)
+	entries, err := readDirEntries(fd, w.c.Killed)
 	if err != nil {
 		w.complain(path, err)
 	}
@@ -135,9 +133,7 @@ func (w *globWalk) dir(fd int, path string) {
 			if w.skipGit && e.name == ".git" {
 				continue
 			}
-			sub, err := retryEINTR(func() (int, error) {
-				return unix.Openat(fd, e.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-			})
+			sub, err := openNoFollow(fd, e.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NONBLOCK)
 			switch {
 			case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP):
 				// gone or replaced while walked
@@ -176,44 +172,6 @@ func starMatch(pattern, s string) bool {
 		s = s[i+len(part):]
 	}
 	return len(s) >= len(last) && strings.HasSuffix(s, last)
-}
-
-// dirEntry is one name of a directory with its type as getdents gave it
-// (DT_UNKNOWN when the filesystem does not say).
-type dirEntry struct {
-	name string
-	typ  uint8
-}
-
-// readDirEntries lists the directory fd's entries but "." and "..", in
-// its own order.
-func readDirEntries(fd int) ([]dirEntry, error) {
-	var entries []dirEntry
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := retryEINTR(func() (int, error) { return unix.Getdents(fd, buf) })
-		if err != nil {
-			return entries, err
-		}
-		if n <= 0 {
-			return entries, nil
-		}
-		// struct linux_dirent64: ino (8), off (8), reclen (2), type (1), name.
-		for b := buf[:n]; len(b) >= 19; {
-			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
-			if reclen < 19 || reclen > len(b) {
-				return entries, unix.EINVAL
-			}
-			name := b[19:reclen]
-			if i := bytes.IndexByte(name, 0); i >= 0 {
-				name = name[:i]
-			}
-			if s := string(name); s != "." && s != ".." {
-				entries = append(entries, dirEntry{name: s, typ: b[18]})
-			}
-			b = b[reclen:]
-		}
-	}
 }
 
 // dirType is the getdents type of a stat mode.

@@ -5,6 +5,8 @@ package guestagent
 import (
 	"archive/tar"
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"io"
 	"os"
@@ -12,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -206,4 +210,21 @@ func TestExtractSkills(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, mode, fi.Mode(), rel)
 	}
+}
+
+// The listing hashes a file no further than its listed size and one byte:
+// a file that grew since it was listed costs no more, and its digest
+// (of the first size+1 bytes) no longer matches what a fetch sends.
+func TestListingHashesNoFurtherThanItsSize(t *testing.T) {
+	root := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(root, "f"), []byte("abcdef"), 0o644))
+	fd, err := openNoFollow(unix.AT_FDCWD, root, unix.O_RDONLY|unix.O_DIRECTORY)
+	require.NoError(t, err)
+	defer unix.Close(fd)
+	l := &listing{c: &builtinCall{Killed: make(chan struct{})}}
+	entries := []listedEntry{{path: "f", typ: 'f', links: 1, size: 2, fetch: true}, {path: "f", typ: 'f', links: 1, size: 2}}
+	l.hash(fd, entries)
+	sum := sha256.Sum256([]byte("abc"))
+	assert.Equal(t, hex.EncodeToString(sum[:]), entries[0].sum)
+	assert.Empty(t, entries[1].sum, "a refused entry is not hashed")
 }

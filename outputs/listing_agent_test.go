@@ -191,6 +191,7 @@ func TestAgentListingNamesABoundedNumberOfRefusals(t *testing.T) {
 		deep = next
 	}
 	require.NoError(t, deep.WriteFile("deep", []byte("deep"), 0o644))
+	require.NoError(t, deep.WriteFile("deeper", []byte("deeper"), 0o644))
 	deep.Close()
 	args := ListingArgs(root, Policy{})
 	stdout, stderr, code := runListing(t, args)
@@ -200,7 +201,7 @@ func TestAgentListingNamesABoundedNumberOfRefusals(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"z.txt"}, recordPaths(l), "a file after many refusals is still collected")
 	assert.Len(t, l.Refused, MaxListedRefusals)
-	assert.Equal(t, 51, l.Unlisted, "the other 50 links and the path longer than 4096 bytes")
+	assert.Equal(t, 51, l.Unlisted, "the other 50 links, and the directory too deep to walk (both its files' paths are longer than 4096 bytes)")
 }
 
 func TestAgentListingManyFiles(t *testing.T) {
