@@ -27,7 +27,9 @@ const (
 // fails and the fork is removed.
 const MaxForkCopyBytes = 16 << 30
 
-// Errors shared by every backend. Callers test them with errors.Is.
+// Errors shared by every backend. Callers test them with errors.Is. An
+// error of ErrHostTimeout or ErrAborted also matches the context's cause
+// (context.DeadlineExceeded, context.Canceled, or what the caller gave).
 var (
 	ErrClosed         = errors.New("session is closed")
 	ErrPoisoned       = errors.New("session is poisoned")

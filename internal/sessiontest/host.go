@@ -165,7 +165,7 @@ func (h *Host) Shell(ctx context.Context, cmd session.Command, opts session.Shel
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return nil, session.ErrGuestTimeout
 		}
-		return nil, session.ErrAborted
+		return nil, fmt.Errorf("%w: %w", session.ErrAborted, context.Cause(ctx))
 	case <-w.overflow():
 		stop(c, cmd.Builtin != "", done)
 		return nil, session.ErrOutputOverflow

@@ -243,11 +243,11 @@ func ctxError(ctx context.Context) error {
 	cause := context.Cause(ctx)
 	switch {
 	case errors.Is(cause, context.DeadlineExceeded):
-		return fmt.Errorf("command killed at the host deadline: %w", session.ErrHostTimeout)
+		return fmt.Errorf("command killed at the host deadline: %w: %w", session.ErrHostTimeout, cause)
 	case errors.Is(cause, session.ErrClosed), errors.Is(cause, session.ErrPoisoned):
 		return fmt.Errorf("command killed: %w", cause)
 	default:
-		return fmt.Errorf("command killed: %w", session.ErrAborted)
+		return fmt.Errorf("command killed: %w: %w", session.ErrAborted, cause)
 	}
 }
 
