@@ -62,6 +62,7 @@ var commands = []command{
 	{"run", "run a command in a fresh session and collect its outputs", runRun},
 	{"reap", "remove stale sessions (for cron)", runReap},
 	{"mcp", "serve a session's tools over MCP", runMCP},
+	{"version", "print this build's version, commit and toolchain", runVersion},
 }
 
 // Main runs the CLI with args (without the program name) and returns the
@@ -71,6 +72,9 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("oma-sandbox", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	c.globalFlags(fs)
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
+		args = append([]string{"version"}, args[1:]...) // the usual spelling
+	}
 	if err := fs.Parse(args); err != nil {
 		return c.exit(c.parseError(fs, mainUsage, err))
 	}
