@@ -48,6 +48,7 @@ func extract(c *builtinCall) int {
 			return 1
 		}
 		defer unix.Close(rootFD)
+		defer x.last.release()
 		if err := x.all(rootFD); err != nil {
 			if c.ending() {
 				return killedExit
@@ -63,6 +64,41 @@ type extraction struct {
 	c       *builtinCall
 	root    string // as given, for messages and the scripts rule
 	scripts bool   // skills: files below a scripts directory are executable
+	// last is the directory the last file went to: the archive lists a
+	// directory's files together, so its path is walked (and its modes
+	// set) once, not once per file. Nothing this extraction does can
+	// replace a directory it made, and what the agent's user does to one
+	// it holds gains it nothing: files are written with its rights.
+	last heldDir
+}
+
+// heldDir is an open directory and the path it was opened at.
+type heldDir struct {
+	path string
+	fd   int
+	held bool
+}
+
+// open returns the directory at path, by open unless it is the one held;
+// the one returned is held until the next open or release.
+func (d *heldDir) open(path string, open func() (int, error)) (int, error) {
+	if d.held && d.path == path {
+		return d.fd, nil
+	}
+	fd, err := open()
+	if err != nil {
+		return -1, err
+	}
+	d.release()
+	d.path, d.fd, d.held = path, fd, true
+	return fd, nil
+}
+
+func (d *heldDir) release() {
+	if d.held {
+		unix.Close(d.fd)
+		d.held = false
+	}
 }
 
 // openRoot opens the root to extract below, checking that an uploads root
@@ -170,11 +206,10 @@ func (x *extraction) dir(rootFD int, name string) error {
 // then renames it over name.
 func (x *extraction) file(rootFD int, name string, content io.Reader) error {
 	dir, base := splitDir(name)
-	dirFD, err := x.dirs(rootFD, dir)
+	dirFD, err := x.last.open(dir, func() (int, error) { return x.dirs(rootFD, dir) })
 	if err != nil {
 		return err
 	}
-	defer unix.Close(dirFD)
 	tmp := fmt.Sprintf(".oma-extract-%016x", rand.Uint64())
 	fd, err := unix.Openat(dirFD, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {

@@ -212,6 +212,29 @@ func TestExtractSkills(t *testing.T) {
 	}
 }
 
+// Files land in their own directories in whatever order the archive
+// names them, a directory's files together or not, each directory made
+// 755 once reached.
+func TestExtractInAnyOrder(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "skills")
+	files := [][2]string{{"a/1", "a1"}, {"b/1", "b1"}, {"a/2", "a2"}, {"top", "t"}, {"a/b/3", "ab3"}, {"a/4", "a4"}, {"b/c/d/5", "bcd5"}}
+	code, _, stderr := runHere(t, agentwire.BuiltinExtract, tarOf(t, files...), "skills", root)
+	require.Equal(t, 0, code, stderr)
+	for _, f := range files {
+		got, err := os.ReadFile(filepath.Join(root, f[0]))
+		require.NoError(t, err)
+		assert.Equal(t, f[1], string(got), f[0])
+	}
+	for _, d := range []string{"a", "b", "a/b", "b/c", "b/c/d"} {
+		fi, err := os.Lstat(filepath.Join(root, d))
+		require.NoError(t, err)
+		assert.Equal(t, os.ModeDir|0o755, fi.Mode(), d)
+	}
+	entries, err := os.ReadDir(filepath.Join(root, "a"))
+	require.NoError(t, err)
+	assert.Len(t, entries, 4, "a holds 1, 2, 4 and b, no temporary file")
+}
+
 // The listing hashes a file no further than its listed size and one byte:
 // a file that grew since it was listed costs no more, and its digest
 // (of the first size+1 bytes) no longer matches what a fetch sends.
