@@ -108,3 +108,36 @@ func callMCP(b *testing.B, cs *mcp.ClientSession, tool string, in map[string]any
 		b.Fatalf("%s: %+v", tool, res.Content)
 	}
 }
+
+// BenchmarkMCPSDK is what the MCP SDK alone adds to a tool call, side by
+// side in one run: a tool that does work through an MCP client and server
+// on pipes (ours) and the same work called directly ("direct"). Row
+// work=none returns at once; row work=true runs /bin/true, a handler that
+// waits on another process, as every tool here does.
+func BenchmarkMCPSDK(b *testing.B) {
+	for _, row := range []struct {
+		name string
+		work func()
+	}{
+		{"none", func() {}},
+		{"true", func() { check(b, exec.Command("/bin/true").Run()) }},
+	} {
+		b.Run("work="+row.name, func(b *testing.B) {
+			server := mcp.NewServer(&mcp.Implementation{Name: "bench", Version: "1"}, nil)
+			server.AddTool(&mcp.Tool{Name: "work", InputSchema: map[string]any{"type": "object"}},
+				func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+					row.work()
+					return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}, nil
+				})
+			cs := mcpPipeClient(b, server)
+			s := newSideBySide(b)
+			for b.Loop() {
+				s.round(
+					variant{"ours", func() { callMCP(b, cs, "work", map[string]any{}) }},
+					variant{"direct", row.work},
+				)
+			}
+			s.report()
+		})
+	}
+}
