@@ -113,7 +113,7 @@ func (l *listing) run(root string) int {
 		return l.fail("cannot enter outputs root: " + errText(err))
 	}
 	defer unix.Close(fd)
-	err = l.walk(fd, "", 1)
+	_, err = l.walk(fd, "", 1) // the root is never reopened (see descend)
 	if l.c.ending() {
 		return killedExit
 	}
@@ -144,17 +144,18 @@ func sentStatus(err error) int {
 }
 
 // walk adds the entries below the directory fd, whose path is prefix and
-// depth its number of components plus one. An entry that vanishes while it
-// is walked is left out, as if the walk had come a moment later.
-func (l *listing) walk(fd int, prefix string, depth int) error {
+// depth its number of components plus one, and returns the descriptor of
+// that directory it ends with (see descend). An entry that vanishes while
+// it is walked is left out, as if the walk had come a moment later.
+func (l *listing) walk(fd int, prefix string, depth int) (int, error) {
 	entries, err := readDirEntries(fd, l.c.Killed)
 	if err != nil {
-		return fmt.Errorf("%s: %s", strings.TrimSuffix(prefix, "/"), errText(err))
+		return fd, fmt.Errorf("%s: %s", strings.TrimSuffix(prefix, "/"), errText(err))
 	}
 	for _, e := range entries {
 		name := e.name
 		if l.c.ending() {
-			return nil
+			return fd, nil
 		}
 		path := prefix + name
 		var st unix.Stat_t
@@ -162,7 +163,7 @@ func (l *listing) walk(fd int, prefix string, depth int) error {
 			if errors.Is(err, unix.ENOENT) {
 				continue
 			}
-			return fmt.Errorf("%s: %s", path, errText(err))
+			return fd, fmt.Errorf("%s: %s", path, errText(err))
 		}
 		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 			l.entries = append(l.entries, listedEntry{path: path, typ: fileTypeLetter(st.Mode), links: uint64(st.Nlink), size: st.Size})
@@ -172,32 +173,43 @@ func (l *listing) walk(fd int, prefix string, depth int) error {
 			l.deep++
 			continue
 		}
-		if err := l.subdir(fd, name, path, depth); err != nil {
-			return err
+		if fd, err = l.subdir(fd, name, path, depth); err != nil {
+			return fd, err
 		}
 	}
-	return nil
+	return fd, nil
 }
 
 // subdir walks the directory name in fd, or lists it as one the user
-// cannot read or enter.
-func (l *listing) subdir(fd int, name, path string, depth int) error {
+// cannot read or enter, and returns fd's descriptor to go on with.
+func (l *listing) subdir(fd int, name, path string, depth int) (int, error) {
 	sub, err := openNoFollow(fd, name, unix.O_RDONLY|unix.O_DIRECTORY)
 	switch {
 	case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP):
-		return nil // replaced while walked
+		return fd, nil // replaced while walked
 	case errors.Is(err, unix.EACCES):
 		l.entries = append(l.entries, listedEntry{path: path, typ: 'd', links: 1})
-		return nil
+		return fd, nil
 	case err != nil:
-		return fmt.Errorf("%s: %s", path, errText(err))
+		return fd, fmt.Errorf("%s: %s", path, errText(err))
 	}
-	defer unix.Close(sub)
 	if !searchable(sub) {
+		unix.Close(sub)
 		l.entries = append(l.entries, listedEntry{path: path, typ: 'd', links: 1})
-		return nil
+		return fd, nil
 	}
-	return l.walk(sub, path+"/", depth+1)
+	var walkErr error
+	fd, err = descend(fd, sub, depth, func(sub int) int {
+		sub, walkErr = l.walk(sub, path+"/", depth+1)
+		return sub
+	})
+	if walkErr != nil {
+		return fd, walkErr
+	}
+	if err != nil {
+		return fd, fmt.Errorf("%s: %s", path, errText(err))
+	}
+	return fd, nil
 }
 
 // searchable reports whether the user may look names up in the directory
@@ -498,6 +510,51 @@ func walkBeneath(rootFD int, dir string, step func(fd int, seg string) (int, err
 		fd = next
 	}
 	return fd, nil
+}
+
+// heldLevels is how many directory levels a walk keeps open. Deeper, a
+// walk closes a directory before it enters a subdirectory and comes back
+// through "..", so a tree of any depth costs it no more descriptors than
+// this: a guest cannot make a walk fail at its open-file limit.
+var heldLevels = 64
+
+// errMoved is a directory moved while walked below heldLevels: ".." no
+// longer leads to the directory the walk left, so it cannot go on there.
+var errMoved = errors.New("moved while walked")
+
+// descend walks sub, a subdirectory opened in fd depth levels below the
+// walk's root, by walk, which returns the descriptor of sub it ends with
+// (-1 when it lost its place below, which it reports), and returns the
+// descriptor of fd's directory to go on with: fd itself, or below
+// heldLevels fd reopened from sub through "..", checked to be the
+// directory it left (else errMoved, and -1: the walk cannot go on here).
+func descend(fd, sub, depth int, walk func(sub int) int) (int, error) {
+	if depth < heldLevels {
+		if sub = walk(sub); sub >= 0 {
+			unix.Close(sub)
+		}
+		return fd, nil
+	}
+	var left unix.Stat_t
+	if err := unix.Fstat(fd, &left); err != nil {
+		unix.Close(sub)
+		return fd, err
+	}
+	unix.Close(fd)
+	if sub = walk(sub); sub < 0 {
+		return -1, errMoved
+	}
+	back, err := openNoFollow(sub, "..", unix.O_RDONLY|unix.O_DIRECTORY)
+	unix.Close(sub)
+	if err != nil {
+		return -1, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(back, &st); err != nil || st.Dev != left.Dev || st.Ino != left.Ino {
+		unix.Close(back)
+		return -1, errMoved
+	}
+	return back, nil
 }
 
 // openBeneath opens the regular file at the local path p below rootFD for

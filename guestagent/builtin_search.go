@@ -75,8 +75,7 @@ func globEnumerate(c *builtinCall) int {
 		if w.out.Flush() != nil {
 			return killedStatus
 		}
-		w.dir(fd, ".")
-		unix.Close(fd)
+		unix.Close(w.dir(fd, ".", 1)) // the root is never reopened (see descend)
 		if w.failed || w.out.Flush() != nil || c.ending() {
 			return killedStatus
 		}
@@ -101,15 +100,17 @@ func (w *globWalk) complain(path string, err error) {
 	fmt.Fprintf(w.c.Stderr, "find: %s: %s\n", quoter{}.quote(path), errText(err))
 }
 
-// dir lists the directory fd, whose path is path ("." for the root).
-func (w *globWalk) dir(fd int, path string) {
+// dir lists the directory fd, whose path is path ("." for the root) and
+// depth its number of components, and returns the descriptor of that
+// directory it ends with, or -1 when it lost its place (see descend).
+func (w *globWalk) dir(fd int, path string, depth int) int {
 	entries, err := readDirEntries(fd, w.c.Killed)
 	if err != nil {
 		w.complain(path, err)
 	}
 	for _, e := range entries {
 		if w.failed || w.c.ending() {
-			return
+			return fd
 		}
 		p := path + "/" + e.name
 		typ := e.typ
@@ -140,11 +141,14 @@ func (w *globWalk) dir(fd int, path string) {
 			case err != nil:
 				w.complain(p, err)
 			default:
-				w.dir(sub, p)
-				unix.Close(sub)
+				if fd, err = descend(fd, sub, depth, func(sub int) int { return w.dir(sub, p, depth+1) }); err != nil {
+					w.complain(path, err)
+					return -1
+				}
 			}
 		}
 	}
+	return fd
 }
 
 // matches applies the narrowings to a regular file's base name and path.
