@@ -520,14 +520,20 @@ var heldLevels = 64
 
 // errMoved is a directory moved while walked below heldLevels: ".." no
 // longer leads to the directory the walk left, so it cannot go on there.
-var errMoved = errors.New("moved while walked")
+// errLost is its echo in the directories above, up to one still held:
+// the walk lost its place below them, which was reported there.
+var (
+	errMoved = errors.New("moved while walked")
+	errLost  = errors.New("lost its place below")
+)
 
 // descend walks sub, a subdirectory opened in fd depth levels below the
 // walk's root, by walk, which returns the descriptor of sub it ends with
 // (-1 when it lost its place below, which it reports), and returns the
 // descriptor of fd's directory to go on with: fd itself, or below
 // heldLevels fd reopened from sub through "..", checked to be the
-// directory it left (else errMoved, and -1: the walk cannot go on here).
+// directory it left (else errMoved, or errLost when walk lost its place,
+// and -1: the walk cannot go on here).
 func descend(fd, sub, depth int, walk func(sub int) int) (int, error) {
 	if depth < heldLevels {
 		if sub = walk(sub); sub >= 0 {
@@ -542,7 +548,7 @@ func descend(fd, sub, depth int, walk func(sub int) int) (int, error) {
 	}
 	unix.Close(fd)
 	if sub = walk(sub); sub < 0 {
-		return -1, errMoved
+		return -1, errLost
 	}
 	back, err := openNoFollow(sub, "..", unix.O_RDONLY|unix.O_DIRECTORY)
 	unix.Close(sub)

@@ -142,7 +142,9 @@ func (w *globWalk) dir(fd int, path string, depth int) int {
 				w.complain(p, err)
 			default:
 				if fd, err = descend(fd, sub, depth, func(sub int) int { return w.dir(sub, p, depth+1) }); err != nil {
-					w.complain(path, err)
+					if !errors.Is(err, errLost) {
+						w.complain(path, err)
+					}
 					return -1
 				}
 			}

@@ -88,6 +88,14 @@ func TestDescendNoticesAMovedDirectory(t *testing.T) {
 	assert.ErrorIs(t, err, errMoved)
 	assert.Equal(t, -1, fd)
 
+	// A walk that lost its place below is not reported again above it.
+	fd, err = descend(open("a"), open("a"), heldLevels, func(sub int) int {
+		unix.Close(sub)
+		return -1
+	})
+	assert.ErrorIs(t, err, errLost)
+	assert.Equal(t, -1, fd)
+
 	// Above heldLevels the directory stays open: nothing to come back to.
 	a := open("a")
 	defer unix.Close(a)
