@@ -3,6 +3,7 @@ package local
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -390,9 +391,9 @@ func groupOf(dir string) string {
 var errNoFreezer = errors.New("the sandbox's groups have no freezer")
 
 // freeze freezes every process in the groups (or thaws them), waiting
-// until the kernel reports them all frozen or deadline passes; a freeze
-// that does not complete by then is undone.
-func (g *callGroups) freeze(frozen bool, deadline time.Time) error {
+// until the kernel reports them all frozen or ctx ends (its deadline, or a
+// cancel); a freeze that does not complete by then is undone.
+func (g *callGroups) freeze(ctx context.Context, frozen bool) error {
 	dir, ok := g.dirs["freezer"]
 	if !ok {
 		return errNoFreezer
@@ -419,13 +420,17 @@ func (g *callGroups) freeze(frozen bool, deadline time.Time) error {
 				return nil
 			}
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-ctx.Done():
 			if frozen {
 				_ = thaw(dir)
 			}
-			return fmt.Errorf("cgroup %s: not %s by the deadline", dir, want)
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return fmt.Errorf("cgroup %s: not %s by the deadline", dir, want)
+			}
+			return fmt.Errorf("cgroup %s: not %s: %w", dir, want, context.Cause(ctx))
+		case <-time.After(5 * time.Millisecond):
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

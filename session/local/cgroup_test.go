@@ -3,6 +3,7 @@
 package local
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -127,14 +128,29 @@ func TestCgroupFilesV2(t *testing.T) {
 	// events say so; a freeze the kernel does not finish is undone.
 	require.Equal(t, g.v2, g.dirs["freezer"])
 	require.NoError(t, os.WriteFile(filepath.Join(g.v2, "cgroup.events"), []byte("populated 1\nfrozen 1\n"), 0o644))
-	require.NoError(t, g.freeze(true, time.Now().Add(time.Second)))
+	within := func(d time.Duration) context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		t.Cleanup(cancel)
+		return ctx
+	}
+	require.NoError(t, g.freeze(within(time.Second), true))
 	require.Equal(t, "1", read(filepath.Join(g.v2, "cgroup.freeze")))
 	require.NoError(t, os.WriteFile(filepath.Join(g.v2, "cgroup.events"), []byte("populated 1\nfrozen 0\n"), 0o644))
-	require.NoError(t, g.freeze(false, time.Now().Add(time.Second)))
+	require.NoError(t, g.freeze(within(time.Second), false))
 	require.Equal(t, "0", read(filepath.Join(g.v2, "cgroup.freeze")))
-	err = g.freeze(true, time.Now().Add(50*time.Millisecond))
+	err = g.freeze(within(50*time.Millisecond), true)
 	require.ErrorContains(t, err, "not frozen 1 by the deadline")
 	require.Equal(t, "0", read(filepath.Join(g.v2, "cgroup.freeze")), "a freeze that did not finish is undone")
+
+	// A cancel ends the wait for a freeze the kernel does not finish at
+	// once, not the deadline, and undoes it too.
+	ctx, cancel := context.WithCancel(within(time.Minute))
+	time.AfterFunc(50*time.Millisecond, cancel)
+	start := time.Now()
+	err = g.freeze(ctx, true)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Less(t, time.Since(start), 30*time.Second, "the cancel ended the wait")
+	require.Equal(t, "0", read(filepath.Join(g.v2, "cgroup.freeze")), "a cancelled freeze is undone")
 }
 
 func TestCgroupRecordIsValidated(t *testing.T) {

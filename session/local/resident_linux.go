@@ -370,7 +370,7 @@ func freezeResident(ctx context.Context, root string, frozen bool, timeout time.
 	if r.Init.PID == 0 || r.Cgroup == "" || procOf(r.Init.PID) != r.Init {
 		return false, nil
 	}
-	err = groupsNamed(root, r.Cgroup, Limits{}).freeze(frozen, deadline)
+	err = groupsNamed(root, r.Cgroup, Limits{}).freeze(ctx, frozen)
 	if errors.Is(err, errNoFreezer) {
 		return false, nil
 	}
