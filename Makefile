@@ -57,7 +57,7 @@ test: check e2e-real
 # stand-in), a short pass of every fuzz target.
 check: deps vet agent
 	$(GO) test -race -count=1 -timeout 20m ./...
-	./scripts/fuzz-smoke.sh 3s
+	./scripts/fuzz-smoke.sh 20000x
 
 # The guest image sessions run on msb, built from Debian packages with
 # mmdebstrap and loaded into msb under microvm.DefaultImage (root needed).
@@ -73,7 +73,7 @@ e2e-real:
 	./scripts/real-vm.sh
 
 fuzz:
-	./scripts/fuzz-smoke.sh 30s
+	./scripts/fuzz-smoke.sh 200000x
 
 bench: deps agent build
 	./scripts/bench.sh
