@@ -198,7 +198,11 @@ func (s *supervision) adoptedBy(ps procTable) []int {
 		if before, held := s.adoptedBefore[pid]; !ok || p.start < s.start || (held && before == p.start) {
 			continue
 		}
-		if tag, tagged := ownerTag(pid); tagged {
+		tag, tagged := ownerTag(pid)
+		if tagged && tag == "" {
+			continue // no image to read yet: a later scan decides
+		}
+		if tagged {
 			// Another call's, ended or not: an earlier call's daemon
 			// may double-fork while this one runs.
 			if tag == s.args.id {
@@ -220,11 +224,29 @@ func (s *supervision) adoptedBy(ps procTable) []int {
 	return mine
 }
 
-// ownerTag reads a process's bashproto.OwnerEnv.
+// ownerTag reads a process's bashproto.OwnerEnv (see ownerIn).
 func ownerTag(pid int) (string, bool) {
-	env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	proc := "/proc/" + strconv.Itoa(pid)
+	env, err := os.ReadFile(proc + "/environ")
 	if err != nil {
 		return "", false
+	}
+	var args []byte
+	if len(env) == 0 {
+		args, _ = os.ReadFile(proc + "/cmdline")
+	}
+	return ownerIn(env, args)
+}
+
+// ownerIn finds the owner tag in a process's environment env; args, its
+// arguments, are read only when env is empty. A process with neither has
+// no image yet: it is between an exec's switch to its new memory and the
+// setting up of its arguments, an orphan's usual moment of adoption (or
+// it vanished meanwhile). Its owner is not known, which reads as tagged
+// with "" (no call's id): no call takes it now, a later scan decides.
+func ownerIn(env, args []byte) (string, bool) {
+	if len(env) == 0 && len(args) == 0 {
+		return "", true
 	}
 	for kv := range bytes.SplitSeq(env, []byte{0}) {
 		if v, ok := bytes.CutPrefix(kv, []byte(bashproto.OwnerEnv+"=")); ok {
