@@ -198,11 +198,7 @@ func (s *supervision) adoptedBy(ps procTable) []int {
 		if before, held := s.adoptedBefore[pid]; !ok || p.start < s.start || (held && before == p.start) {
 			continue
 		}
-		tag, tagged := ownerTag(pid)
-		if tagged && tag == "" {
-			continue // no image to read yet: a later scan decides
-		}
-		if tagged {
+		if tag, tagged := ownerTag(pid); tagged {
 			// Another call's, ended or not: an earlier call's daemon
 			// may double-fork while this one runs.
 			if tag == s.args.id {
@@ -224,30 +220,35 @@ func (s *supervision) adoptedBy(ps procTable) []int {
 	return mine
 }
 
-// ownerTag reads a process's bashproto.OwnerEnv (see ownerIn).
+// execWait bounds how long ownerTag waits for a process caught mid-exec
+// to have its new image.
+const execWait = 50 * time.Millisecond
+
+// ownerTag reads a process's bashproto.OwnerEnv. A process with neither
+// an environment nor arguments to read is between an exec's switch to its
+// new memory and the setting up of its arguments (an orphan's usual
+// moment of adoption, a background command's at its call's end): its
+// environment is read again once it has them, up to execWait, and only
+// then taken as it is.
 func ownerTag(pid int) (string, bool) {
 	proc := "/proc/" + strconv.Itoa(pid)
-	env, err := os.ReadFile(proc + "/environ")
-	if err != nil {
-		return "", false
+	for waited := time.Duration(0); ; waited += time.Millisecond {
+		env, err := os.ReadFile(proc + "/environ")
+		if err != nil {
+			return "", false
+		}
+		if len(env) > 0 || waited >= execWait {
+			return ownerIn(env)
+		}
+		if args, err := os.ReadFile(proc + "/cmdline"); err != nil || len(args) > 0 {
+			return ownerIn(env)
+		}
+		time.Sleep(time.Millisecond)
 	}
-	var args []byte
-	if len(env) == 0 {
-		args, _ = os.ReadFile(proc + "/cmdline")
-	}
-	return ownerIn(env, args)
 }
 
-// ownerIn finds the owner tag in a process's environment env; args, its
-// arguments, are read only when env is empty. A process with neither has
-// no image yet: it is between an exec's switch to its new memory and the
-// setting up of its arguments, an orphan's usual moment of adoption (or
-// it vanished meanwhile). Its owner is not known, which reads as tagged
-// with "" (no call's id): no call takes it now, a later scan decides.
-func ownerIn(env, args []byte) (string, bool) {
-	if len(env) == 0 && len(args) == 0 {
-		return "", true
-	}
+// ownerIn finds the owner tag in a process's environment env.
+func ownerIn(env []byte) (string, bool) {
 	for kv := range bytes.SplitSeq(env, []byte{0}) {
 		if v, ok := bytes.CutPrefix(kv, []byte(bashproto.OwnerEnv+"=")); ok {
 			return string(v), true
