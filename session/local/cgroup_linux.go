@@ -392,11 +392,19 @@ var errNoFreezer = errors.New("the sandbox's groups have no freezer")
 
 // freeze freezes every process in the groups (or thaws them), waiting
 // until the kernel reports them all frozen or ctx ends (its deadline, or a
-// cancel); a freeze that does not complete by then is undone.
+// cancel); a freeze that does not complete by then is undone. A thaw, once
+// asked, is waited for to ctx's deadline even when ctx is cancelled: a
+// Resume cancelled there must not leave its sandbox thawing while the
+// session is still marked paused.
 func (g *callGroups) freeze(ctx context.Context, frozen bool) error {
 	dir, ok := g.dirs["freezer"]
 	if !ok {
 		return errNoFreezer
+	}
+	if deadline, ok := ctx.Deadline(); ok && !frozen {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), deadline)
+		defer cancel()
 	}
 	file, value, state, want := "freezer.state", "THAWED", "freezer.state", "THAWED"
 	if dir == g.v2 {

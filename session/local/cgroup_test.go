@@ -151,6 +151,14 @@ func TestCgroupFilesV2(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	require.Less(t, time.Since(start), 30*time.Second, "the cancel ended the wait")
 	require.Equal(t, "0", read(filepath.Join(g.v2, "cgroup.freeze")), "a cancelled freeze is undone")
+
+	// A thaw is waited for to its deadline, cancelled or not.
+	require.NoError(t, os.WriteFile(filepath.Join(g.v2, "cgroup.events"), []byte("populated 1\nfrozen 1\n"), 0o644))
+	ctx, cancel = context.WithCancel(within(100 * time.Millisecond))
+	cancel()
+	err = g.freeze(ctx, false)
+	require.ErrorContains(t, err, "not frozen 0 by the deadline")
+	require.NotErrorIs(t, err, context.Canceled)
 }
 
 func TestCgroupRecordIsValidated(t *testing.T) {
