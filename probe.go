@@ -87,10 +87,15 @@ func localAgentCheck(goos, goarch string, root bool, bundled func(string) ([]byt
 	}
 	where := "a session's calls, from every process, run in its resident sandbox"
 	if !root {
-		where = "each call runs its builtin in a sandbox of its own (a resident sandbox per session needs host root)"
+		where += ", its commands in a pid namespace apart from the agent"
 	}
 	bin, ok := bundled(goarch)
 	if !ok {
+		if !root {
+			// Apart from its commands, the agent drops its capabilities
+			// on every thread, which a cgo build cannot.
+			where += " (where this program was built without cgo; else each call runs in a sandbox of its own)"
+		}
 		return okCheck(name, "not bundled for linux/"+goarch+" (built without make agent): this program serves as the agent; "+where)
 	}
 	return okCheck(name, fmt.Sprintf("bundled for linux/%s (%d KiB): %s", goarch, len(bin)>>10, where))

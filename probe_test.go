@@ -45,7 +45,8 @@ func TestLocalAgentCheck(t *testing.T) {
 		want    Check
 	}{
 		{"linux", true, elf, okCheck("guest agent", "bundled for linux/amd64 (4 KiB): a session's calls, from every process, run in its resident sandbox")},
-		{"linux", false, elf, okCheck("guest agent", "bundled for linux/amd64 (4 KiB): each call runs its builtin in a sandbox of its own (a resident sandbox per session needs host root)")},
+		{"linux", false, elf, okCheck("guest agent", "bundled for linux/amd64 (4 KiB): a session's calls, from every process, run in its resident sandbox, its commands in a pid namespace apart from the agent")},
+		{"linux", false, none, okCheck("guest agent", "not bundled for linux/amd64 (built without make agent): this program serves as the agent; a session's calls, from every process, run in its resident sandbox, its commands in a pid namespace apart from the agent (where this program was built without cgo; else each call runs in a sandbox of its own)")},
 		{"linux", true, none, okCheck("guest agent", "not bundled for linux/amd64 (built without make agent): this program serves as the agent; a session's calls, from every process, run in its resident sandbox")},
 		{"darwin", true, elf, failCheck("guest agent", "serves Linux only, and it runs every tool call: no local session runs on darwin")},
 	} {

@@ -151,7 +151,10 @@ func (p *preflight) rg(args ...string) rgRun {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	var out bytes.Buffer
 	cmd.Stdout = &out
-	err := cmd.Run()
+	err := spawn(cmd, cmd.Start)
+	if err == nil {
+		err = cmd.Wait()
+	}
 	p.last = rgRun{code: cmd.ProcessState.ExitCode(), out: out.Bytes()}
 	var exitErr *exec.ExitError
 	if err != nil && !errors.As(err, &exitErr) {

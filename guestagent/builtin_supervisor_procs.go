@@ -448,12 +448,24 @@ func leaveSubreaper() {
 
 // taskChildren is the file listing a thread's children; a variable so
 // that the tests can take it away, as a kernel without PROC_CHILDREN does.
-var taskChildren = func(task string) string { return "/proc/self/task/" + task + "/children" }
+var taskChildren = func(pid int, task string) string {
+	return "/proc/" + strconv.Itoa(pid) + "/task/" + task + "/children"
+}
 
-// children lists the agent's children, zombies included. Without the
-// kernel's children lists (CONFIG_PROC_CHILDREN) it scans /proc for them.
+// children lists the agent's children, zombies included, and, when
+// commands have a pid namespace of their own, the orphans its init
+// adopted, which are the agent's as much. Without the kernel's children
+// lists (CONFIG_PROC_CHILDREN) it scans /proc for them.
 func children() []int {
-	d, err := os.Open("/proc/self/task")
+	pids := childrenOf(os.Getpid())
+	if commandsNS != nil {
+		pids = append(pids, childrenOf(commandsNS.init.Process.Pid)...)
+	}
+	return pids
+}
+
+func childrenOf(parent int) []int {
+	d, err := os.Open("/proc/" + strconv.Itoa(parent) + "/task")
 	if err != nil {
 		return nil
 	}
@@ -461,9 +473,9 @@ func children() []int {
 	tasks, _ := d.Readdirnames(-1)
 	var pids []int
 	for _, t := range tasks {
-		b, err := readProc(taskChildren(t))
-		if errors.Is(err, fs.ErrNotExist) && t == strconv.Itoa(os.Getpid()) {
-			return childrenByScan()
+		b, err := readProc(taskChildren(parent, t))
+		if errors.Is(err, fs.ErrNotExist) && t == strconv.Itoa(parent) {
+			return childrenByScan(parent)
 		}
 		if err != nil {
 			continue
@@ -477,16 +489,15 @@ func children() []int {
 	return pids
 }
 
-// childrenByScan lists the processes whose parent is the agent, zombies
+// childrenByScan lists the processes whose parent is parent, zombies
 // included, from every process's stat.
-func childrenByScan() []int {
+func childrenByScan(parent int) []int {
 	d, err := os.Open("/proc")
 	if err != nil {
 		return nil
 	}
 	defer d.Close()
 	names, _ := d.Readdirnames(-1)
-	self := os.Getpid()
 	var pids []int
 	for _, name := range names {
 		pid, err := strconv.Atoi(name)
@@ -501,7 +512,7 @@ func childrenByScan() []int {
 		if i < 0 {
 			continue
 		}
-		if f := strings.Fields(string(b[i+1:])); len(f) > 1 && f[1] == strconv.Itoa(self) {
+		if f := strings.Fields(string(b[i+1:])); len(f) > 1 && f[1] == strconv.Itoa(parent) {
 			pids = append(pids, pid)
 		}
 	}

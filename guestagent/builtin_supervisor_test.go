@@ -332,7 +332,7 @@ func TestReapAdoptedLeavesOsExecChildren(t *testing.T) {
 	t.Run("children lists", testReapAdopted)
 	t.Run("no children lists", func(t *testing.T) {
 		lists := taskChildren
-		taskChildren = func(string) string { return "/proc/self/task/no-such-file" }
+		taskChildren = func(int, string) string { return "/proc/self/task/no-such-file" }
 		defer func() { taskChildren = lists }()
 		testReapAdopted(t)
 	})

@@ -116,6 +116,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	defaultIgnoredSignals()
 	if len(args) == 0 || args[0] != "serve" {
 		switch {
+		case len(args) == 1 && args[0] == commandsInitArg:
+			return commandsInit(stderr)
 		case len(args) == 1 && args[0] == "version":
 			fmt.Fprintf(stdout, "oma-guest-agent protocol %d\n", agentwire.Version)
 			return 0
@@ -153,6 +155,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	listenFD := fs.Int("listen-fd", 0, "serve each connection accepted on this listening unix socket as a channel, not stdin and stdout, until killed")
 	relay := fs.String("egress-relay", "", "ADDR=SOCKET: listen on the TCP address ADDR and relay each connection to the unix socket SOCKET (a session's egress proxy)")
 	commandsFD := fs.Int("commands-cgroup-fd", 0, "a cgroup's cgroup.procs, open for writing: every call's command starts in that group (a session's process limit)")
+	pidns := fs.Bool("commands-pidns", false, "start every command in a pid and mount namespace of their own, out of which the agent cannot be named; needs CAP_SYS_ADMIN and CAP_SYS_CHROOT, which it then drops")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -161,7 +164,17 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *userns != "" {
+		if *pidns {
+			fmt.Fprintln(stderr, "oma-guest-agent: --userns and --commands-pidns are two ways to keep out of the commands' reach: give one")
+			return 2
+		}
 		return serveInUserNS(*userns, *user, *workdir, *seccompFD, *listenFD, *commandsFD, *relay, stderr)
+	}
+	if *pidns {
+		if err := outOfCommandsReach(); err != nil {
+			fmt.Fprintf(stderr, "oma-guest-agent: --commands-pidns: %v\n", err)
+			return 1
+		}
 	}
 	if *seccompFD != 0 {
 		if err := LoadSeccomp(*seccompFD); err != nil {

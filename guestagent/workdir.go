@@ -27,8 +27,12 @@ var startMu sync.Mutex
 // user, from there); the agent's own directory is restored before another
 // start can run. prepare, when set, runs in dir just before the start.
 // dir not a directory the agent can enter gives errWorkdir and starts
-// nothing.
+// nothing. It runs where commands start (spawn).
 func startIn(cmd *exec.Cmd, dir string, prepare func()) error {
+	return spawn(cmd, func() error { return startHere(cmd, dir, prepare) })
+}
+
+func startHere(cmd *exec.Cmd, dir string, prepare func()) error {
 	startMu.Lock()
 	defer startMu.Unlock()
 	home, err := unix.Open(".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)

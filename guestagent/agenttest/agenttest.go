@@ -21,12 +21,20 @@ var (
 	out   []byte
 )
 
+// AgentEnv names an agent already built, which AgentBinary then returns:
+// a test process run as another user (testutil.RunUnprivileged), which
+// could not build one, is given its parent's.
+const AgentEnv = "OMA_TEST_AGENT"
+
 // AgentBinary builds cmd/oma-guest-agent for linux and this GOARCH, once
 // per test process, and returns its path. It fails t when the build does.
 // Call Cleanup when the tests are done (Main or MainNoLeaks as TestMain
 // do it).
 func AgentBinary(t testing.TB) string {
 	t.Helper()
+	if built := os.Getenv(AgentEnv); built != "" {
+		return built
+	}
 	once.Do(func() {
 		if dir, built = os.MkdirTemp("", "oma-guest-agent-"); built != nil {
 			return

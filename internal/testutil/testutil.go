@@ -96,7 +96,7 @@ func SwapRacer(dirs []string) (stop func()) {
 // pattern again as uid 65534 (through setpriv), with HOME and TMPDIR a
 // directory of its own, and fails unless they pass. It skips when the
 // process is not root or setpriv is missing.
-func RunUnprivileged(t *testing.T, pattern string) {
+func RunUnprivileged(t *testing.T, pattern string, env ...string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("already unprivileged, or cannot become so")
@@ -119,11 +119,11 @@ func RunUnprivileged(t *testing.T, pattern string) {
 	if err := errors.Join(os.Chmod(dir, 0o755), os.Mkdir(home, 0o700), os.Chown(home, 65534, 65534)); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--",
 		bin, "-test.run", pattern, "-test.count=1")
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "TMPDIR=" + home}
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "TMPDIR=" + home}, env...)
 	cmd.Dir = home
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "PASS") {

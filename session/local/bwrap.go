@@ -50,10 +50,10 @@ type bwrapSpec struct {
 	// CAP_FOWNER when Privileged, else uid 0 of the user namespace.
 	Root bool
 	// Resident is a session's long-lived sandbox (see resident.go), which
-	// outlives the process that starts it: its
-	// command, the guest agent, keeps only what it needs to start itself
-	// again in a user namespace of its own (oma-guest-agent serve
-	// --userns).
+	// outlives the process that starts it: its command, the guest agent,
+	// keeps only what it needs to start itself again in a user namespace
+	// of its own (oma-guest-agent serve --userns) when Privileged, else
+	// to start its commands' namespaces (serve --commands-pidns).
 	Resident bool
 	System   []hostEntry // /bin, /lib, ... (or all of / in danger mode)
 	// SeccompFD is the descriptor bwrap reads the seccomp filter from; 0
@@ -124,6 +124,15 @@ func (s bwrapSpec) args() []string {
 			uid = "0"
 		}
 		a = append(a, "--unshare-user", "--disable-userns", "--uid", uid, "--gid", uid)
+		if s.Resident {
+			// What the agent needs to give the commands namespaces of
+			// their own (serve --commands-pidns), in the sandbox's user
+			// namespace only; it drops them before it serves.
+			a = append(a, "--cap-drop", "ALL")
+			for _, c := range residentUnprivilegedCaps {
+				a = append(a, "--cap-add", c)
+			}
+		}
 	case s.Resident:
 		a = append(a, "--cap-drop", "ALL")
 		for _, c := range residentCaps {

@@ -437,10 +437,12 @@ const residentHostUID = 2147418112
 // agent's user namespace maps.
 var residentCaps = []string{"CAP_SETUID", "CAP_SETGID"}
 
-var _ residentStarter = (*linuxPlatform)(nil)
+// residentUnprivilegedCaps are what the agent keeps, in the sandbox's
+// user namespace, to start its commands' pid and mount namespaces and
+// enter them.
+var residentUnprivilegedCaps = []string{"CAP_SYS_ADMIN", "CAP_SYS_CHROOT"}
 
-// residentPossible: only host root can map the agent's user namespace.
-func (p *linuxPlatform) residentPossible() bool { return p.privileged }
+var _ residentStarter = (*linuxPlatform)(nil)
 
 // startResident starts a session's resident sandbox: bwrap over the
 // session's directories, as for one call, running `agent serve` in a
@@ -451,22 +453,29 @@ func (p *linuxPlatform) residentPossible() bool { return p.privileged }
 // ended through the procs returned, by any process. The seccomp filter of
 // every call is the agent's, which it installs before it accepts a
 // connection (the first process, which only waits for it, needs the user
-// namespace the filter refuses). Only host root can map the user
-// namespace: elsewhere calls run in sandboxes of their own. The
-// session's memory and CPU limits are groups of the sandbox's own, which
-// bwrap enters before it executes, as a call's sandbox does.
+// namespace the filter refuses). Only host root can map that user
+// namespace; where oma-sandbox is another user, bwrap's user namespace
+// maps that user to the guest's uid, the agent runs as it, and its
+// commands run in a pid namespace of their own instead (serve
+// --commands-pidns). The session's memory and CPU limits are groups of
+// the sandbox's own, which bwrap enters before it executes, as a call's
+// sandbox does.
 func (p *linuxPlatform) startResident(c call, ln, stderr *os.File) (procs residentProcs, err error) {
-	if taken, err := uidTaken(residentHostUID); err != nil || taken {
-		return procs, fmt.Errorf("uid %d is a host account's (or /etc/passwd is unreadable: %v)", residentHostUID, err)
-	}
 	guest := strconv.Itoa(guestUID)
+	apart := []string{"--commands-pidns"}
+	if p.privileged {
+		if taken, err := uidTaken(residentHostUID); err != nil || taken {
+			return procs, fmt.Errorf("uid %d is a host account's (or /etc/passwd is unreadable: %v)", residentHostUID, err)
+		}
+		apart = []string{"--userns=" + strconv.Itoa(residentHostUID) + ":" + guest, "--default-user", guest}
+	}
 	spec := bwrapSpec{
 		Mode: c.policy.Mode, Network: c.policy.Network,
 		Workspace: c.dirs.Workspace, Uploads: c.dirs.Uploads, Outputs: c.dirs.Outputs,
-		Workdir: guestWorkspace, Env: c.env, Privileged: true, Resident: true,
+		Workdir: guestWorkspace, Env: c.env, Privileged: p.privileged, Resident: true,
 		System: p.system, Agent: c.agent,
-		Command: []string{agentGuestPath, "serve", "--userns=" + strconv.Itoa(residentHostUID) + ":" + guest,
-			"--default-user", guest, "--default-workdir", guestWorkspace, "--seccomp-fd=3", "--listen-fd=4"},
+		Command: append(append([]string{agentGuestPath, "serve"}, apart...),
+			"--default-workdir", guestWorkspace, "--seccomp-fd=3", "--listen-fd=4"),
 	}
 	if c.policy.Mode == ModeDangerFullAccess {
 		spec.System = dangerEntries()

@@ -28,7 +28,9 @@ import (
 // Calls a resident sandbox cannot run as a sandbox of their own would
 // still run one each: root's (uploads and skills), those of a session
 // made to (SandboxPerCall), and every call on a host where it cannot
-// start.
+// start. How the agent keeps out of its commands' reach depends on who
+// runs oma-sandbox (startResident): as root, it is another host uid; as
+// any other user, it is outside their pid namespace.
 
 const (
 	// residentHelloTimeout bounds the wait for the agent's first frame.
@@ -43,8 +45,6 @@ const (
 
 // residentStarter is a platform that can start a resident sandbox.
 type residentStarter interface {
-	// residentPossible tells whether this host can start one.
-	residentPossible() bool
 	// startResident starts the sandbox, its agent serving each connection
 	// ln accepts, its stderr to stderr, under the session's memory and
 	// CPU limits; the sandbox outlives this process and ends by the procs
@@ -97,8 +97,8 @@ type residency struct {
 
 // residentFor reports whether call c can run in the resident sandbox.
 func (s *Session) residentFor(c call) bool {
-	rs, ok := s.plat.(residentStarter)
-	return ok && rs.residentPossible() && !c.root
+	_, ok := s.plat.(residentStarter)
+	return ok && !c.root
 }
 
 // mayBeResident reports whether calls of this session may run in a

@@ -2,6 +2,7 @@ package local
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -32,9 +33,6 @@ import (
 // sandbox, or skips where the host cannot start one.
 func newResidentSession(t *testing.T, o Options) *Session {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("a resident sandbox needs host root to map its agent's user namespace")
-	}
 	o.AgentFile = agenttest.AgentBinary(t)
 	s := newTestSession(t, o)
 	if s.caps.Backend == "" {
@@ -58,13 +56,32 @@ func agentsOf(s *Session) []string {
 		}
 	}
 	var out []string
-	for _, p := range procsWith("oma-guest-agent\x00serve\x00") {
-		pid, _, _ := strings.Cut(p, ":")
-		if l, err := os.Readlink("/proc/" + pid + "/ns/pid"); err == nil && ns[l] {
+	// As root, the agent its starter runs again in a user namespace;
+	// elsewhere, the agent bwrap started.
+	serving := append(procsWith("oma-guest-agent\x00serve\x00"), procsWith(agentGuestPath+"\x00serve\x00--commands-pidns\x00")...)
+	for _, p := range serving {
+		pid, cmdline, _ := strings.Cut(p, ": ")
+		if (strings.HasPrefix(cmdline, "oma-guest-agent serve ") || strings.HasPrefix(cmdline, agentGuestPath+" serve ")) && ns[pidNamespace(pid)] {
 			out = append(out, p)
 		}
 	}
 	return out
+}
+
+// pidNamespace names pid's pid namespace; that of its parent, the same,
+// when pid is an agent that no other process may inspect.
+func pidNamespace(pid string) string {
+	if l, err := os.Readlink("/proc/" + pid + "/ns/pid"); err == nil {
+		return l
+	}
+	stat, err := os.ReadFile("/proc/" + pid + "/stat")
+	if i := bytes.LastIndexByte(stat, ')'); err == nil && i > 0 {
+		if f := strings.Fields(string(stat[i+1:])); len(f) > 1 {
+			l, _ := os.Readlink("/proc/" + f[1] + "/ns/pid")
+			return l
+		}
+	}
+	return ""
 }
 
 func rsh(t *testing.T, s *Session, script string) string {
@@ -116,6 +133,10 @@ func TestResidentAgentOutOfReach(t *testing.T) {
 
 func residentAgentOutOfReach(t *testing.T, pol Policy) {
 	s := newResidentSession(t, Options{WorkspaceID: "ws", SessionID: "reach", Policy: pol})
+	if os.Geteuid() != 0 {
+		residentAgentOutOfReachUnprivileged(t, s, pol)
+		return
+	}
 	out := rsh(t, s, `for p in /proc/[0-9]*; do
   case "$(tr '\0' ' ' < $p/cmdline 2>/dev/null)" in "/.oma-sandbox/agent serve "*|"oma-guest-agent serve "*) echo "${p#/proc/}";; esac
 done`)
@@ -146,6 +167,43 @@ echo done`
 	// is not in the sandbox, or (danger-full-access) not open to it.
 	require.FileExists(t, filepath.Join(s.dirs.Root, residentSocket))
 	assert.Equal(t, "hidden\n", rsh(t, s, `[ -e '`+filepath.Join(s.dirs.Root, residentSocket)+`' ] && echo visible || echo hidden`))
+}
+
+// Where oma-sandbox is not root, the agent is the commands' uid, but no
+// command can name it: the commands' pid namespace holds only them and
+// its init, which shrugs off every signal and cannot be read or traced.
+// The agent holds no capability.
+func residentAgentOutOfReachUnprivileged(t *testing.T, s *Session, pol Policy) {
+	out := rsh(t, s, `for p in /proc/[0-9]*; do
+  [ "$p" = /proc/$$ ] || [ "$p" = /proc/self ] || echo "${p#/proc/} $(tr '\0' ' ' < $p/cmdline 2>/dev/null)"
+done`)
+	assert.Equal(t, "1 oma-guest-agent commands-init \n", out, "the processes a command can name, but its own")
+	agents := agentsOf(s)
+	require.Len(t, agents, 1)
+	pid, _, _ := strings.Cut(agents[0], ":")
+	probe := `for sig in STOP TERM INT HUP USR1 SEGV KILL; do kill -$sig 1; done
+sleep 0.1
+grep '^State:' /proc/1/status
+cat /proc/1/environ >/dev/null 2>&1 && echo environ
+ls /proc/1/fd >/dev/null 2>&1 && echo fds
+cat /proc/1/mem >/dev/null 2>&1 && echo mem
+readlink /proc/1/exe >/dev/null 2>&1 && echo exe
+kill -0 ` + pid + ` 2>/dev/null && [ "$(tr '\0' ' ' < /proc/` + pid + `/cmdline)" = "` + strings.TrimSpace(strings.SplitN(agents[0], ": ", 2)[1]) + `" ] && echo "named the agent"
+grep -E '^(Seccomp|CapEff|NoNewPrivs):' /proc/self/status
+echo done`
+	assert.Equal(t, "State:\tS (sleeping)\nSeccomp:\t2\nNoNewPrivs:\t1\nCapEff:\t0000000000000000\ndone\n", sortStatus(rsh(t, s, probe)))
+	status, err := os.ReadFile("/proc/" + pid + "/status")
+	require.NoError(t, err)
+	for _, want := range []string{"\nUid:\t" + strconv.Itoa(os.Geteuid()) + "\t", "\nCapEff:\t0000000000000000\n", "\nCapPrm:\t0000000000000000\n", "\nCapAmb:\t0000000000000000\n", "\nNoNewPrivs:\t1\n", "\nSeccomp:\t2\n"} {
+		assert.Contains(t, string(status), want, "the agent's status")
+	}
+	assert.Equal(t, "ok\n", rsh(t, s, `echo ok`), "the agent still serves")
+	// Under danger-full-access the guest is the host user with the host's
+	// files, the session's socket among them: it gives nothing more.
+	if pol.Mode != ModeDangerFullAccess {
+		require.FileExists(t, filepath.Join(s.dirs.Root, residentSocket))
+		assert.Equal(t, "hidden\n", rsh(t, s, `[ -e '`+filepath.Join(s.dirs.Root, residentSocket)+`' ] && echo visible || echo hidden`))
+	}
 }
 
 // sortStatus puts the /proc status lines the probe printed in a fixed
@@ -447,7 +505,10 @@ func TestResidentStartWaitersKeepTheirDeadlines(t *testing.T) {
 // sandbox and in a sandbox per call alike.
 func TestAProgramWithoutTheBundledAgentServesAsItsOwn(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("a resident sandbox needs host root to map its agent's user namespace")
+		// Then the agent drops its capabilities on every thread
+		// (guestagent's dropCapabilities), which a program built with cgo,
+		// as this test is, cannot: its calls run a sandbox each.
+		t.Skip("a program built with cgo serves as its own resident agent only as root")
 	}
 	bundled = func(string) ([]byte, bool) { return nil, false }
 	t.Cleanup(func() { bundled = bundle.Binary })

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oma-sandbox/oma-sandbox/bashproto"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
@@ -221,6 +222,9 @@ echo done`, string(s.caps.Process.Evidence))
 				// the sandbox's init
 			case !perCall && (strings.HasPrefix(l, "proc "+agentGuestPath+" serve ") || strings.HasPrefix(l, "proc oma-guest-agent serve ")):
 				// the resident sandbox's agent
+			case !perCall && os.Geteuid() != 0 && strings.HasPrefix(l, "proc oma-guest-agent commands-init "):
+				// the init of the resident sandbox's commands, where the
+				// agent is not root (resident_linux_test.go)
 			case strings.HasPrefix(l, "proc bash "), l == "proc \n":
 				// the command's own subshell and loop (or one just gone)
 			default:
@@ -333,6 +337,29 @@ sleep 100`
 	if z := zombies(); len(z) > 0 {
 		t.Fatalf("zombies left: %v", z)
 	}
+}
+
+// The bash tool's timeout kills a background process that left the
+// command's tree, session and group and dropped the call's tag from its
+// environment: the agent adopted it as an orphan of the call. Where the
+// agent is not root, such an orphan goes to the init of the commands' pid
+// namespace, not the agent, and counts all the same.
+func TestBashTimeoutKillsUntaggedOrphans(t *testing.T) {
+	s := newTestSession(t, Options{})
+	marker := "oma-test-orphan-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	command := `(env -u ` + bashproto.OwnerEnv + ` setsid bash -c 'exec -a ` + marker + ` sleep 100' </dev/null >/dev/null 2>&1 &)
+sleep 100`
+	args, stdin := bashproto.Args(bashproto.NewCall(), command, time.Second,
+		bashproto.Logs{Live: "/tmp/oma-test-live", Kept: "/tmp/oma-test-kept"}, bashproto.Limits{MaxLines: 2000, MaxBytes: 50 << 10})
+	res, err := s.Shell(context.Background(), session.Command{Builtin: "bash-supervisor", Args: args},
+		session.ShellOptions{Stdin: bytes.NewReader(stdin)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(string(res.Stdout), ":timeout:137\n") {
+		t.Fatalf("not a timeout: %q %q", res.Stdout, res.Stderr)
+	}
+	noProcs(t, marker)
 }
 
 // zombies lists zombie children of this process.

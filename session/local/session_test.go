@@ -212,8 +212,8 @@ func TestDangerModeAudits(t *testing.T) {
 	}
 	// A session's resident sandbox covers danger-full-access too, and its
 	// calls are audited as a sandbox's per call are.
-	rs, ok := s.plat.(residentStarter)
-	if want := ok && rs.residentPossible(); (s.Served().Resident == 1) != want {
+	_, want := s.plat.(residentStarter)
+	if (s.Served().Resident == 1) != want {
 		t.Errorf("resident calls %d, want the resident sandbox: %v", s.Served().Resident, want)
 	}
 	mu.Lock()
