@@ -44,11 +44,12 @@ type spawner struct {
 	run  chan func()
 }
 
-// outOfCommandsReach starts the commands' namespaces, then makes the
-// agent undumpable (no process of its uid may trace or read it) and drops
-// the capabilities that needed, on every thread.
-func outOfCommandsReach() error {
-	if err := startCommandsNamespace(); err != nil {
+// outOfCommandsReach starts the commands' namespaces, their init under
+// the seccomp filter (when there is one), then makes the agent undumpable
+// (no process of its uid may trace or read it) and drops the capabilities
+// that needed, on every thread.
+func outOfCommandsReach(filter []byte) error {
+	if err := startCommandsNamespace(filter); err != nil {
 		return err
 	}
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
@@ -58,14 +59,14 @@ func outOfCommandsReach() error {
 }
 
 // startCommandsNamespace starts the helper and the spawner.
-func startCommandsNamespace() error {
+func startCommandsNamespace(filter []byte) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
 	sp := &spawner{run: make(chan func())}
 	ready := make(chan error, 1)
-	go sp.loop(self, ready)
+	go sp.loop(self, filter, ready)
 	if err := <-ready; err != nil {
 		return fmt.Errorf("commands' namespace: %w", err)
 	}
@@ -74,7 +75,7 @@ func startCommandsNamespace() error {
 }
 
 // loop is the spawner's thread, which it never leaves.
-func (sp *spawner) loop(self string, ready chan<- error) {
+func (sp *spawner) loop(self string, filter []byte, ready chan<- error) {
 	runtime.LockOSThread() // for good: the thread ends with the agent
 	fail := func(err error) {
 		if sp.init != nil && sp.init.Process != nil {
@@ -83,44 +84,47 @@ func (sp *spawner) loop(self string, ready chan<- error) {
 		}
 		ready <- err
 	}
-	// The helper says it is ready on one pipe; the end of the other tells
-	// it the agent has entered its namespaces, which it no longer lets
-	// anyone do from then on.
-	r, w, err := os.Pipe()
-	if err != nil {
-		fail(err)
-		return
+	// The helper reads its filter on one pipe and says on another it is
+	// ready to be entered; the end of a third tells it the agent has
+	// entered its namespaces, which it then lets no one do (undumpable),
+	// and says so on the second before any command can start.
+	var pipes [3][2]*os.File // [0] read end, [1] write end
+	var err error
+	for i := range pipes {
+		if pipes[i][0], pipes[i][1], err = os.Pipe(); err != nil {
+			fail(err)
+			return
+		}
+		defer pipes[i][0].Close()
+		defer pipes[i][1].Close()
 	}
-	enteredR, entered, err := os.Pipe()
-	if err != nil {
-		r.Close()
-		w.Close()
-		fail(err)
-		return
-	}
-	defer entered.Close()
+	said, entered, filterOut := pipes[0][0], pipes[1][1], pipes[2][1]
 	sp.init = &exec.Cmd{
 		Path: self, Args: []string{ProgramName, commandsInitArg}, Stderr: os.Stderr,
-		ExtraFiles: []*os.File{w, enteredR},
+		ExtraFiles: []*os.File{pipes[0][1], pipes[1][0], pipes[2][0]},
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS,
 			Setsid:     true, Pdeathsig: syscall.SIGKILL,
 		},
 	}
 	err = sp.init.Start()
-	w.Close()
-	enteredR.Close()
+	for _, f := range sp.init.ExtraFiles {
+		f.Close() // the helper's ends
+	}
 	if err != nil {
-		r.Close()
 		sp.init = nil
 		fail(fmt.Errorf("starting its init: %w", err))
 		return
 	}
-	_ = r.SetReadDeadline(time.Now().Add(commandsInitTimeout))
-	var b [1]byte
-	_, err = io.ReadFull(r, b[:])
-	r.Close()
+	_, err = filterOut.Write(filter) // within a pipe's buffer
+	filterOut.Close()
 	if err != nil {
+		fail(fmt.Errorf("giving its init the filter: %w", err))
+		return
+	}
+	_ = said.SetReadDeadline(time.Now().Add(commandsInitTimeout))
+	var b [1]byte
+	if _, err = io.ReadFull(said, b[:]); err != nil {
 		fail(fmt.Errorf("its init did not report ready: %w", err))
 		return
 	}
@@ -129,6 +133,11 @@ func (sp *spawner) loop(self string, ready chan<- error) {
 		return
 	}
 	entered.Close()
+	if _, err = io.ReadFull(said, b[:]); err != nil {
+		fail(fmt.Errorf("its init did not report sealed: %w", err))
+		return
+	}
+	said.Close()
 	go func() {
 		err := sp.init.Wait()
 		// Without its init no command can start again, and those running
@@ -195,13 +204,16 @@ const commandsInitArg = "commands-init"
 // commandsInit is the commands' pid namespace's init: it mounts the
 // namespace's own /proc in its mount namespace, as bubblewrap mounted the
 // sandbox's (read-only where bubblewrap made it so), drops every
-// capability, reports ready on descriptor 3, waits for the agent to have
-// entered its namespaces (descriptor 4 ends), and reaps orphans until
-// the agent's death kills it. A command can name it (pid 1) but not stop,
+// capability, installs the seccomp filter read from descriptor 5 (none
+// when it is empty), reports ready on descriptor 3, waits for the agent
+// to have entered its namespaces (descriptor 4 ends), makes itself
+// undumpable, says so on descriptor 3, and reaps orphans until the
+// agent's death kills it. A command can name it (pid 1) but not stop,
 // kill, trace or read it: the kernel spares a namespace's init the
 // signals it does not catch, and it catches every other; and it is not
 // dumpable from before the first command starts (which keeps the agent,
-// too, from opening its namespaces).
+// too, from opening its namespaces). Were it ever a command's, it would
+// still be under the filter and hold nothing a command does not.
 func commandsInit(stderr io.Writer) int {
 	if os.Getpid() != 1 {
 		fmt.Fprintf(stderr, "oma-guest-agent: %s is run by serve --commands-pidns only\n", commandsInitArg)
@@ -225,16 +237,28 @@ func commandsInit(stderr io.Writer) int {
 	if err := dropCapabilities(); err != nil {
 		return fail(err)
 	}
-	ready, entered := os.NewFile(3, "ready"), os.NewFile(4, "entered")
-	if _, err := ready.Write([]byte{1}); err != nil {
+	filter, err := readSeccomp(5)
+	if err != nil {
 		return fail(err)
 	}
-	ready.Close()
+	if len(filter) > 0 {
+		if err := installSeccomp(filter); err != nil {
+			return fail(err)
+		}
+	}
+	say, entered := os.NewFile(3, "said"), os.NewFile(4, "entered")
+	if _, err := say.Write([]byte{1}); err != nil {
+		return fail(err)
+	}
 	_, _ = io.Copy(io.Discard, entered)
 	entered.Close()
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fail(fmt.Errorf("prctl: %w", err))
 	}
+	if _, err := say.Write([]byte{2}); err != nil {
+		return fail(err)
+	}
+	say.Close()
 	for range chld {
 		for {
 			var ws unix.WaitStatus

@@ -59,23 +59,32 @@ func ServeInUserNS(rootID, user int, argv []string, files []*os.File) (int, erro
 	return 0, nil
 }
 
-// LoadSeccomp reads a seccomp filter (an array of struct sock_filter, as
-// bwrap's --seccomp takes) from fd, closes fd, and installs the filter on
-// every thread of this process, so it and everything it starts run under
-// it. no_new_privs must already be set (bwrap sets it).
-func LoadSeccomp(fd int) error {
+// readSeccomp reads a seccomp filter (an array of struct sock_filter, as
+// bwrap's --seccomp takes) from fd and closes fd.
+func readSeccomp(fd int) ([]byte, error) {
 	f := os.NewFile(uintptr(fd), "seccomp")
 	if f == nil {
-		return fmt.Errorf("seccomp fd %d: not open", fd)
+		return nil, fmt.Errorf("seccomp fd %d: not open", fd)
 	}
-	prog, err := io.ReadAll(io.LimitReader(f, 1<<20))
+	prog, err := io.ReadAll(io.LimitReader(f, int64(maxSeccompBytes)+1))
 	f.Close()
 	if err != nil {
-		return fmt.Errorf("seccomp fd %d: %w", fd, err)
+		return nil, fmt.Errorf("seccomp fd %d: %w", fd, err)
 	}
+	return prog, nil
+}
+
+// maxSeccompBytes is the largest filter the kernel takes: 4096
+// instructions.
+const maxSeccompBytes = 4096 * int(unsafe.Sizeof(unix.SockFilter{}))
+
+// installSeccomp installs filter prog on every thread of this process, so
+// it and everything it starts run under it. no_new_privs must already be
+// set (bwrap sets it).
+func installSeccomp(prog []byte) error {
 	const insnSize = int(unsafe.Sizeof(unix.SockFilter{}))
-	if len(prog) == 0 || len(prog)%insnSize != 0 || len(prog)/insnSize > 4096 {
-		return fmt.Errorf("seccomp fd %d: %d bytes are not a filter", fd, len(prog))
+	if len(prog) == 0 || len(prog)%insnSize != 0 || len(prog) > maxSeccompBytes {
+		return fmt.Errorf("seccomp: %d bytes are not a filter", len(prog))
 	}
 	insns := make([]unix.SockFilter, len(prog)/insnSize)
 	copy(unsafe.Slice((*byte)(unsafe.Pointer(&insns[0])), len(prog)), prog)

@@ -170,14 +170,22 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		return serveInUserNS(*userns, *user, *workdir, *seccompFD, *listenFD, *commandsFD, *relay, stderr)
 	}
+	var filter []byte
+	if *seccompFD != 0 {
+		var err error
+		if filter, err = readSeccomp(*seccompFD); err != nil {
+			fmt.Fprintf(stderr, "oma-guest-agent: %v\n", err)
+			return 1
+		}
+	}
 	if *pidns {
-		if err := outOfCommandsReach(); err != nil {
+		if err := outOfCommandsReach(filter); err != nil {
 			fmt.Fprintf(stderr, "oma-guest-agent: --commands-pidns: %v\n", err)
 			return 1
 		}
 	}
-	if *seccompFD != 0 {
-		if err := LoadSeccomp(*seccompFD); err != nil {
+	if filter != nil {
+		if err := installSeccomp(filter); err != nil {
 			fmt.Fprintf(stderr, "oma-guest-agent: %v\n", err)
 			return 1
 		}

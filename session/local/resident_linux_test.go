@@ -192,6 +192,8 @@ kill -0 ` + pid + ` 2>/dev/null && [ "$(tr '\0' ' ' < /proc/` + pid + `/cmdline)
 grep -E '^(Seccomp|CapEff|NoNewPrivs):' /proc/self/status
 echo done`
 	assert.Equal(t, "State:\tS (sleeping)\nSeccomp:\t2\nNoNewPrivs:\t1\nCapEff:\t0000000000000000\ndone\n", sortStatus(rsh(t, s, probe)))
+	assert.Equal(t, "CapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2\n",
+		rsh(t, s, `grep -E '^(Seccomp|CapEff|CapPrm|NoNewPrivs):' /proc/1/status`), "pid 1 holds nothing and is under the filter")
 	status, err := os.ReadFile("/proc/" + pid + "/status")
 	require.NoError(t, err)
 	for _, want := range []string{"\nUid:\t" + strconv.Itoa(os.Geteuid()) + "\t", "\nCapEff:\t0000000000000000\n", "\nCapPrm:\t0000000000000000\n", "\nCapAmb:\t0000000000000000\n", "\nNoNewPrivs:\t1\n", "\nSeccomp:\t2\n"} {
