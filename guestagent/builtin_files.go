@@ -438,9 +438,18 @@ func readlink(path string) (string, bool) {
 	return string(buf[:n]), true
 }
 
+// openRead opens path for reading, nonblocking. Where commands have a
+// pid namespace of their own, the agent is their uid and /proc/self is the
+// agent: a magic link there (/proc/self/fd/N) would reopen the agent's own
+// pipes, other calls' output and input, which no command can name. No
+// magic link is followed there (ELOOP).
 func openRead(path string) (int, error) {
+	const flags = unix.O_RDONLY | unix.O_NONBLOCK | unix.O_CLOEXEC
 	return retryEINTR(func() (int, error) {
-		return unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		if commandsNS == nil {
+			return unix.Open(path, flags, 0)
+		}
+		return unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{Flags: flags, Resolve: unix.RESOLVE_NO_MAGICLINKS})
 	})
 }
 

@@ -57,7 +57,11 @@ func (j *fileJob) read(f string, start, take, maxb int64, end string) int {
 		}
 		fd, err = openRead(f)
 	}
-	if err != nil {
+	switch {
+	case err == unix.ELOOP:
+		// A magic link refused (openRead): its stat found no loop.
+		return j.fail(3, "Permission denied: "+j.show)
+	case err != nil:
 		return 4
 	}
 	defer unix.Close(fd)

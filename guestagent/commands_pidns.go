@@ -49,6 +49,13 @@ type spawner struct {
 // (no process of its uid may trace or read it) and drops the capabilities
 // that needed, on every thread.
 func outOfCommandsReach(filter []byte) error {
+	// The read builtin needs openat2 to keep off the agent's own
+	// descriptors (openRead).
+	fd, err := unix.Openat2(unix.AT_FDCWD, "/", &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_MAGICLINKS})
+	if err != nil {
+		return fmt.Errorf("openat2 (Linux 5.6): %w", err)
+	}
+	unix.Close(fd)
 	if err := startCommandsNamespace(filter); err != nil {
 		return err
 	}

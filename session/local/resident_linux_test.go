@@ -192,6 +192,15 @@ kill -0 ` + pid + ` 2>/dev/null && [ "$(tr '\0' ' ' < /proc/` + pid + `/cmdline)
 grep -E '^(Seccomp|CapEff|NoNewPrivs):' /proc/self/status
 echo done`
 	assert.Equal(t, "State:\tS (sleeping)\nSeccomp:\t2\nNoNewPrivs:\t1\nCapEff:\t0000000000000000\ndone\n", sortStatus(rsh(t, s, probe)))
+	// Nor can a builtin, which the agent runs itself, be pointed at the
+	// agent's own entries: it is undumpable, so they are root's.
+	for _, p := range []string{"/proc/self/environ", "/proc/self/fd/0", "/proc/self/mem"} {
+		read := session.Command{Builtin: "read", Args: []string{p, "1", "10", "10000", "x", "END"}}
+		res, err := s.Shell(context.Background(), read, session.ShellOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, "Permission denied: x\n", string(res.Stderr), p)
+		assert.Empty(t, res.Stdout, p)
+	}
 	assert.Equal(t, "CapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2\n",
 		rsh(t, s, `grep -E '^(Seccomp|CapEff|CapPrm|NoNewPrivs):' /proc/1/status`), "pid 1 holds nothing and is under the filter")
 	status, err := os.ReadFile("/proc/" + pid + "/status")
