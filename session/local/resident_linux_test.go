@@ -289,6 +289,42 @@ func TestResidentSandboxDeaths(t *testing.T) {
 	assert.Equal(t, 3, s.Served().Resident)
 }
 
+// Where the agent is not root, its sandbox ends with the init of its
+// commands' pid namespace: without it no command could start again. The
+// host sees a death, and the next call gets a new sandbox.
+func TestResidentSandboxDiesWithItsCommandsInit(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("as root the agent is another uid and its commands have no init of their own (TestUnprivilegedHost runs this)")
+	}
+	s := newResidentSession(t, Options{WorkspaceID: "ws", SessionID: "init"})
+	startBackground(t, s, "oma-bg-init")
+	agents := agentsOf(s)
+	require.Len(t, agents, 1)
+	agent, _, _ := strings.Cut(agents[0], ":")
+	var helper int
+	for _, p := range procsWith("oma-guest-agent\x00commands-init\x00") {
+		pid, _, _ := strings.Cut(p, ":")
+		stat, err := os.ReadFile("/proc/" + pid + "/stat")
+		i := bytes.LastIndexByte(stat, ')')
+		if err == nil && i > 0 && strings.Fields(string(stat[i+1:]))[1] == agent {
+			helper, _ = strconv.Atoi(pid)
+		}
+	}
+	require.NotZero(t, helper, "the agent's commands-init")
+	s.res.mu.Lock()
+	conn := s.res.cur.conn
+	s.res.mu.Unlock()
+	require.NoError(t, syscall.Kill(helper, syscall.SIGKILL))
+	select {
+	case <-conn.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the agent served on without its commands' init")
+	}
+	assert.Contains(t, logTail(s.dirs.Root), "the commands' pid namespace ended")
+	noProcs(t, "oma-bg-init")
+	assert.Equal(t, "after\n", rsh(t, s, "echo after"), "a new sandbox serves")
+}
+
 // startBackground starts `sleep` named marker in the background of a
 // call, and returns once it has left the call's process group.
 func startBackground(t *testing.T, s *Session, marker string) {

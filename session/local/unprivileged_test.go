@@ -22,6 +22,6 @@ func TestUnprivilegedHost(t *testing.T) {
 		"TestRemovalNeverFollowsGuestSymlinkSwaps|TestDeepTreeIsRemovedAndNeverForgotten|TestCloseStopsCallsOfOtherProcesses|" +
 		"TestResidentSandboxOutlivesCalls|TestResidentAgentOutOfReach|TestResidentSandboxEnds|TestResidentSandboxDeaths|" +
 		"TestAttachedSessionsShareTheResidentSandbox|TestResidentSandboxOutlivesItsStarter|TestReapEndsAResidentSandboxWhoseStarterWasKilled|" +
-		"TestCallsRunTheAgentsBuiltins|TestAllowlistThroughTheHostProxy|TestSecretThroughTheHostProxy|TestResidentEgressProxyEndsWithTheSandbox"
+		"TestResidentSandboxDiesWithItsCommandsInit|TestCallsRunTheAgentsBuiltins|TestAllowlistThroughTheHostProxy|TestSecretThroughTheHostProxy|TestResidentEgressProxyEndsWithTheSandbox"
 	testutil.RunUnprivileged(t, "^("+tests+")$", agenttest.AgentEnv+"="+agenttest.AgentBinary(t))
 }
