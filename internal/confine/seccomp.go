@@ -47,6 +47,10 @@ import (
 //     io_uring also performs I/O the filter never sees.
 //   - personality other than the ordinary personas: READ_IMPLIES_EXEC and
 //     ADDR_NO_RANDOMIZE switch off exploit mitigations.
+//   - prlimit64 on pid 1, the sandbox's init (where the agent is not root,
+//     the init of the commands' pid namespace, their uid): a limit cut
+//     under its use (CPU time, memory) lets the kernel kill it, and every
+//     process with it.
 //   - kexec_load, kexec_file_load, init_module, finit_module,
 //     delete_module, reboot, swapon, swapoff, acct, syslog,
 //     open_by_handle_at: host administration, never a sandboxed task's.
@@ -163,6 +167,7 @@ func Filter(o FilterOptions) (Program, error) {
 		p.denyIfEqual(unix.SYS_SOCKET, 0, unix.AF_UNIX)
 	}
 	p.denyUnlessOneOf(unix.SYS_PERSONALITY, 0, allowedPersonas...)
+	p.denyIfEqual(unix.SYS_PRLIMIT64, 0, 1)
 	for _, nr := range deniedCalls {
 		p.deny(nr)
 	}

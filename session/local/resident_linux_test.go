@@ -188,6 +188,7 @@ cat /proc/1/environ >/dev/null 2>&1 && echo environ
 ls /proc/1/fd >/dev/null 2>&1 && echo fds
 cat /proc/1/mem >/dev/null 2>&1 && echo mem
 readlink /proc/1/exe >/dev/null 2>&1 && echo exe
+prlimit --pid 1 --cpu=1:1 2>/dev/null && echo "limited pid 1"
 kill -0 ` + pid + ` 2>/dev/null && [ "$(tr '\0' ' ' < /proc/` + pid + `/cmdline)" = "` + strings.TrimSpace(strings.SplitN(agents[0], ": ", 2)[1]) + `" ] && echo "named the agent"
 grep -E '^(Seccomp|CapEff|NoNewPrivs):' /proc/self/status
 echo done`
