@@ -45,6 +45,23 @@ func TestBwrapArgv(t *testing.T) {
 		t.Fatalf("root argv: %q", got)
 	}
 
+	// A resident sandbox keeps its agent no capability but what it needs
+	// to keep out of its commands' reach: as root, to map its own user
+	// namespace; as another user, to start its commands' namespaces.
+	resident := base
+	resident.Resident = true
+	got = resident.args()
+	if slices.Contains(got, "--die-with-parent") ||
+		!containsSeq(got, "--uid", "65534", "--gid", "65534", "--cap-drop", "ALL", "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SYS_CHROOT", "--clearenv") {
+		t.Fatalf("unprivileged resident argv: %q", got)
+	}
+	resident.Privileged = true
+	got = resident.args()
+	if slices.Contains(got, "--unshare-user") || slices.Contains(got, "/usr/bin/setpriv") ||
+		!containsSeq(got, "--hostname", "oma-sandbox", "--unshare-net", "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--clearenv") {
+		t.Fatalf("privileged resident argv: %q", got)
+	}
+
 	withAgent := base
 	withAgent.Agent = "/c/agent"
 	got = withAgent.args()
