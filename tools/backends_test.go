@@ -3,6 +3,7 @@ package tools_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -82,6 +83,14 @@ func onBackend(t *testing.T, kind string) bool {
 func sharesSandbox(s session.Session) bool {
 	scoped, ok := s.(interface{ ProcessesEndWithCall() bool })
 	return !ok || !scoped.ProcessesEndWithCall()
+}
+
+// agentOutOfSight tells whether s's commands cannot see the agent that
+// starts them: a local session's resident sandbox where oma-sandbox is not
+// root keeps the agent out of its commands' pid namespace, so their
+// parent's pid reads 0 (docs/guest-agent.md).
+func agentOutOfSight(t *testing.T, s session.Session) bool {
+	return onBackend(t, "local") && sharesSandbox(s) && os.Geteuid() != 0
 }
 
 // countingSession counts the round trips a backend without an invocation

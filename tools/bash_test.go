@@ -29,16 +29,21 @@ import (
 // is the agent's process, on every backend ("agent" is its file name in a
 // sandbox; the host stand-in starts the test program as the agent through
 // /proc/self/exe, and the supervisor, to lead a session of its own, runs
-// itself again under its file's name).
+// itself again under its file's name). Where the agent keeps out of its
+// commands' pid namespace, the parent is out of their sight.
 func TestBashSupervisorIsTheAgent(t *testing.T) {
 	self, err := os.Executable()
 	require.NoError(t, err)
 	comm := filepath.Base(self)[:min(15, len(filepath.Base(self)))] // the kernel keeps 15 bytes
 	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
-		out := mustCall(t, tools.New(s, tools.Options{}), "bash", obj{"command": "cat /proc/$PPID/comm"})
+		out := mustCall(t, tools.New(s, tools.Options{}), "bash",
+			obj{"command": `if [ "$PPID" = 0 ]; then echo "out of sight"; else cat /proc/$PPID/comm; fi`})
 		want := "agent\n"
-		if onBackend(t, "host") {
+		switch {
+		case onBackend(t, "host"):
 			want = comm + "\n"
+		case agentOutOfSight(t, s):
+			want = "out of sight\n"
 		}
 		assert.Equal(t, want, out, "the command's supervisor")
 	})

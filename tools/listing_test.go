@@ -84,12 +84,14 @@ func TestSearchesSurviveUnreadableDirectory(t *testing.T) {
 	})
 }
 
-// rgParent prints the name of the parent of the tagged rg searching $1.
+// rgParent prints the name of the parent of the tagged rg searching $1
+// ("out of sight" when its pid reads 0: agentOutOfSight).
 const rgParent = `for d in /proc/[0-9]*; do
 	[ "$(cat "$d/comm" 2>/dev/null)" = rg ] || continue
 	tr '\0' '\n' <"$d/cmdline" 2>/dev/null | grep -qxF -- "$1" || continue
 	tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -q '^OMA_GREP_OWNER=' || continue
 	set -- $(sed 's/.*) //' "$d/stat")
+	[ "$2" = 0 ] && { echo "out of sight"; exit 0; }
 	cat "/proc/$2/comm"
 	exit 0
 done`
@@ -129,6 +131,8 @@ func TestSearchUsesOperationTimeout(t *testing.T) {
 		switch {
 		case onBackend(t, "local") && !sharesSandbox(s), onBackend(t, "local-per-call"):
 			// Each call has a sandbox of its own, which others cannot see.
+		case agentOutOfSight(t, s):
+			assert.Equal(t, "out of sight\n", parent, "the grep-search builtin starts rg, from the agent out of its sight")
 		default:
 			// "agent" in a sandbox; the host stand-in's agent is the test
 			// program, started through /proc/self/exe.
