@@ -2,7 +2,6 @@ package local
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -74,14 +73,24 @@ func pidNamespace(pid string) string {
 	if l, err := os.Readlink("/proc/" + pid + "/ns/pid"); err == nil {
 		return l
 	}
-	stat, err := os.ReadFile("/proc/" + pid + "/stat")
-	if i := bytes.LastIndexByte(stat, ')'); err == nil && i > 0 {
-		if f := strings.Fields(string(stat[i+1:])); len(f) > 1 {
-			l, _ := os.Readlink("/proc/" + f[1] + "/ns/pid")
-			return l
-		}
+	n, _ := strconv.Atoi(pid)
+	l, _ := os.Readlink("/proc/" + strconv.Itoa(parentOf(n)) + "/ns/pid")
+	return l
+}
+
+// killAndAwaitDeath kills pid and waits for the host to see s's resident
+// sandbox die, failing with why when it does not.
+func killAndAwaitDeath(t *testing.T, s *Session, pid int, why string) {
+	t.Helper()
+	s.res.mu.Lock()
+	conn := s.res.cur.conn
+	s.res.mu.Unlock()
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	select {
+	case <-conn.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal(why)
 	}
-	return ""
 }
 
 func rsh(t *testing.T, s *Session, script string) string {
@@ -271,15 +280,7 @@ func TestResidentSandboxDeaths(t *testing.T) {
 		pid, _, _ := strings.Cut(agents[0], ":")
 		n, err := strconv.Atoi(pid)
 		require.NoError(t, err)
-		s.res.mu.Lock()
-		conn := s.res.cur.conn
-		s.res.mu.Unlock()
-		require.NoError(t, syscall.Kill(n, syscall.SIGKILL))
-		select {
-		case <-conn.Done():
-		case <-time.After(10 * time.Second):
-			t.Fatal("the host did not see the agent die")
-		}
+		killAndAwaitDeath(t, s, n, "the host did not see the agent die")
 	}
 	require.Equal(t, "after\n", rsh(t, s, "echo after"))
 	assert.Empty(t, agentsOf(s), "no resident sandbox after the last death")
@@ -304,23 +305,13 @@ func TestResidentSandboxDiesWithItsCommandsInit(t *testing.T) {
 	agent, _, _ := strings.Cut(agents[0], ":")
 	var helper int
 	for _, p := range procsWith("oma-guest-agent\x00commands-init\x00") {
-		pid, _, _ := strings.Cut(p, ":")
-		stat, err := os.ReadFile("/proc/" + pid + "/stat")
-		i := bytes.LastIndexByte(stat, ')')
-		if err == nil && i > 0 && strings.Fields(string(stat[i+1:]))[1] == agent {
-			helper, _ = strconv.Atoi(pid)
+		pid, _ := strconv.Atoi(p[:strings.IndexByte(p, ':')])
+		if strconv.Itoa(parentOf(pid)) == agent {
+			helper = pid
 		}
 	}
 	require.NotZero(t, helper, "the agent's commands-init")
-	s.res.mu.Lock()
-	conn := s.res.cur.conn
-	s.res.mu.Unlock()
-	require.NoError(t, syscall.Kill(helper, syscall.SIGKILL))
-	select {
-	case <-conn.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the agent served on without its commands' init")
-	}
+	killAndAwaitDeath(t, s, helper, "the agent served on without its commands' init")
 	assert.Contains(t, logTail(s.dirs.Root), "the commands' pid namespace ended")
 	noProcs(t, "oma-bg-init")
 	assert.Equal(t, "after\n", rsh(t, s, "echo after"), "a new sandbox serves")
