@@ -235,25 +235,35 @@ func workspaceBinders(state string) []int {
 // `oma-sandbox tool NAME TOOL JSON`, a process per call attaching to a
 // local session as root (ours: the call joins the session's resident
 // sandbox through its socket), side by side with the CLI's own start
-// ("start": `oma-sandbox tool --list`, which attaches to nothing) and the
-// floor (a fresh minimal bubblewrap sandbox running true).
+// ("start": `oma-sandbox tool --list`, which attaches to nothing), the same
+// start of the CLI built with cgo ("start-cgo": what a plain `go build`
+// gives where a C compiler is installed) and the floor (a fresh minimal
+// bubblewrap sandbox running true). The CLI is built as `make build` builds
+// it, without cgo.
 func BenchmarkLocalCLI(b *testing.B) {
 	bwrap, err := exec.LookPath("bwrap")
 	if err != nil {
 		b.Skipf("the local backend needs bwrap: %v", err)
 	}
-	cli := filepath.Join(b.TempDir(), "oma-sandbox")
-	if out, err := exec.Command("go", "build", "-o", cli, "../cmd/oma-sandbox").CombinedOutput(); err != nil {
-		b.Fatalf("building the CLI: %v\n%s", err, out)
+	build := func(cgo string) string {
+		cli := filepath.Join(b.TempDir(), "oma-sandbox")
+		cmd := exec.Command("go", "build", "-o", cli, "../cmd/oma-sandbox")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED="+cgo)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("building the CLI (CGO_ENABLED=%s): %v\n%s", cgo, err, out)
+		}
+		return cli
 	}
+	cli, cgoCLI := build("0"), build("1")
 	state := b.TempDir()
-	run := func(args ...string) string {
+	runWith := func(cli string, args ...string) string {
 		out, err := exec.Command(cli, append([]string{"--state-dir", state}, args...)...).Output()
 		if err != nil {
 			b.Fatalf("oma-sandbox %q: %v", args, err)
 		}
 		return string(out)
 	}
+	run := func(args ...string) string { return runWith(cli, args...) }
 	name := strings.TrimSpace(run("session", "create", "--backend", "local"))
 	b.Cleanup(func() { run("session", "rm", name) })
 	run("tool", name, "write", `{"path":"notes.txt","content":"one\ntwo\n"}`)
@@ -270,6 +280,7 @@ func BenchmarkLocalCLI(b *testing.B) {
 				s.round(
 					variant{"ours", func() { run("tool", name, row.tool, row.input) }},
 					variant{"start", func() { run("tool", "--list") }},
+					variant{"start-cgo", func() { runWith(cgoCLI, "tool", "--list") }},
 					variant{"floor", func() { check(b, exec.Command(bwrap, floorArgv...).Run()) }},
 				)
 			}

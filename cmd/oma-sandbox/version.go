@@ -39,7 +39,7 @@ func currentBuild() buildInfo {
 		}
 	}
 	for _, arch := range []string{"amd64", "arm64"} {
-		if _, ok := bundle.Binary(arch); ok {
+		if bundle.Embedded(arch) {
 			b.Agents = append(b.Agents, arch)
 		}
 	}

@@ -4,6 +4,7 @@ package bundle
 
 import (
 	"embed"
+	"io/fs"
 	"runtime"
 )
 
@@ -15,15 +16,25 @@ var bin embed.FS
 // Binary returns the embedded oma-guest-agent for linux/goarch; false
 // when this build has none (it was built without `make agent`).
 func Binary(goarch string) ([]byte, bool) {
-	if goarch != "amd64" && goarch != "arm64" {
+	if !Embedded(goarch) {
 		return nil, false
 	}
-	b, err := bin.ReadFile("bin/oma-guest-agent-linux-" + goarch)
-	if err != nil || len(b) == 0 {
-		return nil, false
-	}
-	return b, true
+	b, err := bin.ReadFile(binaryName(goarch))
+	return b, err == nil
 }
+
+// Embedded reports whether this build holds a guest agent for
+// linux/goarch, without copying it as Binary does (some MiB, which a
+// command that only reports it should not pay for).
+func Embedded(goarch string) bool {
+	if goarch != "amd64" && goarch != "arm64" {
+		return false
+	}
+	fi, err := fs.Stat(bin, binaryName(goarch))
+	return err == nil && fi.Size() > 0
+}
+
+func binaryName(goarch string) string { return "bin/oma-guest-agent-linux-" + goarch }
 
 // GuestArch is the GOARCH of msb's guests on this host: msb runs guests of
 // the host's own architecture, and on macOS only on Apple silicon.

@@ -13,8 +13,14 @@ func TestBinary(t *testing.T) {
 	if _, ok := Binary("../bin/README.md"); ok {
 		t.Fatal("Binary reached outside the binaries")
 	}
+	if Embedded("sparc") || Embedded("../bin/README.md") {
+		t.Fatal("Embedded says yes to what Binary refuses")
+	}
 	for _, arch := range []string{"amd64", "arm64"} {
 		b, ok := Binary(arch)
+		if ok != Embedded(arch) {
+			t.Fatalf("Binary(%s) says %v, Embedded says %v", arch, ok, !ok)
+		}
 		if !ok {
 			t.Logf("no agent for %s in this build (make agent builds them)", arch)
 			continue

@@ -67,7 +67,7 @@ var idle struct {
 // invocations, or calls on the channel.
 func Open(t *testing.T, channel bool) (s *microvm.Session, calls func() int) {
 	t.Helper()
-	if _, ok := bundle.Binary(bundle.GuestArch()); !ok {
+	if !bundle.Embedded(bundle.GuestArch()) {
 		t.Fatal("no guest agent is bundled into this test binary: run make agent before building it")
 	}
 	k := takeIdle(t, channel)
