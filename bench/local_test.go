@@ -54,16 +54,27 @@ func BenchmarkLocal(b *testing.B) {
 	// Each session keeps its own edit flips.
 	hostRows := toolRows(host.Paths().Workspace)
 	perCallRows := toolRows(sess.Paths().Workspace)
+	// The program grep and bash start, alone, started from here (rg with
+	// the flags the agent's grep builtin gives it): what no engine around
+	// it can go below.
+	programs := map[string][]string{
+		"grep": {"rg", "--no-config", "--hidden", "--no-ignore", "--color", "never", "--count", "--with-filename", "--null", "--no-mmap", "--sort", "path", "--", "needle", host.Paths().Workspace + "/bench"},
+		"bash": {"/bin/bash", "-c", "echo hello"},
+	}
 	for i, row := range toolRows(sess.Paths().Workspace) {
 		b.Run("tool="+row.name, func(b *testing.B) {
 			s := newSideBySide(b)
+			vs := []variant{
+				{"ours", func() { row.ours(b, ours) }},
+				{"per-call", func() { perCallRows[i].ours(b, perCall) }},
+				{"floor", func() { check(b, exec.Command(bwrap, floorArgv...).Run()) }},
+				{"host", func() { hostRows[i].ours(b, bare) }},
+			}
+			if argv := programs[row.name]; argv != nil {
+				vs = append(vs, variant{"program", func() { check(b, exec.Command(argv[0], argv[1:]...).Run()) }})
+			}
 			for b.Loop() {
-				s.round(
-					variant{"ours", func() { row.ours(b, ours) }},
-					variant{"per-call", func() { perCallRows[i].ours(b, perCall) }},
-					variant{"floor", func() { check(b, exec.Command(bwrap, floorArgv...).Run()) }},
-					variant{"host", func() { hostRows[i].ours(b, bare) }},
-				)
+				s.round(vs...)
 			}
 			s.report()
 		})

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -131,7 +132,7 @@ type rgRun struct {
 
 // search runs rg as grep-search does, with args after its own.
 func (p *preflight) search(args ...string) rgRun {
-	return p.rg(append([]string{"--no-config", "--hidden", "--no-ignore", "--color", "never", "--count", "--with-filename", "--null", "--no-mmap", "--sort", "path"}, args...)...)
+	return p.rg(append(slices.Clip(rgSearchFlags), args...)...)
 }
 
 // rg runs rg with args in the C locale, its stderr dropped, ended with the

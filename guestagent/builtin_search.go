@@ -191,6 +191,11 @@ func dirType(mode uint32) uint8 {
 	return unix.DT_UNKNOWN
 }
 
+// rgSearchFlags are rg's flags for grep's search: one record (path, NUL,
+// count, newline) per matching file, hidden and ignored files searched,
+// in path order (grep's docs; the preflight proves the guest's rg does so).
+var rgSearchFlags = []string{"--no-config", "--hidden", "--no-ignore", "--color", "never", "--count", "--with-filename", "--null", "--no-mmap", "--sort", "path"}
+
 // grepSearch lists the files under root whose contents match pattern,
 // after the readiness marker (see grep.SearchArgs). Its args: token, root,
 // pattern, glob, marker.
@@ -231,7 +236,7 @@ func grepSearch(c *builtinCall) int {
 			return killedStatus
 		}
 	}
-	args := []string{"--no-config", "--hidden", "--no-ignore", "--color", "never", "--count", "--with-filename", "--null", "--no-mmap", "--sort", "path"}
+	args := slices.Clip(rgSearchFlags)
 	if rgGlob != "" {
 		args = append(args, "--glob", rgGlob)
 	}
