@@ -10,13 +10,13 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/oma-sandbox/oma-sandbox/internal/otlpexport"
 )
 
 // telemetryFlushTimeout bounds how long the CLI waits, as it exits, for
@@ -91,7 +91,7 @@ func startTelemetry(ctx context.Context, c *cli) (_ *telemetry, err error) {
 		return nil, &usageError{msg: fmt.Sprintf("$OTEL_RESOURCE_ATTRIBUTES: %v", err)}
 	}
 	if t.traces {
-		exp, err := otlptracehttp.New(ctx)
+		exp, err := otlpexport.NewTraceExporter(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("telemetry: %w", err)
 		}
@@ -118,7 +118,7 @@ func (t *telemetry) metricReader(ctx context.Context) (sdkmetric.Reader, error) 
 	if !t.metrics {
 		return nil, nil
 	}
-	exp, err := otlpmetrichttp.New(ctx)
+	exp, err := otlpexport.NewMetricExporter(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: %w", err)
 	}
