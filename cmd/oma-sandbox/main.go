@@ -16,6 +16,7 @@ import (
 	"runtime/debug"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/oma-sandbox/oma-sandbox/msb"
@@ -43,6 +44,10 @@ type cli struct {
 	logFormat string
 	logger    *slog.Logger
 	telemetry *telemetry // the OTLP export $OTEL_* asks for
+	// telemetryMu guards logger against the exporters' goroutines, and
+	// telemetryEarly, what they reported before there was a logger.
+	telemetryMu    sync.Mutex
+	telemetryEarly []error
 }
 
 // command is one subcommand. run gets the arguments after its name.
@@ -155,7 +160,7 @@ func (c *cli) setupLogger() error {
 	default:
 		return &usageError{msg: fmt.Sprintf("--log-format %q: want text or json", c.logFormat)}
 	}
-	c.logger = slog.New(h)
+	c.telemetryLoggerReady(slog.New(h))
 	slog.SetDefault(c.logger)
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -145,9 +146,27 @@ func (t *telemetry) stop(c *cli) {
 
 // telemetryFailed reports an export that failed: a warning, through the
 // logger (which serialises its writes: exports fail on the SDK's own
-// goroutines too).
+// goroutines too). What the exporters report before the command has set
+// its logger up (a variable's value they cannot use, as they read them)
+// waits for it (setupLogger).
 func (c *cli) telemetryFailed(err error) {
-	if c.logger != nil {
-		c.logger.Warn("telemetry export failed", "err", err)
+	c.telemetryMu.Lock()
+	defer c.telemetryMu.Unlock()
+	if c.logger == nil {
+		c.telemetryEarly = append(c.telemetryEarly, err)
+		return
 	}
+	c.logger.Warn("telemetry export failed", "err", err)
+}
+
+// telemetryLoggerReady logs what telemetryFailed held back until the
+// logger was set up.
+func (c *cli) telemetryLoggerReady(logger *slog.Logger) {
+	c.telemetryMu.Lock()
+	defer c.telemetryMu.Unlock()
+	c.logger = logger
+	for _, err := range c.telemetryEarly {
+		c.logger.Warn("telemetry setting ignored", "err", err)
+	}
+	c.telemetryEarly = nil
 }

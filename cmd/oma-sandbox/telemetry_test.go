@@ -251,6 +251,24 @@ func TestTelemetryCollectorDown(t *testing.T) {
 	assert.Contains(t, errOut.String(), `level=WARN msg="telemetry export failed"`)
 }
 
+// TestTelemetrySettingIgnoredIsAWarning: a variable's value the
+// exporters cannot use (read before the command has its logger) is a
+// warning naming it, and the command and its export go on.
+func TestTelemetrySettingIgnoredIsAWarning(t *testing.T) {
+	col, url := newCollector(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", url)
+	t.Setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "soon")
+	var out, errOut bytes.Buffer
+	code := Main([]string{"--state-dir", t.TempDir(), "run", "--backend", "local", "--", "echo", "hi"}, nil, &out, &errOut)
+	assert.Equal(t, 0, code, "stderr: %s", errOut.String())
+	assert.Equal(t, "hi\n", out.String())
+	assert.Contains(t, errOut.String(), `level=WARN msg="telemetry setting ignored"`)
+	assert.Contains(t, errOut.String(), `$OTEL_EXPORTER_OTLP_TIMEOUT=\"soon\" ignored`)
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	assert.NotEmpty(t, col.metrics, "the metrics still reached the collector")
+}
+
 // TestTelemetryUpload: the upload command's span carries its byte count.
 func TestTelemetryUpload(t *testing.T) {
 	col, url := newCollector(t)
