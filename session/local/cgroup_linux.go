@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -36,8 +37,41 @@ type cgLayout struct {
 	mounts []string          // every cgroup mount point, for validating recorded paths
 }
 
-// detectCgroups reads this process's cgroup layout.
-func detectCgroups() cgLayout {
+// The host's cgroup layout as this process last read it. What a session
+// is proved against (its probe at Create, its kept proof at Attach) reads
+// it afresh, so a long-lived process notices the layout change (moved to
+// another group, a hierarchy mounted or unmounted); what the session then
+// does (calls, pause, stats, close) uses that latest read rather than
+// reading it again for each.
+var (
+	cgroupsMu   sync.Mutex // sessions run concurrently
+	cgroupsRead bool
+	cgroupsLast cgLayout
+)
+
+// readCgroups reads the layout now and keeps it as the latest.
+func readCgroups() cgLayout {
+	cgroupsMu.Lock()
+	defer cgroupsMu.Unlock()
+	cgroupsLast, cgroupsRead = detectCgroups(), true
+	return cgroupsLast
+}
+
+// latestCgroups is the layout last read, read now if this process has not
+// read it yet (a reaper removes sessions it never attached).
+func latestCgroups() cgLayout {
+	cgroupsMu.Lock()
+	defer cgroupsMu.Unlock()
+	if !cgroupsRead {
+		cgroupsLast, cgroupsRead = detectCgroups(), true
+	}
+	return cgroupsLast
+}
+
+// detectCgroups reads this process's cgroup layout; callers use
+// readCgroups or latestCgroups, which call it holding cgroupsMu. A
+// variable so that tests can count the reads.
+var detectCgroups = func() cgLayout {
 	mi, err1 := os.ReadFile("/proc/self/mountinfo")
 	pc, err2 := os.ReadFile("/proc/self/cgroup")
 	if err1 != nil || err2 != nil {
@@ -112,10 +146,10 @@ func parseCgroupLayout(mountinfo, proccgroup []byte) cgLayout {
 	return l
 }
 
-func unescapeMount(s string) string {
-	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
-	return r.Replace(s)
-}
+// mountUnescaper undoes the octal escapes of a mountinfo path.
+var mountUnescaper = strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
+
+func unescapeMount(s string) string { return mountUnescaper.Replace(s) }
 
 // support says how the layout enforces a controller, or why it cannot.
 func (l cgLayout) support(controller string) (how string, ok bool) {
@@ -664,7 +698,7 @@ func recordedCgroups(sessionDir string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	mounts := detectCgroups().mounts
+	mounts := latestCgroups().mounts
 	var dirs []string
 	var errs []error
 	for _, dir := range strings.Fields(string(data)) {

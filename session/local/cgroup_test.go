@@ -63,6 +63,21 @@ func TestParseCgroupLayout(t *testing.T) {
 	}
 }
 
+// Mount points come escaped in mountinfo: each escape is undone once,
+// so an escaped backslash before digits stays a backslash and digits.
+func TestUnescapeMount(t *testing.T) {
+	for in, want := range map[string]string{
+		`/sys/fs/cgroup/a\040b`: "/sys/fs/cgroup/a b",
+		`/x\011y\012z`:          "/x\ty\nz",
+		`/back\134040slash`:     `/back\040slash`,
+		`/sys/fs/cgroup/plain`:  "/sys/fs/cgroup/plain",
+	} {
+		if got := unescapeMount(in); got != want {
+			t.Errorf("unescapeMount(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
 // TestCgroupFilesV2 writes a resident sandbox's limits into a directory
 // standing in for the unified hierarchy and checks the files and the
 // record: its process limit is its commands group's, beside the leaf the

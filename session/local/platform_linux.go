@@ -365,7 +365,8 @@ func probeLimits(ctx context.Context, p *linuxPlatform, dirs hostDirs, req probe
 	} else {
 		out[LimitFileSize] = none("not probed: the policy sets no file-size limit")
 	}
-	p.cgroups = detectCgroups()
+	// Afresh: the probe proves the limits on the layout as it is now.
+	p.cgroups = readCgroups()
 	var lim Limits
 	for _, k := range []string{LimitMemory, LimitProcesses, LimitCPU} {
 		switch how, ok := p.cgroups.support(controllerOf[k]); {

@@ -55,7 +55,8 @@ func knownPlatform(req probeRequest) (platform, []byte) {
 	if p == nil {
 		return nil, nil
 	}
-	p.cgroups = detectCgroups()
+	// Afresh: a kept proof must not hold once the layout has changed.
+	p.cgroups = readCgroups()
 	if pl, err := exec.LookPath("prlimit"); err == nil {
 		p.prlimit = pl
 	}

@@ -20,7 +20,7 @@ func TestListAndReap(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A call that never finished leaves the session's cgroup behind.
-	g, err := detectCgroups().create(old.dirs.Root, old.Name(), "call", Limits{Processes: 32}, false)
+	g, err := latestCgroups().create(old.dirs.Root, old.Name(), "call", Limits{Processes: 32}, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -968,4 +969,70 @@ func TestCancelledPauseChangesNothing(t *testing.T) {
 	assert.False(t, s.paused(), "a cancelled pause left the session marked paused")
 	assert.True(t, advances(), "a cancelled pause stopped the sandbox")
 	require.NoError(t, s.Close(context.Background()))
+}
+
+// countCgroupReads counts this process's reads of the cgroup layout until
+// the test ends.
+func countCgroupReads(t *testing.T) *atomic.Int32 {
+	var reads atomic.Int32
+	cgroupsMu.Lock()
+	read := detectCgroups
+	detectCgroups = func() cgLayout { reads.Add(1); return read() }
+	cgroupsMu.Unlock()
+	t.Cleanup(func() {
+		cgroupsMu.Lock()
+		detectCgroups = read
+		cgroupsMu.Unlock()
+	})
+	return &reads
+}
+
+// Attach reads the host's cgroup layout afresh, once, so that a kept
+// proof never holds for a layout since changed; calling the session,
+// pausing, resuming, reading its stats and closing it use that read.
+func TestCgroupLayoutIsReadAtAttachNotByCalls(t *testing.T) {
+	reads := countCgroupReads(t)
+	ctx := context.Background()
+	s := newResidentSession(t, Options{Limits: Limits{MemoryBytes: 64 << 20, Processes: 64}})
+	assert.NotZero(t, reads.Load(), "Create did not read the cgroup layout")
+	reads.Store(0)
+	rsh(t, s, `true`)
+	require.NotEmpty(t, readResident(s.dirs.Root).Cgroup, "the resident sandbox has no groups")
+	assert.Zero(t, reads.Load(), "a call read the cgroup layout")
+
+	reads.Store(0)
+	a, err := Attach(ctx, filepath.Dir(s.dirs.Root), s.Name())
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, reads.Load(), "Attach (recalling the kept proof) read the cgroup layout other than once")
+
+	reads.Store(0)
+	a.agent = s.agent
+	rsh(t, a, `true`)
+	require.NoError(t, a.Pause(ctx))
+	_, err = a.Stats(ctx)
+	require.NoError(t, err)
+	require.NoError(t, a.Resume(ctx))
+	require.NoError(t, s.Close(ctx))
+	assert.Zero(t, reads.Load(), "calls, Pause, Stats, Resume or Close read the cgroup layout")
+}
+
+// latestCgroups is the layout last read, reading it only when none was;
+// readCgroups reads it every time and replaces the latest.
+func TestLatestCgroupsIsTheLastRead(t *testing.T) {
+	reads := 0 // under cgroupsMu, as detectCgroups is called
+	cgroupsMu.Lock()
+	detect, wasRead, was := detectCgroups, cgroupsRead, cgroupsLast
+	detectCgroups = func() cgLayout { reads++; return cgLayout{v2: fmt.Sprint("layout ", reads)} }
+	cgroupsRead, cgroupsLast = false, cgLayout{}
+	cgroupsMu.Unlock()
+	t.Cleanup(func() {
+		cgroupsMu.Lock()
+		detectCgroups, cgroupsRead, cgroupsLast = detect, wasRead, was
+		cgroupsMu.Unlock()
+	})
+
+	assert.Equal(t, "layout 1", latestCgroups().v2, "none read yet: read now")
+	assert.Equal(t, "layout 1", latestCgroups().v2, "read again")
+	assert.Equal(t, "layout 2", readCgroups().v2, "not read afresh")
+	assert.Equal(t, "layout 2", latestCgroups().v2, "not the latest read")
 }
