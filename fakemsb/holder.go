@@ -152,8 +152,16 @@ func imageDir(p string) bool {
 
 type remount struct{ opts, path string }
 
-// holderArgs builds the bwrap argv for sb.
-func (a *app) holderArgs(sb *sandbox, st *state) ([]string, []remount, error) {
+// holderArgs builds the bwrap argv for sb, and the files it reads from
+// descriptors 5 and up (after the info and ready pipes), which the caller
+// closes once bwrap started.
+func (a *app) holderArgs(sb *sandbox, st *state) (_ []string, _ []remount, _ []*os.File, err error) {
+	var files []*os.File
+	defer func() {
+		if err != nil {
+			closeAll(files)
+		}
+	}()
 	args := []string{
 		"--unshare-pid", "--unshare-ipc", "--unshare-uts",
 		"--hostname", hostname(sb.Name),
@@ -169,7 +177,7 @@ func (a *app) holderArgs(sb *sandbox, st *state) ([]string, []remount, error) {
 		case fi.Mode()&os.ModeSymlink != 0:
 			target, err := os.Readlink(p)
 			if err != nil {
-				return nil, nil, failf("io error: %v", err)
+				return nil, nil, nil, failf("io error: %v", err)
 			}
 			args = append(args, "--symlink", target, p)
 		case fi.IsDir():
@@ -193,12 +201,16 @@ func (a *app) holderArgs(sb *sandbox, st *state) ([]string, []remount, error) {
 		// the same path, below, covers it.
 		args = append(args, "--perms", "0777", "--dir", w)
 	}
-	args = append(args, a.patchArgs(sb)...)
+	patches, files, err := a.patchArgs(sb, 5)
+	if err != nil {
+		return nil, nil, nil, failf("io error: %v", err)
+	}
+	args = append(args, patches...)
 	var remounts []remount
 	for _, m := range sb.Mounts {
 		v, ok := st.Volumes[m.Volume]
 		if !ok {
-			return nil, nil, failf("volume not found: %s", m.Volume)
+			return nil, nil, nil, failf("volume not found: %s", m.Volume)
 		}
 		bind := "--bind"
 		if m.Options.ReadOnly {
@@ -234,7 +246,7 @@ func (a *app) holderArgs(sb *sandbox, st *state) ([]string, []remount, error) {
 	// place, then sleeps; its stdio is /dev/null.
 	args = append(args, "--chdir", "/", "--info-fd", "3", "--",
 		"/bin/sh", "-c", `echo ready >&4; exec 3>&- 4>&-; exec sleep infinity`)
-	return args, remounts, nil
+	return args, remounts, files, nil
 }
 
 func hostname(name string) string {
@@ -246,10 +258,11 @@ func hostname(name string) string {
 
 // startHolder brings up sb's holder and records it in sb.
 func (a *app) startHolder(sb *sandbox, st *state) error {
-	args, remounts, err := a.holderArgs(sb, st)
+	args, remounts, patches, err := a.holderArgs(sb, st)
 	if err != nil {
 		return err
 	}
+	defer closeAll(patches)
 	for _, m := range sb.Mounts {
 		if err := os.MkdirAll(a.volumeDir(m.Volume), 0o755); err != nil {
 			return failf("io error: %v", err)
@@ -284,7 +297,7 @@ func (a *app) startHolder(sb *sandbox, st *state) error {
 	cmd := exec.Command("bwrap", args...)
 	cmd.Env = []string{"PATH=" + guestPATH}
 	cmd.Stderr = logf
-	cmd.ExtraFiles = []*os.File{infoW, readyW}
+	cmd.ExtraFiles = append([]*os.File{infoW, readyW}, patches...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	err = cmd.Start()
 	infoW.Close()

@@ -16,7 +16,7 @@ import (
 // copyFile is one create --copy-file SRC:DST. msb copies SRC into the guest
 // rootfs before boot, with SRC's permission bits; fakemsb keeps its own copy
 // in patchDir (the guest never sees the host file, and later changes to it
-// do not reach the guest) and binds it read-only at DST in the holder.
+// do not reach the guest) and copies it to DST in the holder's root.
 type copyFile struct {
 	Src  string      `json:"src"`
 	Dst  string      `json:"dst"`
@@ -114,14 +114,21 @@ func (a *app) saveFiles(dir, prefix string, files []copyFile) error {
 
 func (a *app) removePatches(name string) { _ = os.RemoveAll(a.patchDir(name)) }
 
-// patchArgs binds each copy read-only at its destination. They come before
+// patchArgs places each copy at its destination in the holder's root, a
+// file of the guest's like any other, as msb's patch is in its rootfs (a
+// guest may rename over it): bwrap copies it from a descriptor, fd and up
+// (files, which the caller closes once bwrap started). They come before
 // the mounts, so a volume or tmpfs on a parent covers them, as a mount
 // covers the rootfs in msb. Missing parents are made 0755, as msb's
 // create_dir_all makes them (bubblewrap alone would make them 0700, out of
 // a non-root user's reach).
-func (a *app) patchArgs(sb *sandbox) []string {
-	var args []string
-	bind := func(src, dst string) {
+func (a *app) patchArgs(sb *sandbox, fd int) (args []string, files []*os.File, err error) {
+	place := func(src, dst string, mode os.FileMode) error {
+		f, err := os.Open(src)
+		if err != nil {
+			return err
+		}
+		files = append(files, f)
 		var parents []string
 		for d := path.Dir(dst); d != "/" && d != "."; d = path.Dir(d) {
 			parents = append([]string{d}, parents...)
@@ -129,15 +136,26 @@ func (a *app) patchArgs(sb *sandbox) []string {
 		for _, d := range parents {
 			args = append(args, "--perms", "0755", "--dir", d)
 		}
-		args = append(args, "--ro-bind", src, dst)
+		args = append(args, "--perms", fmt.Sprintf("%04o", mode.Perm()), "--file", strconv.Itoa(fd+len(files)-1), dst)
+		return nil
 	}
 	for i, f := range sb.CopyFiles {
-		bind(filepath.Join(a.patchDir(sb.Name), strconv.Itoa(i)), f.Dst)
+		err = errors.Join(err, place(filepath.Join(a.patchDir(sb.Name), strconv.Itoa(i)), f.Dst, f.Mode))
 	}
 	for i, f := range sb.RootFiles {
-		bind(filepath.Join(a.patchDir(sb.Name), rootFilePrefix+strconv.Itoa(i)), f.Dst)
+		err = errors.Join(err, place(filepath.Join(a.patchDir(sb.Name), rootFilePrefix+strconv.Itoa(i)), f.Dst, f.Mode))
 	}
-	return args
+	if err != nil {
+		closeAll(files)
+		return nil, nil, err
+	}
+	return args, files, nil
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
 }
 
 // patchDoc is one entry of inspect's config.patches.

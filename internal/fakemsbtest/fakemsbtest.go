@@ -233,12 +233,14 @@ type stateFile struct {
 		Holder *struct {
 			InitPID int `json:"init_pid"`
 		} `json:"holder"`
-		CopyFiles []struct {
-			Dst string `json:"dst"`
-		} `json:"copy_files"`
+		CopyFiles []copyFile `json:"copy_files"`
 	} `json:"sandboxes"`
 	Volumes   map[string]json.RawMessage `json:"volumes"`
 	Snapshots map[string]json.RawMessage `json:"snapshots"`
+}
+
+type copyFile struct {
+	Dst string `json:"dst"`
 }
 
 func (e *Env) state(t testing.TB) stateFile {
@@ -278,20 +280,23 @@ func (e *Env) Status(t testing.TB, name string) string {
 	return e.state(t).Sandboxes[name].Status
 }
 
-// GuestFile returns the host file fakemsb binds read-only at guestPath in
-// sandbox for its create's --copy-file. A guest that is root in a real VM
-// can replace such a file; a test rewriting this one in place does it.
+// GuestFile returns the path, through its holder's /proc/PID/root, of the
+// file fakemsb placed at guestPath in the running sandbox for its create's
+// --copy-file. A guest that is root can replace such a file; a test
+// rewriting this one in place does it.
 func (e *Env) GuestFile(sandbox, guestPath string) (string, error) {
 	st, err := e.readState()
 	if err != nil {
 		return "", err
 	}
-	for i, f := range st.Sandboxes[sandbox].CopyFiles {
-		if f.Dst == guestPath {
-			return filepath.Join(e.Home, "patches", sandbox, strconv.Itoa(i)), nil
-		}
+	sb := st.Sandboxes[sandbox]
+	if !slices.ContainsFunc(sb.CopyFiles, func(f copyFile) bool { return f.Dst == guestPath }) {
+		return "", fmt.Errorf("fakemsbtest: sandbox %s has no copied file at %s", sandbox, guestPath)
 	}
-	return "", fmt.Errorf("fakemsbtest: sandbox %s has no copied file at %s", sandbox, guestPath)
+	if sb.Holder == nil {
+		return "", fmt.Errorf("fakemsbtest: sandbox %s is not running", sandbox)
+	}
+	return filepath.Join("/proc", strconv.Itoa(sb.Holder.InitPID), "root", guestPath), nil
 }
 
 // Volumes returns the names of the volumes in the state, sorted.
