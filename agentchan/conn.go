@@ -141,6 +141,10 @@ func (c *Conn) AgentPID() int { return c.hello.PID }
 // Offers tells whether the agent's hello lists builtin name.
 func (c *Conn) Offers(name string) bool { return slices.Contains(c.hello.Builtins, name) }
 
+// Lacking returns this version's builtins the agent's hello does not list:
+// an agent lacking any is older than this program.
+func (c *Conn) Lacking() []string { return agentwire.Lacking(c.hello.Builtins) }
+
 // Close closes the channel; calls in flight fail with ErrBroken. It is
 // idempotent and always returns nil.
 func (c *Conn) Close() error {

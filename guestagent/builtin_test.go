@@ -171,3 +171,14 @@ func TestAsUser(t *testing.T) {
 		t.Fatalf("the agent lost root: %v", err)
 	}
 }
+
+// The agent offers every builtin of agentwire's list, and no other: the
+// list a host holds an agent's hello to (an agent lacking one is older).
+func TestBuiltinsMatchTheWireList(t *testing.T) {
+	if missing := agentwire.Lacking(BuiltinNames()); len(missing) != 0 {
+		t.Fatalf("the agent lacks %q", missing)
+	}
+	if names, all := BuiltinNames(), agentwire.Lacking(nil); len(names) != len(all) {
+		t.Fatalf("the agent offers %q, agentwire lists %q", names, all)
+	}
+}

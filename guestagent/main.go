@@ -107,8 +107,8 @@ func listener(fd int) (net.Listener, error) {
 	return ln, nil
 }
 
-// Main is oma-guest-agent's command line, `serve`, `builtin` and
-// `version` (docs/guest-agent.md), as cmd/oma-guest-agent runs it and as a
+// Main is oma-guest-agent's command line, `serve`, `builtin`, `install`
+// and `version` (docs/guest-agent.md), as cmd/oma-guest-agent runs it and as a
 // program that serves as its own agent does (ProgramName); it returns the
 // exit status.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -120,6 +120,12 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return commandsInit(stderr)
 		case len(args) == 1 && args[0] == "version":
 			fmt.Fprintf(stdout, "oma-guest-agent protocol %d\n", agentwire.Version)
+			return 0
+		case len(args) == 3 && args[0] == "install":
+			if err := install(args[1], args[2]); err != nil {
+				fmt.Fprintf(stderr, "oma-guest-agent: install: %v\n", err)
+				return 1
+			}
 			return 0
 		case len(args) >= 2 && args[0] == "builtin":
 			args = args[1:]
@@ -143,7 +149,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			}
 			return code
 		}
-		fmt.Fprintln(stderr, "usage: oma-guest-agent serve [--default-user USER[:GROUP]] [--default-workdir DIR]\n       oma-guest-agent builtin [--ready-fd=N] NAME [ARG...]\n       oma-guest-agent version")
+		fmt.Fprintln(stderr, "usage: oma-guest-agent serve [--default-user USER[:GROUP]] [--default-workdir DIR]\n       oma-guest-agent builtin [--ready-fd=N] NAME [ARG...]\n       oma-guest-agent install STAGED PATH\n       oma-guest-agent version")
 		return 2
 	}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)

@@ -13,13 +13,22 @@ import (
 	"go.uber.org/goleak"
 )
 
+// dir holds the agents built, each built once per test process.
 var (
-	once  sync.Once
-	dir   string
-	bin   string
-	built error
-	out   []byte
+	dirOnce sync.Once
+	dir     string
+	dirErr  error
+	current = &agentBuild{name: "oma-guest-agent"}
+	older   = &agentBuild{name: "oma-guest-agent-older", tags: "oma_older_agent"}
 )
+
+type agentBuild struct {
+	name, tags string
+	once       sync.Once
+	bin        string
+	out        []byte
+	err        error
+}
 
 // AgentEnv names an agent already built, which AgentBinary then returns:
 // a test process run as another user (testutil.RunUnprivileged), which
@@ -35,23 +44,49 @@ func AgentBinary(t testing.TB) string {
 	if built := os.Getenv(AgentEnv); built != "" {
 		return built
 	}
-	once.Do(func() {
-		if dir, built = os.MkdirTemp("", "oma-guest-agent-"); built != nil {
-			return
+	return current.build(t)
+}
+
+// OlderAgentEnv names such an agent already built (relative to the test's
+// directory, or absolute), which OlderAgentBinary then returns: the
+// real-VM suite's test binaries run where there is no Go to build one.
+const OlderAgentEnv = "OMA_TEST_OLDER_AGENT"
+
+// OlderAgentBinary builds an agent as AgentBinary does that lacks the ls
+// and write builtins, as an agent older than this program would (the
+// build tag oma_older_agent), for the tests of replacing one.
+func OlderAgentBinary(t testing.TB) string {
+	t.Helper()
+	if built := os.Getenv(OlderAgentEnv); built != "" {
+		abs, err := filepath.Abs(built)
+		if err != nil {
+			t.Fatal(err)
 		}
-		bin = filepath.Join(dir, "oma-guest-agent")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "github.com/oma-sandbox/oma-sandbox/cmd/oma-guest-agent")
+		return abs
+	}
+	return older.build(t)
+}
+
+func (b *agentBuild) build(t testing.TB) string {
+	t.Helper()
+	dirOnce.Do(func() { dir, dirErr = os.MkdirTemp("", "oma-guest-agent-") })
+	if dirErr != nil {
+		t.Fatal(dirErr)
+	}
+	b.once.Do(func() {
+		b.bin = filepath.Join(dir, b.name)
+		cmd := exec.Command("go", "build", "-trimpath", "-tags="+b.tags, "-o", b.bin, "github.com/oma-sandbox/oma-sandbox/cmd/oma-guest-agent")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
-		out, built = cmd.CombinedOutput()
+		b.out, b.err = cmd.CombinedOutput()
 	})
-	if built != nil {
-		t.Fatalf("building oma-guest-agent: %v\n%s", built, out)
+	if b.err != nil {
+		t.Fatalf("building oma-guest-agent (tags %q): %v\n%s", b.tags, b.err, b.out)
 	}
 	// The directory must be reachable by the users a test runs calls as.
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return bin
+	return b.bin
 }
 
 // Cleanup removes what AgentBinary built and the cache IsolateCache made.

@@ -8,3 +8,8 @@ package selfagent
 
 // GuestPath is where a sandbox sees the guest agent, on msb and local alike.
 const GuestPath = "/.oma-sandbox/agent"
+
+// StagedPrefix begins the path a host copies a newer agent to in a running
+// sandbox, beside GuestPath, which that agent then installs itself at
+// (`install STAGED GuestPath`).
+const StagedPrefix = GuestPath + ".new-"

@@ -8,16 +8,18 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 
 	"github.com/oma-sandbox/oma-sandbox/guestagent"
 )
 
-// The program serves as the agent when started as one: at GuestPath, or
-// as the agent starts itself again (guestagent.ProgramName), as the
-// egress relay does.
+// The program serves as the agent when started as one: at GuestPath,
+// staged beside it (StagedPrefix), or as the agent starts itself again
+// (guestagent.ProgramName), as the egress relay does.
 func init() {
-	if os.Args[0] == GuestPath || filepath.Base(os.Args[0]) == guestagent.ProgramName {
+	staged, ok := strings.CutPrefix(os.Args[0], StagedPrefix)
+	if os.Args[0] == GuestPath || ok && !strings.Contains(staged, "/") || filepath.Base(os.Args[0]) == guestagent.ProgramName {
 		os.Exit(guestagent.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	}
 }

@@ -142,6 +142,22 @@ func (s *Session) openChannel(ctx context.Context) (*agentchan.Conn, *msb.Proces
 	if facts.user != "" {
 		argv = append(argv, "--default-user", facts.user)
 	}
+	conn, proc, err := s.startAgent(ctx, argv)
+	if err != nil {
+		return nil, nil, err
+	}
+	if lacking := conn.Lacking(); len(lacking) > 0 {
+		if now, _ := s.replaceAgent(ctx, lacking); now {
+			// No call has this channel yet: end it, and serve from the new agent.
+			s.shutdown(conn, proc)
+			return s.startAgent(ctx, argv)
+		}
+	}
+	return conn, proc, nil
+}
+
+// startAgent starts the agent by argv on a channel and waits for its hello.
+func (s *Session) startAgent(ctx context.Context, argv []string) (*agentchan.Conn, *msb.Process, error) {
 	proc, err := s.client.ExecStream(ctx, msb.ExecOptions{Name: s.names.Sandbox, User: "0", Argv: argv})
 	if err != nil {
 		return nil, nil, err
@@ -329,8 +345,12 @@ func (s *Session) runChannel(ctx context.Context, conn *agentchan.Conn, cmd sess
 	}
 	if cmd.Builtin != "" {
 		if !conn.Offers(cmd.Builtin) {
-			return nil, fmt.Errorf("%w: the agent in sandbox %s does not offer %q: it is older than this program (placed by an older one, or a fork of an older session's disk)",
+			err := fmt.Errorf("%w: the agent in sandbox %s does not offer %q: it is older than this program (placed by an older one, or a fork of an older session's disk)",
 				session.ErrNoAgent, s.names.Sandbox, cmd.Builtin)
+			if rerr := s.replacementError(); rerr != nil {
+				err = fmt.Errorf("%w, and was not replaced: %w", err, rerr)
+			}
+			return nil, err
 		}
 		req.Script, req.Builtin = "", cmd.Builtin
 	}

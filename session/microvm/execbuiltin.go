@@ -26,13 +26,40 @@ func (s *Session) exec(ctx context.Context, cmd session.Command, opts session.Sh
 	return res, err
 }
 
-// execBuiltin runs the agent's builtin cmd.Builtin by one msb exec.
+// execBuiltin runs the agent's builtin cmd.Builtin by one msb exec. An
+// agent older than this program that lacks it is replaced (once per
+// session), and the call sent again, with the same stdin; a call whose
+// output streams is not, since its first answer went out.
 func (s *Session) execBuiltin(ctx context.Context, cmd session.Command, opts session.ShellOptions) (*session.Result, error) {
-	res, err := s.execArgv(ctx, append([]string{agentGuestPath, "builtin", cmd.Builtin}, cmd.Args...), opts)
+	argv := append([]string{agentGuestPath, "builtin", cmd.Builtin}, cmd.Args...)
+	// Only until the session has tried a replacement can a call go twice.
+	again := opts.Stderr == nil && !s.replacementTried()
+	var stdin *replayable
+	if again && opts.Stdin != nil {
+		stdin = &replayable{r: opts.Stdin}
+		opts.Stdin = stdin
+	}
+	res, err := s.execArgv(ctx, argv, opts)
 	if agentMissing(err) {
 		return nil, fmt.Errorf("%w: sandbox %s has none at %s (%w)", session.ErrNoAgent, s.names.Sandbox, agentGuestPath, err)
 	}
-	return res, err
+	if err != nil || opts.Stderr != nil || !lacksBuiltin(res, cmd.Builtin) {
+		return res, err
+	}
+	if _, rerr := s.replaceAgent(ctx, []string{cmd.Builtin}); rerr != nil {
+		return nil, fmt.Errorf("%w: the agent in sandbox %s does not offer %q: it is older than this program, and was not replaced: %w",
+			session.ErrNoAgent, s.names.Sandbox, cmd.Builtin, rerr)
+	}
+	if !again {
+		return res, err // the agent this session placed, or put in place before the call began
+	}
+	if stdin != nil {
+		if opts.Stdin, err = stdin.again(); err != nil {
+			return nil, fmt.Errorf("%w: the agent in sandbox %s, older than this program, was replaced, but the call cannot be sent again: %w",
+				session.ErrNoAgent, s.names.Sandbox, err)
+		}
+	}
+	return s.execArgv(ctx, argv, opts)
 }
 
 // agentMissing tells msb's answer to an exec of an agent that is not at

@@ -29,3 +29,10 @@ func WithoutBundledAgent(selfServes bool) (restore func()) {
 	}
 	return func() { bundled, selfGuest = oldBundled, oldSelf }
 }
+
+// WithBundledAgent makes bin the agent this build embeds.
+func WithBundledAgent(bin []byte) (restore func()) {
+	old := bundled
+	bundled = func(string) ([]byte, bool) { return bin, true }
+	return func() { bundled = old }
+}

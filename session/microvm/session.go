@@ -162,6 +162,9 @@ type Session struct {
 	life   lifecycle     // paused or running; see lifecycle.go
 	ch     channel       // the guest agent's channel; see channel.go
 	served servedCounter // how calls reached the guest; see served.go
+
+	agentFile   string           // Options.AgentFile, the agent an older one is replaced with
+	replacement agentReplacement // see agentreplace.go
 }
 
 var _ session.Session = (*Session)(nil)
@@ -230,7 +233,10 @@ func Create(ctx context.Context, o Options) (*Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", session.ErrInvalid, err)
 	}
-	s := &Session{client: o.Client, names: names, opTimeout: o.OperationTimeout, logger: o.Logger}
+	s := &Session{client: o.Client, names: names, opTimeout: o.OperationTimeout, logger: o.Logger, agentFile: o.AgentFile}
+	// The agent this create places is this program's own; a fork's disk
+	// holds its source's, which may be older.
+	s.replacement.tried = o.conf == ""
 	s.life.state = stateRunning
 	s.SetAutoResume(!o.NoAutoResume)
 	if err := s.placeAgent(o, &createOpts); err != nil {

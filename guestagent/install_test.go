@@ -1,0 +1,62 @@
+//go:build linux
+
+package guestagent
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// install renames a copy staged beside the agent's path (PATH.SUFFIX)
+// over it, and nothing else: every other pair is refused, naming it, and
+// changes nothing.
+func TestInstall(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "agent")
+	staged := path + ".new-1"
+	write := func(p, body string) {
+		t.Helper()
+		require.NoError(t, os.WriteFile(p, []byte(body), 0o500))
+	}
+	read := func(p string) string {
+		t.Helper()
+		b, err := os.ReadFile(p)
+		require.NoError(t, err)
+		return string(b)
+	}
+	write(path, "older")
+	write(staged, "newer")
+	other := filepath.Join(t.TempDir(), "agent.new-2")
+	write(other, "elsewhere")
+	require.NoError(t, os.Mkdir(path+".dir", 0o700))
+	require.NoError(t, os.Symlink(other, path+".link"))
+
+	for _, c := range []struct{ staged, path, want string }{
+		{other, path, "is not a copy staged beside"},
+		{filepath.Join(dir, "other.new-1"), path, "is not a copy staged beside"},
+		{path, path, "is not a copy staged beside"},
+		{dir + "/./agent.new-1", path, "is not a copy staged beside"},
+		{staged, "agent", "is not a copy staged beside"},
+		{path + ".dir", path, "is not a regular file"},
+		{path + ".link", path, "is not a regular file"},
+		{path + ".missing", path, "no such file"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := Main([]string{"install", c.staged, c.path}, strings.NewReader(""), &stdout, &stderr)
+		assert.Equal(t, 1, code, "%s %s", c.staged, c.path)
+		assert.Contains(t, stderr.String(), c.want, "%s %s", c.staged, c.path)
+		assert.Equal(t, "older", read(path), "%s %s", c.staged, c.path)
+	}
+	assert.Equal(t, "elsewhere", read(other))
+
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 0, Main([]string{"install", staged, path}, strings.NewReader(""), &stdout, &stderr), stderr.String())
+	assert.Equal(t, "newer", read(path))
+	assert.NoFileExists(t, staged)
+}

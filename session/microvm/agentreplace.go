@@ -1,0 +1,136 @@
+package microvm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
+	"github.com/oma-sandbox/oma-sandbox/guestagent/selfagent"
+	"github.com/oma-sandbox/oma-sandbox/msb"
+	"github.com/oma-sandbox/oma-sandbox/session"
+)
+
+// maxReplayedStdin bounds the stdin an exec-path call keeps to send again
+// after it met an older agent (the uploads' tmpfs is 64M).
+const maxReplayedStdin = 64 << 20
+
+// agentReplacement is a session's one attempt to replace an older guest
+// agent (a sandbox made, or a disk forked, by an older oma-sandbox) with
+// this program's: a sandbox lives across upgrades of the program that
+// drives it, and its agent must offer every builtin this program's tools
+// ask for. A session whose Create placed the agent makes no attempt: that
+// agent is this program's own (a fork's create places none).
+type agentReplacement struct {
+	mu    sync.Mutex
+	tried bool  // or Create placed the agent
+	err   error // why the attempt failed
+}
+
+// replaceAgent copies this program's agent into the running sandbox beside
+// the agent's path and has it install itself there (a rename; an agent
+// still running keeps its file), once per session: now says this call did, and
+// the next channel or exec runs the new agent. A later call gets the
+// attempt's error again (nil when it succeeded, or when Create placed the
+// agent).
+func (s *Session) replaceAgent(ctx context.Context, lacking []string) (now bool, err error) {
+	r := &s.replacement
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.tried {
+		return false, r.err
+	}
+	r.tried = true
+	r.err = s.installAgent(ctx)
+	if r.err != nil {
+		s.logger.Warn("guest agent older than this program not replaced", "sandbox", s.names.Sandbox, "lacking", lacking, "err", r.err)
+		return false, r.err
+	}
+	s.logger.Info("guest agent older than this program replaced", "sandbox", s.names.Sandbox, "lacking", lacking)
+	return true, nil
+}
+
+// replacementError is why the attempt to replace an older agent failed;
+// nil if none was made or it succeeded.
+func (s *Session) replacementError() error {
+	r := &s.replacement
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+// replacementTried says the session has made its attempt, or placed the
+// agent itself.
+func (s *Session) replacementTried() bool {
+	r := &s.replacement
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.tried
+}
+
+func (s *Session) installAgent(ctx context.Context) error {
+	host, err := agentPath(Options{AgentFile: s.agentFile})
+	if err != nil {
+		return err
+	}
+	staged := fmt.Sprintf("%s%016x", selfagent.StagedPrefix, randomUint64())
+	ref, err := msb.PathRef(s.names.Sandbox, staged)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.opTimeout)
+	err = s.client.Copy(cctx, host, ref)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("copy the agent to %s: %w", staged, err)
+	}
+	res, err := s.execArgv(ctx, []string{staged, "install", staged, agentGuestPath},
+		session.ShellOptions{User: "0", GuestTimeout: s.opTimeout})
+	if err != nil {
+		return fmt.Errorf("install the agent: %w", err)
+	}
+	if res.ExitCode != 0 {
+		return fmt.Errorf("install the agent: exit %d: %s", res.ExitCode, tail(res.Stderr))
+	}
+	return nil
+}
+
+// lacksBuiltin tells an older agent's answer to an exec of a builtin it
+// does not have, name being one of this program's, from the builtin's own
+// outcome. A guest can forge it: that costs one replacement attempt.
+func lacksBuiltin(res *session.Result, name string) bool {
+	return res != nil && res.ExitCode == 2 && agentwire.IsBuiltin(name) &&
+		bytes.Equal(res.Stderr, []byte(`oma-guest-agent: unknown builtin "`+name+`"`+"\n"))
+}
+
+// replayable keeps what is read through it, up to maxReplayedStdin, so an
+// exec-path call can be sent again.
+type replayable struct {
+	r    io.Reader
+	kept bytes.Buffer
+	over bool
+}
+
+func (p *replayable) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if !p.over {
+		if p.kept.Len()+n > maxReplayedStdin {
+			p.over, p.kept = true, bytes.Buffer{}
+		} else {
+			p.kept.Write(b[:n])
+		}
+	}
+	return n, err
+}
+
+// again is the stdin to send again, or an error when it was too large to keep.
+func (p *replayable) again() (io.Reader, error) {
+	if p.over {
+		return nil, errors.New("its stdin was too large to send again")
+	}
+	// Whatever msb left unread is still to come.
+	return io.MultiReader(bytes.NewReader(p.kept.Bytes()), p.r), nil
+}

@@ -1,0 +1,161 @@
+package microvm_test
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
+	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
+	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
+	"github.com/oma-sandbox/oma-sandbox/session"
+	"github.com/oma-sandbox/oma-sandbox/session/microvm"
+)
+
+var (
+	lsCall    = session.Command{Builtin: agentwire.BuiltinLs, Args: []string{"/workspace", "."}}
+	writeCall = session.Command{Builtin: agentwire.BuiltinWrite, Args: []string{"/workspace/f.txt", "", "/workspace", "f.txt"}}
+)
+
+// olderSession creates a session whose sandbox holds an agent older than
+// this program (lacking ls and write), and makes this program's agent the
+// bundled one, which an attached session replaces it with.
+func olderSession(t *testing.T) (*fakemsbtest.Env, *microvm.Session) {
+	env := fakemsbtest.New(t)
+	s := createSession(t, channelOptions(t, env, agenttest.OlderAgentBinary(t)))
+	current, err := os.ReadFile(agenttest.AgentBinary(t))
+	require.NoError(t, err)
+	t.Cleanup(microvm.WithBundledAgent(current))
+	return env, s
+}
+
+// replacements are the msb invocations that replaced the agent: a copy to
+// a staged path beside it, and one exec of the staged agent installing
+// itself.
+func replacements(t *testing.T, env *fakemsbtest.Env) [][]string {
+	var out [][]string
+	for _, argv := range argvs(t, env) {
+		if argv[0] == "copy" || slices.Contains(argv, "install") {
+			out = append(out, argv)
+		}
+	}
+	return out
+}
+
+func requireReplacedOnce(t *testing.T, env *fakemsbtest.Env, sandbox string) {
+	t.Helper()
+	got := replacements(t, env)
+	require.Len(t, got, 2, "%q", got)
+	staged, ok := strings.CutPrefix(got[0][2], sandbox+":")
+	require.True(t, ok, "%q", got[0])
+	assert.True(t, strings.HasPrefix(staged, "/.oma-sandbox/agent.new-"), staged)
+	assert.Equal(t, []string{staged, "install", staged, "/.oma-sandbox/agent"}, got[1][len(got[1])-4:])
+}
+
+// A session attached to a sandbox whose agent is older than this program
+// (placed by an older oma-sandbox) replaces it with this program's on the
+// channel's first open, once, and the builtins the older one lacked run;
+// the session that placed the older agent does not replace it.
+func TestAnOlderAgentIsReplacedOnTheChannel(t *testing.T) {
+	env, older := olderSession(t)
+	_, err := older.Shell(context.Background(), lsCall, session.ShellOptions{})
+	require.ErrorIs(t, err, session.ErrNoAgent, "the creating session placed the agent it was given")
+	assert.ErrorContains(t, err, `does not offer "ls"`)
+	assert.Empty(t, replacements(t, env))
+
+	a, err := microvm.Attach(options(env).Client, "", older.Name())
+	require.NoError(t, err)
+	res, err := a.Shell(context.Background(), writeCall, session.ShellOptions{Stdin: strings.NewReader("body\n")})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode, "%s", res.Stderr)
+	res, err = a.Shell(context.Background(), lsCall, session.ShellOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode, "%s", res.Stderr)
+	assert.Contains(t, string(res.Stdout), "f.txt")
+	assert.Equal(t, 2, a.Served().Channel, "both calls on the channel")
+	requireReplacedOnce(t, env, a.Name())
+	a.DisableAgentChannel()
+
+	// The agent at the agent's path is the new one, for every later user.
+	b, err := microvm.Attach(options(env).Client, "", older.Name())
+	require.NoError(t, err)
+	b.DisableAgentChannel()
+	res, err = b.Shell(context.Background(), lsCall, session.ShellOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 0, res.ExitCode, "%s", res.Stderr)
+	assert.Len(t, replacements(t, env), 2, "no second replacement")
+	assert.Equal(t, "body\n", sh(t, older, "cat /workspace/f.txt"))
+	assert.NotContains(t, sh(t, older, "ls -A /.oma-sandbox"), "agent.new-", "nothing staged is left")
+}
+
+// On the exec path (the one-shot CLI's), the older agent's answer to a
+// builtin it lacks makes the session replace it and send the call again,
+// with the same stdin; a call whose output streams gets the older agent's
+// answer.
+func TestAnOlderAgentIsReplacedOnTheExecPath(t *testing.T) {
+	env, older := olderSession(t)
+	a, err := microvm.Attach(options(env).Client, "", older.Name())
+	require.NoError(t, err)
+	a.DisableAgentChannel()
+
+	var streamed []byte
+	res, err := a.Shell(context.Background(), lsCall, session.ShellOptions{Stderr: func(b []byte) { streamed = append(streamed, b...) }})
+	require.NoError(t, err)
+	assert.Equal(t, 2, res.ExitCode)
+	assert.Equal(t, "oma-guest-agent: unknown builtin \"ls\"\n", string(streamed))
+	assert.Empty(t, replacements(t, env), "a streamed call is not sent again")
+
+	res, err = a.Shell(context.Background(), writeCall, session.ShellOptions{Stdin: strings.NewReader("sent twice\n")})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode, "%s", res.Stderr)
+	assert.Equal(t, "sent twice\n", sh(t, older, "cat /workspace/f.txt"))
+	requireReplacedOnce(t, env, a.Name())
+	assert.Equal(t, map[string]int{agentwire.BuiltinLs: 1, agentwire.BuiltinWrite: 1}, a.Served().Builtins, "calls, each counted once")
+}
+
+// An older agent that cannot be replaced (this build has no agent for the
+// guest) leaves its calls failing with session.ErrNoAgent, saying why, and
+// is tried once.
+func TestAnOlderAgentNotReplaced(t *testing.T) {
+	env, older := olderSession(t)
+	t.Cleanup(microvm.WithoutBundledAgent(false))
+	for _, channel := range []bool{true, false} {
+		a, err := microvm.Attach(options(env).Client, "", older.Name())
+		require.NoError(t, err)
+		if !channel {
+			a.DisableAgentChannel()
+		}
+		for range 2 {
+			_, err = a.Shell(context.Background(), lsCall, session.ShellOptions{})
+			require.ErrorIs(t, err, session.ErrNoAgent, "channel %v", channel)
+			assert.ErrorContains(t, err, `does not offer "ls"`)
+			assert.ErrorContains(t, err, "cannot serve as its own: test: it cannot")
+		}
+		a.DisableAgentChannel()
+	}
+	assert.Empty(t, replacements(t, env))
+}
+
+// A build without the bundled agent that serves as its own (this test
+// binary stands in for one) replaces an older agent with itself: started
+// at the staged path, it serves as the agent and installs itself.
+func TestAnOlderAgentIsReplacedByTheProgramItself(t *testing.T) {
+	env, older := olderSession(t)
+	t.Cleanup(microvm.WithoutBundledAgent(true))
+	a, err := microvm.Attach(options(env).Client, "", older.Name())
+	require.NoError(t, err)
+	t.Cleanup(a.DisableAgentChannel)
+	res, err := a.Shell(context.Background(), lsCall, session.ShellOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode, "%s", res.Stderr)
+	requireReplacedOnce(t, env, a.Name())
+	self, err := os.ReadFile("/proc/self/exe")
+	require.NoError(t, err)
+	assert.Equal(t, strconv.Itoa(len(self))+"\n", sh(t, older, "stat -c %s /.oma-sandbox/agent"), "the program placed itself")
+}
