@@ -140,10 +140,14 @@ func (a *app) patchArgs(sb *sandbox, fd int) (args []string, files []*os.File, e
 		return nil
 	}
 	for i, f := range sb.CopyFiles {
-		err = errors.Join(err, place(filepath.Join(a.patchDir(sb.Name), strconv.Itoa(i)), f.Dst, f.Mode))
+		if err == nil {
+			err = place(filepath.Join(a.patchDir(sb.Name), strconv.Itoa(i)), f.Dst, f.Mode)
+		}
 	}
 	for i, f := range sb.RootFiles {
-		err = errors.Join(err, place(filepath.Join(a.patchDir(sb.Name), rootFilePrefix+strconv.Itoa(i)), f.Dst, f.Mode))
+		if err == nil {
+			err = place(filepath.Join(a.patchDir(sb.Name), rootFilePrefix+strconv.Itoa(i)), f.Dst, f.Mode)
+		}
 	}
 	if err != nil {
 		closeAll(files)

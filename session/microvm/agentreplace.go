@@ -32,10 +32,10 @@ type agentReplacement struct {
 
 // replaceAgent copies this program's agent into the running sandbox beside
 // the agent's path and has it install itself there (a rename; an agent
-// still running keeps its file), once per session: now says this call did, and
-// the next channel or exec runs the new agent. A later call gets the
+// still running keeps its file), once per session: now says this call did,
+// and the next channel or exec runs the new agent. A later call gets the
 // attempt's error again (nil when it succeeded, or when Create placed the
-// agent).
+// agent). An attempt the caller's cancel cut short does not count.
 func (s *Session) replaceAgent(ctx context.Context, lacking []string) (now bool, err error) {
 	r := &s.replacement
 	r.mu.Lock()
@@ -43,32 +43,26 @@ func (s *Session) replaceAgent(ctx context.Context, lacking []string) (now bool,
 	if r.tried {
 		return false, r.err
 	}
-	r.tried = true
-	r.err = s.installAgent(ctx)
-	if r.err != nil {
-		s.logger.Warn("guest agent older than this program not replaced", "sandbox", s.names.Sandbox, "lacking", lacking, "err", r.err)
-		return false, r.err
+	if err := s.installAgent(ctx); err != nil {
+		if ctx.Err() != nil {
+			return false, err
+		}
+		r.tried, r.err = true, err
+		s.logger.Warn("guest agent older than this program not replaced", "sandbox", s.names.Sandbox, "lacking", lacking, "err", err)
+		return false, err
 	}
+	r.tried = true
 	s.logger.Info("guest agent older than this program replaced", "sandbox", s.names.Sandbox, "lacking", lacking)
 	return true, nil
 }
 
-// replacementError is why the attempt to replace an older agent failed;
-// nil if none was made or it succeeded.
-func (s *Session) replacementError() error {
+// replacementState says whether the session has made its attempt (or placed
+// the agent itself), and why the attempt failed.
+func (s *Session) replacementState() (tried bool, err error) {
 	r := &s.replacement
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.err
-}
-
-// replacementTried says the session has made its attempt, or placed the
-// agent itself.
-func (s *Session) replacementTried() bool {
-	r := &s.replacement
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.tried
+	return r.tried, r.err
 }
 
 func (s *Session) installAgent(ctx context.Context) error {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -158,4 +159,24 @@ func TestAnOlderAgentIsReplacedByTheProgramItself(t *testing.T) {
 	self, err := os.ReadFile("/proc/self/exe")
 	require.NoError(t, err)
 	assert.Equal(t, strconv.Itoa(len(self))+"\n", sh(t, older, "stat -c %s /.oma-sandbox/agent"), "the program placed itself")
+}
+
+// A call cancelled while the agent is being replaced (msb copy hanging)
+// fails, and leaves the replacement to the session's next call: the
+// cancel is not taken for a replacement that failed.
+func TestAnOlderAgentReplacementCancelled(t *testing.T) {
+	env, older := olderSession(t)
+	a, err := microvm.Attach(options(env).Client, "", older.Name())
+	require.NoError(t, err)
+	a.DisableAgentChannel()
+	env.SetKnob("FAKEMSB_FAULTS", "copy=hang")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	_, err = a.Shell(ctx, lsCall, session.ShellOptions{})
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	env.SetKnob("FAKEMSB_FAULTS", "")
+
+	res, err := a.Shell(context.Background(), lsCall, session.ShellOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 0, res.ExitCode, "%s", res.Stderr)
 }

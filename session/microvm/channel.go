@@ -347,7 +347,7 @@ func (s *Session) runChannel(ctx context.Context, conn *agentchan.Conn, cmd sess
 		if !conn.Offers(cmd.Builtin) {
 			err := fmt.Errorf("%w: the agent in sandbox %s does not offer %q: it is older than this program (placed by an older one, or a fork of an older session's disk)",
 				session.ErrNoAgent, s.names.Sandbox, cmd.Builtin)
-			if rerr := s.replacementError(); rerr != nil {
+			if _, rerr := s.replacementState(); rerr != nil {
 				err = fmt.Errorf("%w, and was not replaced: %w", err, rerr)
 			}
 			return nil, err

@@ -33,7 +33,8 @@ func (s *Session) exec(ctx context.Context, cmd session.Command, opts session.Sh
 func (s *Session) execBuiltin(ctx context.Context, cmd session.Command, opts session.ShellOptions) (*session.Result, error) {
 	argv := append([]string{agentGuestPath, "builtin", cmd.Builtin}, cmd.Args...)
 	// Only until the session has tried a replacement can a call go twice.
-	again := opts.Stderr == nil && !s.replacementTried()
+	tried, _ := s.replacementState()
+	again := opts.Stderr == nil && !tried
 	var stdin *replayable
 	if again && opts.Stdin != nil {
 		stdin = &replayable{r: opts.Stdin}
