@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // faultRule is one parsed rule of FAKEMSB_FAULTS.
@@ -17,6 +18,7 @@ type faultRule struct {
 	code    int
 	msg     string
 	n       int
+	delay   time.Duration
 }
 
 func parseFaults(spec string) ([]faultRule, error) {
@@ -64,8 +66,14 @@ func parseFaults(spec string) ([]faultRule, error) {
 				return nil, fmt.Errorf("rule %q: die-after needs a byte count", raw)
 			}
 			r.n = v
+		case "delay":
+			d, err := time.ParseDuration(arg)
+			if err != nil || d < 0 {
+				return nil, fmt.Errorf("rule %q: delay needs a duration such as 2s", raw)
+			}
+			r.delay = d
 		default:
-			return nil, fmt.Errorf("rule %q: unknown action %q (want exit, hang, malformed or die-after)", raw, kind)
+			return nil, fmt.Errorf("rule %q: unknown action %q (want exit, hang, malformed, die-after or delay)", raw, kind)
 		}
 		rules = append(rules, r)
 	}

@@ -230,6 +230,11 @@ func TestFaults(t *testing.T) {
 	assert.Equal(t, result{"01234\n", "5678", -1}, r)
 	awaitProcs(t, 0, "sleep", s)
 
+	f.env = []string{"FAKEMSB_FAULTS=exec=delay:300ms"}
+	began := time.Now()
+	assert.Equal(t, result{"ok\n", "", 0}, f.run("exec", "box", "--", "echo", "ok"))
+	assert.GreaterOrEqual(t, time.Since(began), 300*time.Millisecond, "the delay comes first")
+
 	f.env = []string{"FAKEMSB_FAULTS=create=hang"}
 	cmd := f.cmd("create", "alpine", "-n", "never", "-q")
 	require.NoError(t, cmd.Start())
@@ -248,7 +253,7 @@ func TestFaults(t *testing.T) {
 	last := recs[len(recs)-1]
 	assert.Equal(t, logRecord{Argv: []string{"create", "alpine", "-n", "never", "-q"}, Exit: -1, Ms: last.Ms}, last)
 
-	for _, bad := range []string{"exec", "exec=explode", "exec#0=hang", "frob=hang", "exec=exit:300", "exec=die-after:x", "exec=hang:1"} {
+	for _, bad := range []string{"exec", "exec=explode", "exec#0=hang", "frob=hang", "exec=exit:300", "exec=die-after:x", "exec=hang:1", "exec=delay:soon", "exec=delay:-1s"} {
 		f.env = []string{"FAKEMSB_FAULTS=" + bad}
 		r := f.run("list")
 		assert.Equal(t, 2, r.code, bad)

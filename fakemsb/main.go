@@ -61,6 +61,8 @@
 //	       | "die-after:" N                run normally but die by SIGKILL once
 //	                                       N bytes of stdout+stderr were written
 //	                                       (an exec's guest tree is killed first)
+//	       | "delay:" DURATION             sleep DURATION (a Go duration), then
+//	                                       run normally
 //
 // N is 1-based: "exec#2" is the second exec invocation counted from the
 // first invocation that saw this exact FAKEMSB_FAULTS value (changing the
@@ -198,6 +200,8 @@ func (a *app) main() int {
 		d := &dier{left: act.n, die: a.die}
 		a.stdout = &dieWriter{d: d, w: os.Stdout}
 		a.stderr = &dieWriter{d: d, w: os.Stderr}
+	case act.kind == "delay":
+		time.Sleep(act.delay)
 	}
 	code := a.report(a.dispatch(s, rest))
 	if held != nil {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -32,6 +33,7 @@ func TestInstall(t *testing.T) {
 	}
 	write(path, "older")
 	write(staged, "newer")
+	write(path+".new-fresh", "another host's")
 	other := filepath.Join(t.TempDir(), "agent.new-2")
 	write(other, "elsewhere")
 	require.NoError(t, os.Mkdir(path+".dir", 0o700))
@@ -59,4 +61,34 @@ func TestInstall(t *testing.T) {
 	require.Equal(t, 0, Main([]string{"install", staged, path}, strings.NewReader(""), &stdout, &stderr), stderr.String())
 	assert.Equal(t, "newer", read(path))
 	assert.NoFileExists(t, staged)
+	assert.FileExists(t, path+".new-fresh", "a copy another host may be about to install stays")
+}
+
+// An install removes the copies staged beside the agent that a replacement
+// cut short left (those that changed before the time it is given), and
+// nothing else.
+func TestInstallRemovesAbandonedCopies(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "agent")
+	for _, name := range []string{"agent", "agent.new-staged", "agent.new-cut-short", "agent.old", "other.new-1"} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(name), 0o500))
+	}
+	require.NoError(t, os.Mkdir(path+".new-dir", 0o700))
+	require.NoError(t, os.Symlink(filepath.Join(dir, "agent.old"), path+".new-link"))
+	time.Sleep(50 * time.Millisecond) // past the file system's clock tick
+	before := time.Now()
+	time.Sleep(50 * time.Millisecond)
+	require.NoError(t, os.WriteFile(path+".new-fresh", []byte("fresh"), 0o500))
+
+	require.NoError(t, install(path+".new-staged", path, before))
+	var left []string
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	assert.Equal(t, []string{"agent", "agent.new-dir", "agent.new-fresh", "agent.new-link", "agent.old", "other.new-1"}, left)
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Equal(t, "agent.new-staged", string(b))
 }

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/oma-sandbox/oma-sandbox/agentwire"
 	"github.com/oma-sandbox/oma-sandbox/internal/netrelay"
@@ -122,7 +123,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "oma-guest-agent protocol %d\n", agentwire.Version)
 			return 0
 		case len(args) == 3 && args[0] == "install":
-			if err := install(args[1], args[2]); err != nil {
+			if err := install(args[1], args[2], time.Now().Add(-abandonedAfter)); err != nil {
 				fmt.Fprintf(stderr, "oma-guest-agent: install: %v\n", err)
 				return 1
 			}

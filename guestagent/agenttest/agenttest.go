@@ -113,6 +113,13 @@ func IsolateCache() {
 		panic(err)
 	}
 	cache = d
+	// Go's build cache lives under the user's cache too: keep it where it
+	// is, or every agent this process builds compiles the world anew.
+	if os.Getenv("GOCACHE") == "" {
+		if user, err := os.UserCacheDir(); err == nil {
+			os.Setenv("GOCACHE", filepath.Join(user, "go-build"))
+		}
+	}
 	os.Setenv("XDG_CACHE_HOME", d)
 }
 

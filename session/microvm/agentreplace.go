@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/oma-sandbox/oma-sandbox/agentwire"
 	"github.com/oma-sandbox/oma-sandbox/guestagent/selfagent"
@@ -18,6 +19,12 @@ import (
 // after it met an older agent (the uploads' tmpfs is 64M).
 const maxReplayedStdin = 64 << 20
 
+// replaceBudget bounds a replacement: the copy of the agent (megabytes)
+// into the sandbox and its install. That is setup of the session, like a
+// create, not a guest command, so the operation timeout does not bound it:
+// an emulated VM took over 10 s to take the copy.
+const replaceBudget = 2 * time.Minute
+
 // agentReplacement is a session's one attempt to replace an older guest
 // agent (a sandbox made, or a disk forked, by an older oma-sandbox) with
 // this program's: a sandbox lives across upgrades of the program that
@@ -25,10 +32,28 @@ const maxReplayedStdin = 64 << 20
 // ask for. A session whose Create placed the agent makes no attempt: that
 // agent is this program's own (a fork's create places none).
 type agentReplacement struct {
+	turnOnce sync.Once
+	turn     chan struct{} // held by the call making the attempt
+
 	mu    sync.Mutex
 	tried bool  // or Create placed the agent
 	err   error // why the attempt failed
 }
+
+// take waits for the turn to attempt, as long as ctx lets it: one call
+// makes the attempt, and the calls that meet the older agent meanwhile
+// wait for its outcome.
+func (r *agentReplacement) take(ctx context.Context) error {
+	r.turnOnce.Do(func() { r.turn = make(chan struct{}, 1) })
+	select {
+	case r.turn <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (r *agentReplacement) give() { <-r.turn }
 
 // replaceAgent copies this program's agent into the running sandbox beside
 // the agent's path and has it install itself there (a rename; an agent
@@ -38,20 +63,24 @@ type agentReplacement struct {
 // agent). An attempt the caller's cancel cut short does not count.
 func (s *Session) replaceAgent(ctx context.Context, lacking []string) (now bool, err error) {
 	r := &s.replacement
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.tried {
-		return false, r.err
+	if err := r.take(ctx); err != nil {
+		return false, err
 	}
-	if err := s.installAgent(ctx); err != nil {
-		if ctx.Err() != nil {
-			return false, err
-		}
-		r.tried, r.err = true, err
+	defer r.give()
+	if tried, err := s.replacementState(); tried {
+		return false, err
+	}
+	err = s.installAgent(ctx)
+	if err != nil && ctx.Err() != nil {
+		return false, err
+	}
+	r.mu.Lock()
+	r.tried, r.err = true, err
+	r.mu.Unlock()
+	if err != nil {
 		s.logger.Warn("guest agent older than this program not replaced", "sandbox", s.names.Sandbox, "lacking", lacking, "err", err)
 		return false, err
 	}
-	r.tried = true
 	s.logger.Info("guest agent older than this program replaced", "sandbox", s.names.Sandbox, "lacking", lacking)
 	return true, nil
 }
@@ -75,14 +104,14 @@ func (s *Session) installAgent(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cctx, cancel := context.WithTimeout(ctx, s.opTimeout)
-	err = s.client.Copy(cctx, host, ref)
-	cancel()
-	if err != nil {
+	ctx, cancel := context.WithTimeout(ctx, replaceBudget)
+	defer cancel()
+	if err := s.client.Copy(ctx, host, ref); err != nil {
 		return fmt.Errorf("copy the agent to %s: %w", staged, err)
 	}
+	// The budget's deadline, which ctx carries, bounds the install too.
 	res, err := s.execArgv(ctx, []string{staged, "install", staged, agentGuestPath},
-		session.ShellOptions{User: "0", GuestTimeout: s.opTimeout})
+		session.ShellOptions{User: "0", GuestTimeout: replaceBudget})
 	if err != nil {
 		return fmt.Errorf("install the agent: %w", err)
 	}

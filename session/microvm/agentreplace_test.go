@@ -171,11 +171,57 @@ func TestAnOlderAgentReplacementCancelled(t *testing.T) {
 	a.DisableAgentChannel()
 	env.SetKnob("FAKEMSB_FAULTS", "copy=hang")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	t0 := time.Now()
 	_, err = a.Shell(ctx, lsCall, session.ShellOptions{})
 	cancel()
+	t.Logf("second: %v after %v; %q", err, time.Since(t0), argvs(t, env))
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	env.SetKnob("FAKEMSB_FAULTS", "")
 
+	res, err := a.Shell(context.Background(), lsCall, session.ShellOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 0, res.ExitCode, "%s", res.Stderr)
+}
+
+// Replacing the agent is setup of the session, like a create: a copy that
+// takes longer than the session's operation timeout (msb copying the agent
+// into an emulated VM took over 10 s) still replaces it.
+func TestAnOlderAgentReplacementOutlastsTheOperationTimeout(t *testing.T) {
+	env, older := olderSession(t)
+	a, err := microvm.Attach(options(env).Client, "", older.Name())
+	require.NoError(t, err)
+	a.DisableAgentChannel()
+	microvm.SetOperationTimeout(a, time.Second)
+	env.SetKnob("FAKEMSB_FAULTS", "copy=delay:1500ms")
+	res, err := a.Shell(context.Background(), lsCall, session.ShellOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 0, res.ExitCode, "%s", res.Stderr)
+	requireReplacedOnce(t, env, a.Name())
+}
+
+// A call that meets the older agent while another call of the session is
+// replacing it waits for that replacement only as long as its own context
+// lets it.
+func TestAnOlderAgentReplacementAwaitedWithinTheCallersDeadline(t *testing.T) {
+	env, older := olderSession(t)
+	a, err := microvm.Attach(options(env).Client, "", older.Name())
+	require.NoError(t, err)
+	a.DisableAgentChannel()
+	env.SetKnob("FAKEMSB_FAULTS", "copy=delay:6s")
+	first := make(chan error, 1)
+	go func() {
+		_, err := a.Shell(context.Background(), lsCall, session.ShellOptions{})
+		first <- err
+	}()
+	require.Eventually(t, func() bool { return len(replacements(t, env)) == 1 }, 5*time.Second, 20*time.Millisecond, "the first call's copy began")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	_, err = a.Shell(ctx, lsCall, session.ShellOptions{})
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Len(t, replacements(t, env), 1, "the second call returned before the first's copy ended")
+	require.NoError(t, <-first)
+	requireReplacedOnce(t, env, a.Name())
 	res, err := a.Shell(context.Background(), lsCall, session.ShellOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, 0, res.ExitCode, "%s", res.Stderr)

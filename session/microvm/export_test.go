@@ -36,3 +36,6 @@ func WithBundledAgent(bin []byte) (restore func()) {
 	bundled = func(string) ([]byte, bool) { return bin, true }
 	return func() { bundled = old }
 }
+
+// SetOperationTimeout changes the timeout of s's guest commands.
+func SetOperationTimeout(s *Session, d time.Duration) { s.opTimeout = d }
