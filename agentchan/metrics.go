@@ -36,6 +36,12 @@ const (
 	// FellBack: the session gave its channel up after failures; its
 	// calls take a process of their own from then on.
 	FellBack Event = "fell_back"
+	// Replaced: the agent, older than this program, was replaced with
+	// this program's (msb: a sandbox made by an older oma-sandbox).
+	Replaced Event = "replaced"
+	// ReplaceFailed: such an agent could not be replaced; the builtins it
+	// lacks fail.
+	ReplaceFailed Event = "replace_failed"
 )
 
 const scope = "github.com/oma-sandbox/oma-sandbox/agentchan"

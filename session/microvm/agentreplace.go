@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/oma-sandbox/oma-sandbox/agentchan"
 	"github.com/oma-sandbox/oma-sandbox/agentwire"
 	"github.com/oma-sandbox/oma-sandbox/guestagent/selfagent"
 	"github.com/oma-sandbox/oma-sandbox/msb"
@@ -78,9 +79,11 @@ func (s *Session) replaceAgent(ctx context.Context, lacking []string) (now bool,
 	r.tried, r.err = true, err
 	r.mu.Unlock()
 	if err != nil {
+		s.event(agentchan.ReplaceFailed)
 		s.logger.Warn("guest agent older than this program not replaced", "sandbox", s.names.Sandbox, "lacking", lacking, "err", err)
 		return false, err
 	}
+	s.event(agentchan.Replaced)
 	s.logger.Info("guest agent older than this program replaced", "sandbox", s.names.Sandbox, "lacking", lacking)
 	return true, nil
 }

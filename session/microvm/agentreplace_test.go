@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oma-sandbox/oma-sandbox/agentchan"
 	"github.com/oma-sandbox/oma-sandbox/agentwire"
 	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
@@ -104,6 +105,7 @@ func TestAnOlderAgentIsReplacedOnTheExecPath(t *testing.T) {
 	a, err := microvm.Attach(options(env).Client, "", older.Name())
 	require.NoError(t, err)
 	a.DisableAgentChannel()
+	events := channelEvents(t, a)
 
 	var streamed []byte
 	res, err := a.Shell(context.Background(), lsCall, session.ShellOptions{Stderr: func(b []byte) { streamed = append(streamed, b...) }})
@@ -118,6 +120,7 @@ func TestAnOlderAgentIsReplacedOnTheExecPath(t *testing.T) {
 	assert.Equal(t, "sent twice\n", sh(t, older, "cat /workspace/f.txt"))
 	requireReplacedOnce(t, env, a.Name())
 	assert.Equal(t, map[string]int{agentwire.BuiltinLs: 1, agentwire.BuiltinWrite: 1}, a.Served().Builtins, "calls, each counted once")
+	assert.Equal(t, map[string]int64{string(agentchan.Replaced): 1}, events())
 }
 
 // An older agent that cannot be replaced (this build has no agent for the
@@ -132,12 +135,14 @@ func TestAnOlderAgentNotReplaced(t *testing.T) {
 		if !channel {
 			a.DisableAgentChannel()
 		}
+		events := channelEvents(t, a)
 		for range 2 {
 			_, err = a.Shell(context.Background(), lsCall, session.ShellOptions{})
 			require.ErrorIs(t, err, session.ErrNoAgent, "channel %v", channel)
 			assert.ErrorContains(t, err, `does not offer "ls"`)
 			assert.ErrorContains(t, err, "cannot serve as its own: test: it cannot")
 		}
+		assert.Equal(t, int64(1), events()[string(agentchan.ReplaceFailed)], "channel %v", channel)
 		a.DisableAgentChannel()
 	}
 	assert.Empty(t, replacements(t, env))
