@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -141,9 +142,18 @@ func (c *Conn) AgentPID() int { return c.hello.PID }
 // Offers tells whether the agent's hello lists builtin name.
 func (c *Conn) Offers(name string) bool { return slices.Contains(c.hello.Builtins, name) }
 
-// Lacking returns this version's builtins the agent's hello does not list:
-// an agent lacking any is older than this program.
-func (c *Conn) Lacking() []string { return agentwire.Lacking(c.hello.Builtins) }
+// Older says how the agent is older than this program, by its hello: it
+// lacks builtins of this version, or announces a lower revision; "" when
+// it is not.
+func (c *Conn) Older() string {
+	if lacking := agentwire.Lacking(c.hello.Builtins); len(lacking) > 0 {
+		return "it lacks " + strings.Join(lacking, ", ")
+	}
+	if c.hello.Revision < agentwire.Revision {
+		return fmt.Sprintf("its revision is %d, this program's %d", c.hello.Revision, agentwire.Revision)
+	}
+	return ""
+}
 
 // Close closes the channel; calls in flight fail with ErrBroken. It is
 // idempotent and always returns nil.

@@ -3,7 +3,9 @@ package agentchan
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strconv"
 	"strings"
@@ -477,4 +479,24 @@ func settled(n func() int64) int64 {
 		break
 	}
 	return last
+}
+
+// Older tells an agent older than this program by its hello: builtins of
+// this version it lacks, or a lower revision; never a higher one.
+func TestOlder(t *testing.T) {
+	all, _ := json.Marshal(agentwire.Lacking(nil))
+	for _, c := range []struct{ hello, want string }{
+		{`{"type":"hello","version":1,"pid":1,"revision":` + strconv.Itoa(agentwire.Revision) + `,"builtins":` + string(all) + `}`, ""},
+		{`{"type":"hello","version":1,"pid":1,"revision":` + strconv.Itoa(agentwire.Revision+1) + `,"builtins":` + string(all) + `}`, ""},
+		{`{"type":"hello","version":1,"pid":1,"revision":` + strconv.Itoa(agentwire.Revision-1) + `,"builtins":` + string(all) + `}`,
+			fmt.Sprintf("its revision is %d, this program's %d", agentwire.Revision-1, agentwire.Revision)},
+		{`{"type":"hello","version":1,"pid":1,"builtins":` + string(all) + `}`, "its revision is 0"},
+		{`{"type":"hello","version":1,"pid":1,"revision":` + strconv.Itoa(agentwire.Revision+1) + `,"builtins":["ls"]}`, "it lacks bash-kill, "},
+	} {
+		conn, _ := openFakeHello(t, c.hello)
+		got := conn.Older()
+		if c.want == "" && got != "" || !strings.Contains(got, c.want) {
+			t.Errorf("%s: Older() = %q, want %q", c.hello, got, c.want)
+		}
+	}
 }

@@ -25,6 +25,14 @@ import (
 // Version is the protocol version the agent announces in its hello.
 const Version = 1
 
+// Revision is the agent's revision, which it announces in its hello: raised
+// with each change of the agent that a sandbox made by an older program
+// must receive (a fix of a builtin). A host replaces an agent of a lower
+// revision with its own, and never one of a higher; an agent older than
+// revisions announces none (0). guestagent's TestRevisionFollowsTheAgent
+// stops a change of the agent's sources that did not consider it.
+const Revision = 1
+
 // Bounds of the protocol. A guest's frames are small (an out chunk of
 // MaxChunk bytes is about 44 KiB of JSON); a run frame carries a script and
 // arguments up to the kernel's own limit on argv (ARG_MAX, 2 MiB with the
@@ -92,6 +100,8 @@ type (
 	Hello struct {
 		Version int `json:"version"`
 		PID     int `json:"pid"`
+		// Revision is the agent's (the constant Revision of its build).
+		Revision int `json:"revision,omitempty"`
 		// Builtins are the names a run frame may give as its builtin.
 		Builtins []string `json:"builtins,omitempty"`
 	}
@@ -221,6 +231,9 @@ func Validate(f Frame) error {
 		}
 		if f.PID <= 0 {
 			return fmt.Errorf("hello: bad pid %d", f.PID)
+		}
+		if f.Revision < 0 {
+			return fmt.Errorf("hello: bad revision %d", f.Revision)
 		}
 		if len(f.Builtins) > MaxBuiltins {
 			return fmt.Errorf("hello: %d builtins, more than %d", len(f.Builtins), MaxBuiltins)
@@ -507,7 +520,10 @@ func decodeJSON(line []byte) (Frame, error) {
 			Type string `json:"type"`
 			Hello
 		}
-		err, f = strict(line, &v), &v.Hello
+		// The one frame read past fields it does not know: a later
+		// agent's hello may add some, and a host older than that agent
+		// must still open a channel to it.
+		err, f = json.Unmarshal(line, &v), &v.Hello
 	case "out":
 		var v struct {
 			Type string `json:"type"`

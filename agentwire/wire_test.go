@@ -97,7 +97,8 @@ func TestRefusals(t *testing.T) {
 		{"not json", "{\"type\":\"exit\",\"id\":1,\"code\":0\n", "bad frame", false},
 		{"missing type", `{"id":1}` + "\n", "missing type", false},
 		{"unknown type", `{"type":"boom","id":1}` + "\n", `unknown type "boom"`, false},
-		{"unknown field", `{"type":"hello","version":1,"pid":1,"extra":2}` + "\n", `unknown field "extra"`, false},
+		{"unknown field", hello + `{"type":"exit","id":1,"code":0,"extra":2}` + "\n", `unknown field "extra"`, false},
+		{"unknown field to guest", `{"type":"kill","id":1,"extra":2}` + "\n", `unknown field "extra"`, true},
 		{"trailing data", `{"type":"hello","version":1,"pid":1} {}` + "\n", "after top-level value", false},
 		{"missing id", `{"type":"hello","version":1,"pid":1}` + "\n" + `{"type":"exit","code":0}` + "\n", "exit: missing id", false},
 		{"bad base64", hello + `{"type":"out","id":1,"fd":1,"data":"!!"}` + "\n", "illegal base64", false},
@@ -110,6 +111,7 @@ func TestRefusals(t *testing.T) {
 		{"frame before hello", `{"type":"exit","id":1,"code":0}` + "\n", "exit frame before hello", false},
 		{"second hello", hello + hello, "a second hello", false},
 		{"bad version", `{"type":"hello","version":0,"pid":1}` + "\n", "bad version 0", false},
+		{"bad revision", `{"type":"hello","version":1,"pid":1,"revision":-1}` + "\n", "bad revision -1", false},
 		{"wrong way", hello + `{"type":"kill","id":1}` + "\n", "kill frame sent the wrong way", false},
 		{"overlong line", hello + long + "\n", "frame line too long", false},
 		{"overlong unterminated", hello + long, "frame line too long", false},
@@ -148,6 +150,19 @@ func TestRefusals(t *testing.T) {
 }
 
 const hello = `{"type":"hello","version":1,"pid":1}` + "\n"
+
+// A hello may carry fields a later agent adds: a host reads past them, so
+// that an agent newer than the host still opens a channel.
+func TestHelloFromANewerAgent(t *testing.T) {
+	r := NewGuestReader(strings.NewReader(`{"type":"hello","version":1,"pid":7,"revision":9,"builtins":["ls"],"later":{"a":[1]}}` + "\n"))
+	f, err := r.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (&Hello{Version: 1, PID: 7, Revision: 9, Builtins: []string{"ls"}}); !reflect.DeepEqual(f, want) {
+		t.Fatalf("got %+v, want %+v", f, want)
+	}
+}
 
 func TestAppendRefuses(t *testing.T) {
 	for _, f := range []Frame{

@@ -25,6 +25,9 @@ import (
 // each does).
 type builtin func(c *builtinCall) int
 
+// revision is the one the hello announces: this build's.
+var revision = agentwire.Revision
+
 // builtins are the names the hello offers, each with its implementation.
 var builtins = map[string]builtin{
 	agentwire.BuiltinWrite:          builtinWrite,

@@ -53,7 +53,7 @@ const drainTimeout = 5 * time.Second
 func (s *Server) Serve() error {
 	s.out = frameWriter{w: agentwire.NewWriter(s.Out)}
 	s.calls = map[uint64]*proc{}
-	if err := s.out.write(&agentwire.Hello{Version: agentwire.Version, PID: os.Getpid(), Builtins: BuiltinNames()}); err != nil {
+	if err := s.out.write(&agentwire.Hello{Version: agentwire.Version, PID: os.Getpid(), Revision: revision, Builtins: BuiltinNames()}); err != nil {
 		return fmt.Errorf("writing hello: %w", err)
 	}
 	var running sync.WaitGroup

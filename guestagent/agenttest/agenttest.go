@@ -15,11 +15,12 @@ import (
 
 // dir holds the agents built, each built once per test process.
 var (
-	dirOnce sync.Once
-	dir     string
-	dirErr  error
-	current = &agentBuild{name: "oma-guest-agent"}
-	older   = &agentBuild{name: "oma-guest-agent-older", tags: "oma_older_agent"}
+	dirOnce  sync.Once
+	dir      string
+	dirErr   error
+	current  = &agentBuild{name: "oma-guest-agent"}
+	older    = &agentBuild{name: "oma-guest-agent-older", tags: "oma_older_agent"}
+	previous = &agentBuild{name: "oma-guest-agent-previous", tags: "oma_previous_revision"}
 )
 
 type agentBuild struct {
@@ -65,6 +66,15 @@ func OlderAgentBinary(t testing.TB) string {
 		return abs
 	}
 	return older.build(t)
+}
+
+// PreviousRevisionAgentBinary builds an agent as AgentBinary does that
+// announces the revision before this one (agentwire.Revision - 1) and
+// offers every builtin: an agent older than a fix of this program's (the
+// build tag oma_previous_revision).
+func PreviousRevisionAgentBinary(t testing.TB) string {
+	t.Helper()
+	return previous.build(t)
 }
 
 func (b *agentBuild) build(t testing.TB) string {

@@ -62,7 +62,7 @@ func (r *agentReplacement) give() { <-r.turn }
 // and the next channel or exec runs the new agent. A later call gets the
 // attempt's error again (nil when it succeeded, or when Create placed the
 // agent). An attempt the caller's cancel cut short does not count.
-func (s *Session) replaceAgent(ctx context.Context, lacking []string) (now bool, err error) {
+func (s *Session) replaceAgent(ctx context.Context, older string) (now bool, err error) {
 	r := &s.replacement
 	if err := r.take(ctx); err != nil {
 		return false, err
@@ -80,11 +80,11 @@ func (s *Session) replaceAgent(ctx context.Context, lacking []string) (now bool,
 	r.mu.Unlock()
 	if err != nil {
 		s.event(agentchan.ReplaceFailed)
-		s.logger.Warn("guest agent older than this program not replaced", "sandbox", s.names.Sandbox, "lacking", lacking, "err", err)
+		s.logger.Warn("guest agent older than this program not replaced", "sandbox", s.names.Sandbox, "older", older, "err", err)
 		return false, err
 	}
 	s.event(agentchan.Replaced)
-	s.logger.Info("guest agent older than this program replaced", "sandbox", s.names.Sandbox, "lacking", lacking)
+	s.logger.Info("guest agent older than this program replaced", "sandbox", s.names.Sandbox, "older", older)
 	return true, nil
 }
 

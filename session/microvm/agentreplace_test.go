@@ -96,6 +96,43 @@ func TestAnOlderAgentIsReplacedOnTheChannel(t *testing.T) {
 	assert.NotContains(t, sh(t, older, "ls -A /.oma-sandbox"), "agent.new-", "nothing staged is left")
 }
 
+// An agent that offers every builtin but announces a lower revision (older
+// than a fix of this program's agent) is replaced on an attached session's
+// channel too; one exec per call cannot tell it, and runs it as it is.
+func TestAnAgentOfAnEarlierRevisionIsReplaced(t *testing.T) {
+	env := fakemsbtest.New(t)
+	older := createSession(t, channelOptions(t, env, agenttest.PreviousRevisionAgentBinary(t)))
+	current, err := os.ReadFile(agenttest.AgentBinary(t))
+	require.NoError(t, err)
+	t.Cleanup(microvm.WithBundledAgent(current))
+	sh(t, older, "true")
+	assert.Empty(t, replacements(t, env), "the creating session placed the agent it was given")
+
+	byExec, err := microvm.Attach(options(env).Client, "", older.Name())
+	require.NoError(t, err)
+	byExec.DisableAgentChannel()
+	res, err := byExec.Shell(context.Background(), lsCall, session.ShellOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode, "%s", res.Stderr)
+	assert.Empty(t, replacements(t, env))
+
+	a, err := microvm.Attach(options(env).Client, "", older.Name())
+	require.NoError(t, err)
+	t.Cleanup(a.DisableAgentChannel)
+	events := channelEvents(t, a)
+	res, err = a.Shell(context.Background(), lsCall, session.ShellOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode, "%s", res.Stderr)
+	requireReplacedOnce(t, env, a.Name())
+	assert.Equal(t, int64(1), events()[string(agentchan.Replaced)])
+	assert.Equal(t, 1, a.Served().Channel)
+	file, err := env.GuestFile(older.Name(), fakemsbtest.AgentGuestPath)
+	require.NoError(t, err)
+	b, err := os.ReadFile(file)
+	require.NoError(t, err)
+	assert.Equal(t, current, b, "this program's agent is in place")
+}
+
 // On the exec path (the one-shot CLI's), the older agent's answer to a
 // builtin it lacks makes the session replace it and send the call again,
 // with the same stdin; a call whose output streams gets the older agent's

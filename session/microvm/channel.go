@@ -146,8 +146,8 @@ func (s *Session) openChannel(ctx context.Context) (*agentchan.Conn, *msb.Proces
 	if err != nil {
 		return nil, nil, err
 	}
-	if lacking := conn.Lacking(); len(lacking) > 0 {
-		if now, _ := s.replaceAgent(ctx, lacking); now {
+	if older := conn.Older(); older != "" {
+		if now, _ := s.replaceAgent(ctx, older); now {
 			// No call has this channel yet: end it, and serve from the new agent.
 			s.shutdown(conn, proc)
 			return s.startAgent(ctx, argv)

@@ -47,7 +47,7 @@ func (s *Session) execBuiltin(ctx context.Context, cmd session.Command, opts ses
 	if err != nil || opts.Stderr != nil || !lacksBuiltin(res, cmd.Builtin) {
 		return res, err
 	}
-	if _, rerr := s.replaceAgent(ctx, []string{cmd.Builtin}); rerr != nil {
+	if _, rerr := s.replaceAgent(ctx, "it lacks "+cmd.Builtin); rerr != nil {
 		return nil, fmt.Errorf("%w: the agent in sandbox %s does not offer %q: it is older than this program, and was not replaced: %w",
 			session.ErrNoAgent, s.names.Sandbox, cmd.Builtin, rerr)
 	}
