@@ -1,6 +1,9 @@
 package agentwire
 
-import "slices"
+import (
+	"slices"
+	"strconv"
+)
 
 // builtins are the names every agent of this version offers in its hello
 // (guestagent's tests hold its list to this one).
@@ -25,4 +28,16 @@ func Lacking(offered []string) []string {
 		}
 	}
 	return missing
+}
+
+// RevisionOption, given to `oma-guest-agent builtin` before the builtin's
+// name, asks the agent to refuse the call when it is older than this
+// program's revision: its answer is then OlderThanRevision's line. An agent
+// from before revisions answers it as a builtin it does not have.
+func RevisionOption() string { return "--revision=" + strconv.Itoa(Revision) }
+
+// OlderThanRevision is the stderr (exit status 2) of an agent asked by
+// RevisionOption for revision n, when its own is lower.
+func OlderThanRevision(n int) string {
+	return "oma-guest-agent: older than revision " + strconv.Itoa(n) + "\n"
 }

@@ -25,8 +25,13 @@ import (
 // each does).
 type builtin func(c *builtinCall) int
 
-// revision is the one the hello announces: this build's.
+// revision is the one the hello announces, and `builtin --revision=N`
+// compares: this build's.
 var revision = agentwire.Revision
+
+// knowsRevisionOption is false only in a build standing in for an agent
+// from before revisions (the tag oma_older_agent).
+var knowsRevisionOption = true
 
 // builtins are the names the hello offers, each with its implementation.
 var builtins = map[string]builtin{

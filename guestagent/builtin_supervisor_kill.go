@@ -128,15 +128,17 @@ func supervisorProcesses(id string) map[int]uint64 {
 	return pids
 }
 
-// builtinSupervisorOf tells whether argv is `AGENT builtin [--ready-fd=N]
-// bash-supervisor ID ...` for call id.
+// builtinSupervisorOf tells whether argv is `AGENT builtin [--revision=N]
+// [--ready-fd=N] bash-supervisor ID ...` for call id.
 func builtinSupervisorOf(argv [][]byte, id string) bool {
 	if len(argv) < 3 || string(argv[1]) != "builtin" {
 		return false
 	}
 	rest := argv[2:]
-	if bytes.HasPrefix(rest[0], []byte("--ready-fd=")) {
-		rest = rest[1:]
+	for _, option := range []string{"--revision=", "--ready-fd="} {
+		if len(rest) > 0 && bytes.HasPrefix(rest[0], []byte(option)) {
+			rest = rest[1:]
+		}
 	}
 	return len(rest) > 1 && string(rest[0]) == agentwire.BuiltinBashSupervisor && string(rest[1]) == id
 }

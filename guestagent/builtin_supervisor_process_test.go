@@ -35,8 +35,9 @@ func TestBashSupervisorProcessOutlivesItsExec(t *testing.T) {
 			args, stdin := bashproto.Args(call, treeCommand+"sleep 100", 60*time.Second,
 				bashproto.Logs{Live: dir + "/live", Kept: dir + "/kept"}, bashproto.Limits{MaxLines: 2000, MaxBytes: 50 << 10})
 			// The exec: a shell that leads its group, as msb exec's process
-			// does, with the supervisor in it as a member or as the leader.
-			argv := append([]string{agent, "builtin", agentwire.BuiltinBashSupervisor}, args...)
+			// does, with the supervisor in it as a member or as the leader,
+			// asked for this revision as msb's one exec per call asks.
+			argv := append([]string{agent, "builtin", agentwire.RevisionOption(), agentwire.BuiltinBashSupervisor}, args...)
 			var exec0 *exec.Cmd
 			if leader {
 				exec0 = exec.Command(argv[0], argv[1:]...)

@@ -5,13 +5,18 @@ package guestagent
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
+	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
 )
 
 // install renames a copy staged beside the agent's path (PATH.SUFFIX)
@@ -91,4 +96,33 @@ func TestInstallRemovesAbandonedCopies(t *testing.T) {
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	assert.Equal(t, "agent.new-staged", string(b))
+}
+
+// `builtin --revision=N` runs the builtin for a host of revision N or
+// lower, and refuses, with the one line a host knows, for a higher one.
+func TestBuiltinRevisionOption(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "a.txt"), nil, 0o644))
+	agent := agenttest.AgentBinary(t)
+	run := func(option string) (int, string, string) {
+		var stdout, stderr bytes.Buffer
+		cmd := exec.Command(agent, "builtin", option, agentwire.BuiltinLs, dir, ".")
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		_ = cmd.Run()
+		return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
+	}
+	for _, n := range []int{0, agentwire.Revision} {
+		code, stdout, stderr := run("--revision=" + strconv.Itoa(n))
+		assert.Equal(t, 0, code, "%d: %s", n, stderr)
+		assert.Contains(t, stdout, "a.txt")
+	}
+	code, stdout, stderr := run("--revision=" + strconv.Itoa(agentwire.Revision+1))
+	assert.Equal(t, 2, code)
+	assert.Empty(t, stdout)
+	assert.Equal(t, agentwire.OlderThanRevision(agentwire.Revision+1), stderr)
+	for _, bad := range []string{"--revision=", "--revision=x", "--revision=-1"} {
+		code, _, stderr := run(bad)
+		assert.Equal(t, 2, code, bad)
+		assert.Contains(t, stderr, "want a revision number", bad)
+	}
 }

@@ -130,6 +130,18 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return 0
 		case len(args) >= 2 && args[0] == "builtin":
 			args = args[1:]
+			if want, ok := strings.CutPrefix(args[0], "--revision="); ok && knowsRevisionOption && len(args) >= 2 {
+				n, err := strconv.Atoi(want)
+				if err != nil || n < 0 {
+					fmt.Fprintf(stderr, "oma-guest-agent: --revision=%s: want a revision number\n", want)
+					return 2
+				}
+				if revision < n {
+					io.WriteString(stderr, agentwire.OlderThanRevision(n))
+					return 2
+				}
+				args = args[1:]
+			}
 			fd, readyFD := strings.CutPrefix(args[0], "--ready-fd=")
 			if readyFD && len(args) >= 2 {
 				if err := ready(fd); err != nil {
@@ -150,7 +162,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			}
 			return code
 		}
-		fmt.Fprintln(stderr, "usage: oma-guest-agent serve [--default-user USER[:GROUP]] [--default-workdir DIR]\n       oma-guest-agent builtin [--ready-fd=N] NAME [ARG...]\n       oma-guest-agent install STAGED PATH\n       oma-guest-agent version")
+		fmt.Fprintln(stderr, "usage: oma-guest-agent serve [--default-user USER[:GROUP]] [--default-workdir DIR]\n       oma-guest-agent builtin [--revision=N] [--ready-fd=N] NAME [ARG...]\n       oma-guest-agent install STAGED PATH\n       oma-guest-agent version")
 		return 2
 	}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)

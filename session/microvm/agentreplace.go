@@ -124,12 +124,36 @@ func (s *Session) installAgent(ctx context.Context) error {
 	return nil
 }
 
-// lacksBuiltin tells an older agent's answer to an exec of a builtin it
-// does not have, name being one of this program's, from the builtin's own
-// outcome. A guest can forge it: that costs one replacement attempt.
-func lacksBuiltin(res *session.Result, name string) bool {
-	return res != nil && res.ExitCode == 2 && agentwire.IsBuiltin(name) &&
-		bytes.Equal(res.Stderr, []byte(`oma-guest-agent: unknown builtin "`+name+`"`+"\n"))
+// olderAnswer tells an older agent's answer to an exec of builtin name
+// from the builtin's own outcome, and says how the agent is older: lacking
+// says it does not have the builtin (one of this program's); otherwise it
+// refused the revision asked (asked set), or, older than revisions, took
+// the option for a builtin it does not have. A guest can forge any of
+// these: that costs one replacement attempt.
+func olderAnswer(res *session.Result, name string, asked bool) (older string, lacking bool) {
+	if res == nil || res.ExitCode != 2 {
+		return "", false
+	}
+	switch string(res.Stderr) {
+	case unknownBuiltin(name):
+		if agentwire.IsBuiltin(name) {
+			return "it lacks " + name, true
+		}
+	case unknownBuiltin(agentwire.RevisionOption()):
+		if asked {
+			return "it has no revision", false
+		}
+	case agentwire.OlderThanRevision(agentwire.Revision):
+		if asked {
+			return "its revision is lower than this program's", false
+		}
+	}
+	return "", false
+}
+
+// unknownBuiltin is an agent's answer to a builtin it does not have.
+func unknownBuiltin(name string) string {
+	return `oma-guest-agent: unknown builtin "` + name + `"` + "\n"
 }
 
 // replayable keeps what is read through it, up to maxReplayedStdin, so an

@@ -96,41 +96,74 @@ func TestAnOlderAgentIsReplacedOnTheChannel(t *testing.T) {
 	assert.NotContains(t, sh(t, older, "ls -A /.oma-sandbox"), "agent.new-", "nothing staged is left")
 }
 
-// An agent that offers every builtin but announces a lower revision (older
-// than a fix of this program's agent) is replaced on an attached session's
-// channel too; one exec per call cannot tell it, and runs it as it is.
-func TestAnAgentOfAnEarlierRevisionIsReplaced(t *testing.T) {
+// earlierRevisionSession creates a session whose sandbox holds an agent
+// that offers every builtin but is of the revision before this program's
+// (older than a fix of this program's agent).
+func earlierRevisionSession(t *testing.T) (*fakemsbtest.Env, *microvm.Session, []byte) {
 	env := fakemsbtest.New(t)
-	older := createSession(t, channelOptions(t, env, agenttest.PreviousRevisionAgentBinary(t)))
+	s := createSession(t, channelOptions(t, env, agenttest.PreviousRevisionAgentBinary(t)))
 	current, err := os.ReadFile(agenttest.AgentBinary(t))
 	require.NoError(t, err)
 	t.Cleanup(microvm.WithBundledAgent(current))
-	sh(t, older, "true")
+	sh(t, s, "true")
 	assert.Empty(t, replacements(t, env), "the creating session placed the agent it was given")
+	return env, s, current
+}
 
-	byExec, err := microvm.Attach(options(env).Client, "", older.Name())
-	require.NoError(t, err)
-	byExec.DisableAgentChannel()
-	res, err := byExec.Shell(context.Background(), lsCall, session.ShellOptions{})
-	require.NoError(t, err)
-	require.Equal(t, 0, res.ExitCode, "%s", res.Stderr)
-	assert.Empty(t, replacements(t, env))
+// An agent of a lower revision is replaced by an attached session, on its
+// channel (by the hello) and by one exec per call (the agent refuses the
+// call that asks for this program's revision, which is then sent again).
+func TestAnAgentOfAnEarlierRevisionIsReplaced(t *testing.T) {
+	for _, channel := range []bool{true, false} {
+		t.Run(map[bool]string{true: "channel", false: "exec"}[channel], func(t *testing.T) {
+			env, older, current := earlierRevisionSession(t)
+			a, err := microvm.Attach(options(env).Client, "", older.Name())
+			require.NoError(t, err)
+			t.Cleanup(a.DisableAgentChannel)
+			if !channel {
+				a.DisableAgentChannel()
+			}
+			events := channelEvents(t, a)
+			res, err := a.Shell(context.Background(), writeCall, session.ShellOptions{Stdin: strings.NewReader("kept\n")})
+			require.NoError(t, err)
+			require.Equal(t, 0, res.ExitCode, "%s", res.Stderr)
+			assert.Equal(t, "kept\n", sh(t, older, "cat /workspace/f.txt"))
+			requireReplacedOnce(t, env, a.Name())
+			assert.Equal(t, int64(1), events()[string(agentchan.Replaced)])
+			file, err := env.GuestFile(older.Name(), fakemsbtest.AgentGuestPath)
+			require.NoError(t, err)
+			b, err := os.ReadFile(file)
+			require.NoError(t, err)
+			assert.Equal(t, current, b, "this program's agent is in place")
+		})
+	}
+}
 
+// An agent of a lower revision that cannot be replaced still has every
+// builtin: by one exec per call, the call refused for its revision is sent
+// again without asking, and later calls no longer ask.
+func TestAnAgentOfAnEarlierRevisionNotReplacedStillServes(t *testing.T) {
+	env, older, _ := earlierRevisionSession(t)
+	t.Cleanup(microvm.WithoutBundledAgent(false))
 	a, err := microvm.Attach(options(env).Client, "", older.Name())
 	require.NoError(t, err)
-	t.Cleanup(a.DisableAgentChannel)
+	a.DisableAgentChannel()
 	events := channelEvents(t, a)
-	res, err = a.Shell(context.Background(), lsCall, session.ShellOptions{})
-	require.NoError(t, err)
-	require.Equal(t, 0, res.ExitCode, "%s", res.Stderr)
-	requireReplacedOnce(t, env, a.Name())
-	assert.Equal(t, int64(1), events()[string(agentchan.Replaced)])
-	assert.Equal(t, 1, a.Served().Channel)
-	file, err := env.GuestFile(older.Name(), fakemsbtest.AgentGuestPath)
-	require.NoError(t, err)
-	b, err := os.ReadFile(file)
-	require.NoError(t, err)
-	assert.Equal(t, current, b, "this program's agent is in place")
+	env.ResetLog(t)
+	for range 2 {
+		res, err := a.Shell(context.Background(), writeCall, session.ShellOptions{Stdin: strings.NewReader("as it is\n")})
+		require.NoError(t, err)
+		require.Equal(t, 0, res.ExitCode, "%s", res.Stderr)
+	}
+	assert.Equal(t, "as it is\n", sh(t, older, "cat /workspace/f.txt"))
+	assert.Equal(t, int64(1), events()[string(agentchan.ReplaceFailed)])
+	var asked []bool
+	for _, argv := range argvs(t, env) {
+		if slices.Contains(argv, agentwire.BuiltinWrite) {
+			asked = append(asked, slices.Contains(argv, agentwire.RevisionOption()))
+		}
+	}
+	assert.Equal(t, []bool{true, false, false}, asked, "asked, sent again without asking, then not asked")
 }
 
 // On the exec path (the one-shot CLI's), the older agent's answer to a

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
 	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
@@ -26,13 +27,14 @@ func (s *Session) exec(ctx context.Context, cmd session.Command, opts session.Sh
 	return res, err
 }
 
-// execBuiltin runs the agent's builtin cmd.Builtin by one msb exec. An
-// agent older than this program that lacks it is replaced (once per
-// session), and the call sent again, with the same stdin; a call whose
-// output streams is not, since its first answer went out.
+// execBuiltin runs the agent's builtin cmd.Builtin by one msb exec. Until
+// the session has tried to replace an older agent, a call whose output does
+// not stream asks the agent to refuse it when it is older than this
+// program's revision; an agent that refuses, or lacks the builtin, is
+// replaced (once per session) and the call sent again, with the same stdin.
+// A streamed call is sent once, since its first answer went out. An agent
+// that has the builtin but could not be replaced runs the call as it is.
 func (s *Session) execBuiltin(ctx context.Context, cmd session.Command, opts session.ShellOptions) (*session.Result, error) {
-	argv := append([]string{agentGuestPath, "builtin", cmd.Builtin}, cmd.Args...)
-	// Only until the session has tried a replacement can a call go twice.
 	tried, _ := s.replacementState()
 	again := opts.Stderr == nil && !tried
 	var stdin *replayable
@@ -40,27 +42,52 @@ func (s *Session) execBuiltin(ctx context.Context, cmd session.Command, opts ses
 		stdin = &replayable{r: opts.Stdin}
 		opts.Stdin = stdin
 	}
-	res, err := s.execArgv(ctx, argv, opts)
+	res, err := s.execArgv(ctx, builtinArgv(cmd, again), opts)
 	if agentMissing(err) {
 		return nil, fmt.Errorf("%w: sandbox %s has none at %s (%w)", session.ErrNoAgent, s.names.Sandbox, agentGuestPath, err)
 	}
-	if err != nil || opts.Stderr != nil || !lacksBuiltin(res, cmd.Builtin) {
+	if err != nil || opts.Stderr != nil {
 		return res, err
 	}
-	if _, rerr := s.replaceAgent(ctx, "it lacks "+cmd.Builtin); rerr != nil {
-		return nil, fmt.Errorf("%w: the agent in sandbox %s does not offer %q: it is older than this program, and was not replaced: %w",
-			session.ErrNoAgent, s.names.Sandbox, cmd.Builtin, rerr)
+	older, lacking := olderAnswer(res, cmd.Builtin, again)
+	if older == "" {
+		return res, err
+	}
+	_, rerr := s.replaceAgent(ctx, older)
+	if rerr != nil && lacking {
+		return nil, s.lackingError(cmd.Builtin, rerr)
 	}
 	if !again {
 		return res, err // the agent this session placed, or put in place before the call began
 	}
 	if stdin != nil {
 		if opts.Stdin, err = stdin.again(); err != nil {
-			return nil, fmt.Errorf("%w: the agent in sandbox %s, older than this program, was replaced, but the call cannot be sent again: %w",
+			return nil, fmt.Errorf("%w: the agent in sandbox %s is older than this program, and the call cannot be sent again: %w",
 				session.ErrNoAgent, s.names.Sandbox, err)
 		}
 	}
-	return s.execArgv(ctx, argv, opts)
+	res, err = s.execArgv(ctx, builtinArgv(cmd, false), opts)
+	if _, lacking := olderAnswer(res, cmd.Builtin, false); err == nil && rerr != nil && lacking {
+		return nil, s.lackingError(cmd.Builtin, rerr)
+	}
+	return res, err
+}
+
+// lackingError is the error of a call of builtin, which the agent lacks
+// and replacing it failed with rerr.
+func (s *Session) lackingError(builtin string, rerr error) error {
+	return fmt.Errorf("%w: the agent in sandbox %s does not offer %q: it is older than this program, and was not replaced: %w",
+		session.ErrNoAgent, s.names.Sandbox, builtin, rerr)
+}
+
+// builtinArgv runs cmd's builtin by the agent, asking it for this
+// program's revision when ask is set.
+func builtinArgv(cmd session.Command, ask bool) []string {
+	argv := []string{agentGuestPath, "builtin"}
+	if ask {
+		argv = append(argv, agentwire.RevisionOption())
+	}
+	return append(append(argv, cmd.Builtin), cmd.Args...)
 }
 
 // agentMissing tells msb's answer to an exec of an agent that is not at
