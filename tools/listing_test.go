@@ -293,27 +293,26 @@ func TestGlobNarrowsItsWalk(t *testing.T) {
 func TestLsWhileEntriesVanish(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
 		tb := tools.New(s, tools.Options{})
-		sh(t, s, `mkdir -p churn && touch churn/keep`)
+		sh(t, s, `mkdir -p churn && touch churn/keep && rm -f churn.stop churn.started`)
 		churned := make(chan error, 1)
 		go func() {
+			// The churn goes on until the listings are done (or its cap).
 			_, err := s.Shell(context.Background(), session.Command{Script: `end=$((SECONDS + $1))
+: > churn.started
 for k in 1 2 3; do
-  while [ "$SECONDS" -lt "$end" ]; do for i in 1 2 3 4 5 6 7 8; do : > "churn/x$k$i"; rm -f "churn/x$k$i"; done; done &
+  while [ ! -e churn.stop ] && [ "$SECONDS" -lt "$end" ]; do for i in 1 2 3 4 5 6 7 8; do : > "churn/x$k$i"; rm -f "churn/x$k$i"; done; done &
 done
-wait`, Args: []string{strconv.Itoa(guestSeconds(t, 3))}}, session.ShellOptions{})
+wait`, Args: []string{strconv.Itoa(guestSeconds(t, 60))}}, session.ShellOptions{GuestTimeout: time.Duration(guestSeconds(t, 90)) * time.Second})
 			churned <- err
 		}()
-		for n := 0; ; n++ {
-			select {
-			case err := <-churned:
-				require.NoError(t, err)
-				require.Greater(t, n, 10, "too few listings during the churn to mean anything")
-				return
-			default:
-			}
+		require.Eventually(t, func() bool { return sh(t, s, `[ -e churn.started ] && echo y || true`) == "y\n" },
+			time.Duration(guestSeconds(t, 10))*time.Second, 20*time.Millisecond, "the churn began")
+		for n := range 25 {
 			out, err := call(t, tb, "ls", obj{"path": "churn"})
 			require.NoError(t, err, "listing %d", n)
 			require.Contains(t, out, "keep")
 		}
+		sh(t, s, `: > churn.stop`)
+		require.NoError(t, <-churned)
 	})
 }
