@@ -30,8 +30,9 @@ const replaceBudget = 2 * time.Minute
 // agent (a sandbox made, or a disk forked, by an older oma-sandbox) with
 // this program's: a sandbox lives across upgrades of the program that
 // drives it, and its agent must offer every builtin this program's tools
-// ask for. A session whose Create placed the agent makes no attempt: that
-// agent is this program's own (a fork's create places none).
+// ask for, with the fixes of this program's revision. A session whose
+// Create placed the agent makes no attempt: that agent is this program's
+// own (a fork's create places none).
 type agentReplacement struct {
 	turnOnce sync.Once
 	turn     chan struct{} // held by the call making the attempt
@@ -61,7 +62,8 @@ func (r *agentReplacement) give() { <-r.turn }
 // still running keeps its file), once per session: now says this call did,
 // and the next channel or exec runs the new agent. A later call gets the
 // attempt's error again (nil when it succeeded, or when Create placed the
-// agent). An attempt the caller's cancel cut short does not count.
+// agent). An attempt the caller's cancel cut short does not count. older
+// says how the agent is older, for the log.
 func (s *Session) replaceAgent(ctx context.Context, older string) (now bool, err error) {
 	r := &s.replacement
 	if err := r.take(ctx); err != nil {
