@@ -50,6 +50,19 @@ func replacements(t *testing.T, env *fakemsbtest.Env) [][]string {
 	return out
 }
 
+// attach attaches a session to sandbox, as another process would; without
+// channel, its calls go by one exec each. Its channel ends with the test.
+func attach(t *testing.T, env *fakemsbtest.Env, sandbox string, channel bool) *microvm.Session {
+	t.Helper()
+	a, err := microvm.Attach(options(env).Client, "", sandbox)
+	require.NoError(t, err)
+	t.Cleanup(a.DisableAgentChannel)
+	if !channel {
+		a.DisableAgentChannel()
+	}
+	return a
+}
+
 func requireReplacedOnce(t *testing.T, env *fakemsbtest.Env, sandbox string) {
 	t.Helper()
 	got := replacements(t, env)
@@ -71,8 +84,7 @@ func TestAnOlderAgentIsReplacedOnTheChannel(t *testing.T) {
 	assert.ErrorContains(t, err, `does not offer "ls"`)
 	assert.Empty(t, replacements(t, env))
 
-	a, err := microvm.Attach(options(env).Client, "", older.Name())
-	require.NoError(t, err)
+	a := attach(t, env, older.Name(), true)
 	res, err := a.Shell(context.Background(), writeCall, session.ShellOptions{Stdin: strings.NewReader("body\n")})
 	require.NoError(t, err)
 	require.Equal(t, 0, res.ExitCode, "%s", res.Stderr)
@@ -85,9 +97,7 @@ func TestAnOlderAgentIsReplacedOnTheChannel(t *testing.T) {
 	a.DisableAgentChannel()
 
 	// The agent at the agent's path is the new one, for every later user.
-	b, err := microvm.Attach(options(env).Client, "", older.Name())
-	require.NoError(t, err)
-	b.DisableAgentChannel()
+	b := attach(t, env, older.Name(), false)
 	res, err = b.Shell(context.Background(), lsCall, session.ShellOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, 0, res.ExitCode, "%s", res.Stderr)
@@ -117,12 +127,7 @@ func TestAnAgentOfAnEarlierRevisionIsReplaced(t *testing.T) {
 	for _, channel := range []bool{true, false} {
 		t.Run(map[bool]string{true: "channel", false: "exec"}[channel], func(t *testing.T) {
 			env, older, current := earlierRevisionSession(t)
-			a, err := microvm.Attach(options(env).Client, "", older.Name())
-			require.NoError(t, err)
-			t.Cleanup(a.DisableAgentChannel)
-			if !channel {
-				a.DisableAgentChannel()
-			}
+			a := attach(t, env, older.Name(), channel)
 			events := channelEvents(t, a)
 			res, err := a.Shell(context.Background(), writeCall, session.ShellOptions{Stdin: strings.NewReader("kept\n")})
 			require.NoError(t, err)
@@ -145,9 +150,7 @@ func TestAnAgentOfAnEarlierRevisionIsReplaced(t *testing.T) {
 func TestAnAgentOfAnEarlierRevisionNotReplacedStillServes(t *testing.T) {
 	env, older, _ := earlierRevisionSession(t)
 	t.Cleanup(microvm.WithoutBundledAgent(false))
-	a, err := microvm.Attach(options(env).Client, "", older.Name())
-	require.NoError(t, err)
-	a.DisableAgentChannel()
+	a := attach(t, env, older.Name(), false)
 	events := channelEvents(t, a)
 	env.ResetLog(t)
 	for range 2 {
@@ -172,9 +175,7 @@ func TestAnAgentOfAnEarlierRevisionNotReplacedStillServes(t *testing.T) {
 // answer.
 func TestAnOlderAgentIsReplacedOnTheExecPath(t *testing.T) {
 	env, older := olderSession(t)
-	a, err := microvm.Attach(options(env).Client, "", older.Name())
-	require.NoError(t, err)
-	a.DisableAgentChannel()
+	a := attach(t, env, older.Name(), false)
 	events := channelEvents(t, a)
 
 	var streamed []byte
@@ -200,14 +201,10 @@ func TestAnOlderAgentNotReplaced(t *testing.T) {
 	env, older := olderSession(t)
 	t.Cleanup(microvm.WithoutBundledAgent(false))
 	for _, channel := range []bool{true, false} {
-		a, err := microvm.Attach(options(env).Client, "", older.Name())
-		require.NoError(t, err)
-		if !channel {
-			a.DisableAgentChannel()
-		}
+		a := attach(t, env, older.Name(), channel)
 		events := channelEvents(t, a)
 		for range 2 {
-			_, err = a.Shell(context.Background(), lsCall, session.ShellOptions{})
+			_, err := a.Shell(context.Background(), lsCall, session.ShellOptions{})
 			require.ErrorIs(t, err, session.ErrNoAgent, "channel %v", channel)
 			assert.ErrorContains(t, err, `does not offer "ls"`)
 			assert.ErrorContains(t, err, "cannot serve as its own: test: it cannot")
@@ -224,9 +221,7 @@ func TestAnOlderAgentNotReplaced(t *testing.T) {
 func TestAnOlderAgentIsReplacedByTheProgramItself(t *testing.T) {
 	env, older := olderSession(t)
 	t.Cleanup(microvm.WithoutBundledAgent(true))
-	a, err := microvm.Attach(options(env).Client, "", older.Name())
-	require.NoError(t, err)
-	t.Cleanup(a.DisableAgentChannel)
+	a := attach(t, env, older.Name(), true)
 	res, err := a.Shell(context.Background(), lsCall, session.ShellOptions{})
 	require.NoError(t, err)
 	require.Equal(t, 0, res.ExitCode, "%s", res.Stderr)
@@ -241,15 +236,11 @@ func TestAnOlderAgentIsReplacedByTheProgramItself(t *testing.T) {
 // cancel is not taken for a replacement that failed.
 func TestAnOlderAgentReplacementCancelled(t *testing.T) {
 	env, older := olderSession(t)
-	a, err := microvm.Attach(options(env).Client, "", older.Name())
-	require.NoError(t, err)
-	a.DisableAgentChannel()
+	a := attach(t, env, older.Name(), false)
 	env.SetKnob("FAKEMSB_FAULTS", "copy=hang")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	t0 := time.Now()
-	_, err = a.Shell(ctx, lsCall, session.ShellOptions{})
+	_, err := a.Shell(ctx, lsCall, session.ShellOptions{})
 	cancel()
-	t.Logf("second: %v after %v; %q", err, time.Since(t0), argvs(t, env))
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	env.SetKnob("FAKEMSB_FAULTS", "")
 
@@ -263,9 +254,7 @@ func TestAnOlderAgentReplacementCancelled(t *testing.T) {
 // into an emulated VM took over 10 s) still replaces it.
 func TestAnOlderAgentReplacementOutlastsTheOperationTimeout(t *testing.T) {
 	env, older := olderSession(t)
-	a, err := microvm.Attach(options(env).Client, "", older.Name())
-	require.NoError(t, err)
-	a.DisableAgentChannel()
+	a := attach(t, env, older.Name(), false)
 	microvm.SetOperationTimeout(a, time.Second)
 	env.SetKnob("FAKEMSB_FAULTS", "copy=delay:1500ms")
 	res, err := a.Shell(context.Background(), lsCall, session.ShellOptions{})
@@ -279,9 +268,7 @@ func TestAnOlderAgentReplacementOutlastsTheOperationTimeout(t *testing.T) {
 // lets it.
 func TestAnOlderAgentReplacementAwaitedWithinTheCallersDeadline(t *testing.T) {
 	env, older := olderSession(t)
-	a, err := microvm.Attach(options(env).Client, "", older.Name())
-	require.NoError(t, err)
-	a.DisableAgentChannel()
+	a := attach(t, env, older.Name(), false)
 	env.SetKnob("FAKEMSB_FAULTS", "copy=delay:6s")
 	first := make(chan error, 1)
 	go func() {
@@ -291,7 +278,7 @@ func TestAnOlderAgentReplacementAwaitedWithinTheCallersDeadline(t *testing.T) {
 	require.Eventually(t, func() bool { return len(replacements(t, env)) == 1 }, 5*time.Second, 20*time.Millisecond, "the first call's copy began")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	_, err = a.Shell(ctx, lsCall, session.ShellOptions{})
+	_, err := a.Shell(ctx, lsCall, session.ShellOptions{})
 	cancel()
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Len(t, replacements(t, env), 1, "the second call returned before the first's copy ended")
