@@ -37,9 +37,10 @@ type agentReplacement struct {
 	turnOnce sync.Once
 	turn     chan struct{} // held by the call making the attempt
 
-	mu    sync.Mutex
-	tried bool  // or Create placed the agent
-	err   error // why the attempt failed
+	mu      sync.Mutex
+	tried   bool  // or Create placed the agent
+	err     error // why the attempt failed
+	current bool  // an agent answered a call as one of this revision or later
 }
 
 // take waits for the turn to attempt, as long as ctx lets it: one call
@@ -88,6 +89,26 @@ func (s *Session) replaceAgent(ctx context.Context, older string) (now bool, err
 	s.event(agentchan.Replaced)
 	s.logger.Info("guest agent older than this program replaced", "sandbox", s.names.Sandbox, "older", older)
 	return true, nil
+}
+
+// asksRevision says whether an exec-path call asks the agent for this
+// program's revision: until the session has made its attempt, or an agent
+// has answered as one of this revision or later. Only an agent at least as
+// recent replaces it, so the answer holds for the session's life.
+func (s *Session) asksRevision() bool {
+	r := &s.replacement
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !r.tried && !r.current
+}
+
+// agentIsCurrent records that the agent ran a call that asked for this
+// program's revision.
+func (s *Session) agentIsCurrent() {
+	r := &s.replacement
+	r.mu.Lock()
+	r.current = true
+	r.mu.Unlock()
 }
 
 // replacementState says whether the session has made its attempt (or placed

@@ -169,6 +169,30 @@ func TestAnAgentOfAnEarlierRevisionNotReplacedStillServes(t *testing.T) {
 	assert.Equal(t, []bool{true, false, false}, asked, "asked, sent again without asking, then not asked")
 }
 
+// By one exec per call, a session attached to a sandbox whose agent is of
+// this revision asks for the revision until the agent has answered once,
+// then neither asks nor keeps a copy of the stdin to send again.
+func TestACurrentAgentIsAskedItsRevisionOnce(t *testing.T) {
+	env := fakemsbtest.New(t)
+	s := createSession(t, channelOptions(t, env, agenttest.AgentBinary(t)))
+	a := attach(t, env, s.Name(), false)
+	env.ResetLog(t)
+	for _, content := range []string{"one\n", "two\n", "three\n"} {
+		res, err := a.Shell(context.Background(), writeCall, session.ShellOptions{Stdin: strings.NewReader(content)})
+		require.NoError(t, err)
+		require.Equal(t, 0, res.ExitCode, "%s", res.Stderr)
+		assert.Equal(t, content, sh(t, s, "cat /workspace/f.txt"))
+	}
+	var asked []bool
+	for _, argv := range argvs(t, env) {
+		if slices.Contains(argv, agentwire.BuiltinWrite) {
+			asked = append(asked, slices.Contains(argv, agentwire.RevisionOption()))
+		}
+	}
+	assert.Equal(t, []bool{true, false, false}, asked)
+	assert.Empty(t, replacements(t, env))
+}
+
 // On the exec path (the one-shot CLI's), the older agent's answer to a
 // builtin it lacks makes the session replace it and send the call again,
 // with the same stdin; a call whose output streams gets the older agent's

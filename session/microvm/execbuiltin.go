@@ -28,15 +28,14 @@ func (s *Session) exec(ctx context.Context, cmd session.Command, opts session.Sh
 }
 
 // execBuiltin runs the agent's builtin cmd.Builtin by one msb exec. Until
-// the session has tried to replace an older agent, a call whose output does
-// not stream asks the agent to refuse it when it is older than this
-// program's revision; an agent that refuses, or lacks the builtin, is
-// replaced (once per session) and the call sent again, with the same stdin.
+// the session has tried to replace an older agent or learnt that the agent
+// is current (asksRevision), a call whose output does not stream asks the
+// agent to refuse it when it is older than this program's revision; an
+// agent that refuses, or lacks the builtin, is replaced (once per session) and the call sent again, with the same stdin.
 // A streamed call is sent once, since its first answer went out. An agent
 // that has the builtin but could not be replaced runs the call as it is.
 func (s *Session) execBuiltin(ctx context.Context, cmd session.Command, opts session.ShellOptions) (*session.Result, error) {
-	tried, _ := s.replacementState()
-	again := opts.Stderr == nil && !tried
+	again := opts.Stderr == nil && s.asksRevision()
 	var stdin *replayable
 	if again && opts.Stdin != nil {
 		stdin = &replayable{r: opts.Stdin}
@@ -51,6 +50,9 @@ func (s *Session) execBuiltin(ctx context.Context, cmd session.Command, opts ses
 	}
 	older, lacking := olderAnswer(res, cmd.Builtin, again)
 	if older == "" {
+		if again {
+			s.agentIsCurrent() // it took the option: later calls need not ask, nor keep their stdin
+		}
 		return res, err
 	}
 	_, rerr := s.replaceAgent(ctx, older)
