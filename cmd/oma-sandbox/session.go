@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os/exec"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/oma-sandbox/oma-sandbox/msb"
@@ -28,7 +30,20 @@ const sessionUsage = `Usage: oma-sandbox session create [flags]
 Run 'oma-sandbox session SUBCOMMAND -h' for its flags.
 `
 
+// helpArgs ask a command for its usage.
+var helpArgs = []string{"-h", "-help", "--help", "help"}
+
 func runSession(ctx context.Context, c *cli, args []string) error {
+	if len(args) > 0 && strings.HasPrefix(args[0], "-") && !slices.Contains(helpArgs, args[0]) {
+		// Global flags between the command and its subcommand.
+		fs := flag.NewFlagSet("oma-sandbox session", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		c.globalFlags(fs)
+		if err := fs.Parse(args); err != nil {
+			return &usageError{msg: "session: " + err.Error(), usage: sessionUsage}
+		}
+		args = fs.Args()
+	}
 	if len(args) == 0 {
 		return &usageError{msg: "session: no subcommand given", usage: sessionUsage}
 	}
