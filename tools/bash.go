@@ -35,8 +35,9 @@ var bashTool = tool{
 		"a non-zero exit or a timeout is reported after the output. Only the last 2000 lines or 50KB of the output are returned, " +
 		"with the path of a file holding all of it. Each call is a fresh shell: cd, export and shell variables do not carry over " +
 		"to the next call; files do. Timeout in seconds: default 120, at most 3600. On a timeout or abort every process the " +
-		"command started is killed. Background processes (`cmd &`) outlive the call on microVM sessions, their output going " +
-		"to the log file named in the result; on local sessions they are killed when the call returns.",
+		"command started is killed. Background processes (`cmd &`) keep running after the call, their output going to the log " +
+		"file the result names (\"[Background processes are still running; …]\"), unless the session runs each call in a " +
+		"sandbox of its own: then they are killed with the call (\"[Background processes were killed: …]\").",
 	schema: schema{
 		{name: "command", kind: kindString, required: true, description: "Bash command to run"},
 		{name: "timeout", kind: kindInteger, description: "Timeout in seconds (default 120, at most 3600; 0 means the default)", min: 0, max: int64(MaxBashTimeout / time.Second),

@@ -160,9 +160,17 @@ func TestBashHostTimeoutAndAbortKillGuest(t *testing.T) {
 }
 
 // A background process never holds the call: its output goes to a log in
-// /tmp named in the result. On msb (and the host) it keeps running and
-// writing there, as on any machine; on local it dies with the call.
+// /tmp named in the result. Where the session's sandbox outlives its calls
+// (msb, local's resident sandbox, the host) it keeps running and writing
+// there, as on any machine; in a sandbox per call it dies with the call.
+// The tool's description, which the model reads, names the note each gives.
 func TestBashBackgroundOutlivesCall(t *testing.T) {
+	var description string
+	for _, def := range tools.Definitions() {
+		if def.Name == "bash" {
+			description = def.Description
+		}
+	}
 	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
 		tb := tools.New(s, tools.Options{})
 		// The loop starts its sleep only after its last line, which may be
@@ -179,8 +187,10 @@ func TestBashBackgroundOutlivesCall(t *testing.T) {
 		if !sharesSandbox(s) {
 			assert.True(t, strings.HasPrefix(out, "started\n"), "%q", out)
 			assert.True(t, strings.HasSuffix(out, "\n\n[Background processes were killed: on this sandbox nothing outlives the call]\n"), "%q", out)
+			assert.Contains(t, description, `"[Background processes were killed: …]"`)
 			return
 		}
+		assert.Contains(t, description, `"[Background processes are still running; …]"`)
 		head, note, ok := strings.Cut(out, "\n\n[Background processes are still running; their output goes to ")
 		require.True(t, ok, out)
 		assert.True(t, strings.HasPrefix(head+"\n", "started\n"), "%q", head)
