@@ -73,13 +73,14 @@ type Options struct {
 	CPUs   int
 	Memory string
 	// IdleTimeout, a duration such as "30m", makes msb stop (pause) an idle
-	// msb session by itself; the next call resumes it. msb only: a local
-	// session runs nothing between calls, so Open refuses it there.
+	// msb session by itself; the next call resumes it. msb only: nothing
+	// watches a local session between calls to pause it, so Open refuses
+	// it there.
 	IdleTimeout string
 	// Ports forward host ports into an msb session (a preview of a dev
 	// server the agent starts), each on 127.0.0.1 unless it names an
-	// address. msb only: a local session's processes end with each call, so
-	// nothing could wait for a connection; Open refuses them there.
+	// address. msb only: a local session's sandbox has no network the host
+	// can reach (only its egress proxy's way out); Open refuses them there.
 	Ports []PortForward
 	// NoAutoResume makes a call on a paused session fail with
 	// session.ErrPaused instead of resuming it first.
@@ -207,10 +208,10 @@ func open(ctx context.Context, o Options) (*Session, error) {
 		}
 	} else {
 		if o.IdleTimeout != "" {
-			return nil, invalidf("idle timeout %q: msb sessions only; a local session runs nothing between calls, so it has nothing to stop", o.IdleTimeout)
+			return nil, invalidf("idle timeout %q: msb sessions only; nothing watches a local session between calls to pause it", o.IdleTimeout)
 		}
 		if len(o.Ports) > 0 {
-			return nil, invalidf("port %s: msb sessions only; a local session's processes end with each call, so no server could wait for a connection", o.Ports[0])
+			return nil, invalidf("port %s: msb sessions only; a local session's sandbox has no network the host can reach", o.Ports[0])
 		}
 		if err := o.Network.CheckSet(os.LookupEnv); err != nil {
 			return nil, invalidf("%v", err)

@@ -123,6 +123,9 @@ func TestOpenRefusesBadOptions(t *testing.T) {
 		o.StateDir = stateDir
 		_, err := omasandbox.Open(ctx, o)
 		assert.ErrorIs(t, err, omasandbox.ErrInvalid, name)
+		if want := map[string]string{"idle": `idle timeout "5m": msb sessions only`, "ports": "port 127.0.0.1:8080:80: msb sessions only"}[name]; want != "" {
+			assert.ErrorContains(t, err, want)
+		}
 	}
 	entries, err := os.ReadDir(stateDir)
 	require.NoError(t, err)
