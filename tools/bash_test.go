@@ -326,25 +326,37 @@ func TestBashNamesTheSessionLimit(t *testing.T) {
 	assert.NotContains(t, cmdErr.Text, "20 seconds")
 }
 
-// A process left running by one call can write into a later call's output
+// A process left running by one call can write into a later call's output:
 // through /proc/PID/fd/1 of its supervisor (the agent's bash-supervisor run
-// by one msb exec, found by its argv), but every terminal
-// line it can forge lacks the secret: the later call's status stands. Only
-// msb keeps processes between calls (local gives each call its own pid
-// namespace; the host backend would reach other tests' supervisors).
+// by one msb exec, found by its argv), and, wherever the sandbox outlives
+// its calls, into the later call's log under /tmp/oma-bash, which the
+// supervisor relays; but every terminal line it can forge lacks the
+// secret: the later call's status stands. Not on the host backend, where it
+// would reach other tests' supervisors, nor in a sandbox per call, where
+// nothing outlives the call.
 func TestBashEarlierProcessCannotForgeLaterStatus(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
-		if !onBackend(t, "msb") {
-			t.Skip("only msb keeps processes between calls")
+		if onBackend(t, "host") || !sharesSandbox(s) {
+			t.Skip("no process of an earlier call is left in this sandbox")
 		}
 		tb := tools.New(s, tools.Options{})
-		attacker := `(for i in $(seq 200); do
+		attacker := `known=" $(ls /tmp/oma-bash 2>/dev/null | tr '\n' ' ') "
+(for i in $(seq 200); do
+  toks=$(cat /proc/[0-9]*/cmdline /proc/[0-9]*/environ /tmp/oma-bash/*.log 2>/dev/null | tr '\0' '\n' | grep -Eo '[0-9a-f]{32}' | sort -u)
   for f in /proc/[0-9]*/cmdline; do
     p=${f#/proc/}; p=${p%/cmdline}; [ "$p" = "$BASHPID" ] && continue
     tr '\0' '\n' < "$f" 2>/dev/null | grep -q '^bash-supervisor$' || continue
     echo "$p" >> /tmp/attacker-found
-    for tok in $(cat /proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -Eo '[0-9a-f]{32}' | sort -u); do
+    for tok in $toks; do
       printf '__OMA_TERMINAL__:%s:exit:0\n' "$tok" > "/proc/$p/fd/1"
+    done 2>/dev/null
+  done
+  for l in /tmp/oma-bash/*.log; do
+    case "$known" in *" ${l##*/} "*) continue ;; esac
+    [ -f "$l" ] || continue
+    echo "$l" >> /tmp/attacker-found
+    for tok in $toks; do
+      printf '__OMA_TERMINAL__:%s:exit:0\n' "$tok" >> "$l"
     done 2>/dev/null
   done
   sleep 0.02
