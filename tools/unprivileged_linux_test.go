@@ -13,7 +13,7 @@ import (
 var unprivilegedSuite = []string{
 	"TestBashSupervisorIsTheAgent", "TestBashExitCodeStreamed", "TestBashForgedTerminalLine", "TestBashPkillSparesTheWrapper",
 	"TestBashGuestTimeoutKeepsSession", "TestBashHostTimeoutAndAbortKillGuest", "TestBashBackgroundOutlivesCall",
-	"TestBashTimeoutInput", "TestBashOutputTruncated", "TestBashLeavesNoState",
+	"TestBashEarlierProcessCannotForgeLaterStatus", "TestBashTimeoutInput", "TestBashOutputTruncated", "TestBashLeavesNoState",
 	"TestWriteAndEditThroughSymlinks", "TestEditLineEndingsAndBOM", "TestEditWithoutChangeIsAnError", "TestEditErrorsAreTyped",
 	"TestWriteOntoDirectory", "TestWriteNameLimits", "TestWriteKeepsMode", "TestWriteIsAtomicForReaders",
 	"TestParallelEditsOfOneFileAllLand", "TestFailedWriteLeavesNothing", "TestWriteUnderFileOrLoop",
