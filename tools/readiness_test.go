@@ -148,9 +148,9 @@ func TestSearchAbortBeforeReadinessPoisons(t *testing.T) {
 }
 
 // An agent's `chmod -R 644 /workspace` makes the next glob fail before its
-// guest is ready. On the local backend the call's sandbox took every
-// process with it, so nothing is unknown: the session is not poisoned and
-// the agent can repair its mistake. (msb's poisoning keeps the files: the
+// guest is ready. On the local backend Poison ends the resident sandbox
+// with every process in it, so nothing is unknown: the session is not left
+// poisoned and the agent can repair its mistake. (msb's poisoning keeps the files: the
 // tests above.)
 func TestUnreadableWorkspaceDoesNotPoisonLocal(t *testing.T) {
 	s, _ := openLocal(t)
