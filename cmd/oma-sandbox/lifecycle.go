@@ -61,8 +61,9 @@ one, is left as it is. Prints NAME.`)
 func runSessionStats(ctx context.Context, c *cli, args []string) error {
 	fs := c.flagSet("session stats", "NAME [--json]", `Reports what a session uses. msb: its VM's CPU, memory, disk and network
 counters (msb metrics; none while the session is paused) and its workspace
-volume's size. local: the workspace's disk use (each call's cgroup ends
-with the call). Text output is one "key value" line per reported field.`)
+volume's size. local: the workspace's disk use and, while its resident
+sandbox runs, its uptime and (under a memory limit) its memory use. Text
+output is one "key value" line per reported field.`)
 	asJSON := fs.Bool("json", false, "print a JSON object")
 	l, _, err := c.openLifecycle(ctx, fs, args)
 	if err != nil {
