@@ -1,12 +1,15 @@
 // Package local is the session backend for hosts without KVM: an OS
-// sandbox per command instead of a microVM, behind the same
-// session.Session seam, so the agent tools, uploads and outputs behave as
-// on msb.
+// sandbox instead of a microVM, behind the same session.Session seam, so
+// the agent tools, uploads and outputs behave as on msb.
 //
 // # Backends
 //
-// Linux runs every Shell call under bubblewrap in fresh mount, pid, ipc,
-// uts and (under network deny) network namespaces. The root is a tmpfs
+// Linux runs a session's calls under bubblewrap in fresh mount, pid, ipc,
+// uts and (under network deny) network namespaces: as frames to the guest
+// agent in the session's resident sandbox, which lives from the first
+// call to Close, Pause or Poison, whichever process started it (see
+// resident.go), or, for root's calls, under SandboxPerCall and where the
+// resident sandbox cannot start, in a sandbox of the call's own. The root is a tmpfs
 // holding /usr, /etc and the runtime directories read-only, a private
 // /tmp, and the session's host directories at the msb image's guest
 // paths: /workspace, /mnt/session/uploads (read-only to commands),
@@ -29,30 +32,35 @@
 // guest agent, which needs Linux. On other systems every session is
 // refused and doctor says why (macOS has msb's microVMs; Windows, WSL2).
 //
-// Each call is its own sandbox: no process outlives its Shell call, and
-// on Linux the call's pid namespace takes detached descendants with it.
+// A command's background processes outlive its call in the resident
+// sandbox, as in a VM, until the sandbox ends; a sandbox of one call's
+// own takes them with its pid namespace when the call returns.
 //
 // # Policy and evidence
 //
 // A Policy has a Mode (read-only, workspace-write, danger-full-access,
 // the last only with AllowDangerous) and a Network (deny, the default, or
 // unrestricted, or, on Linux, an allowlist (Policy.Allow, with optional
-// Policy.Secrets substituted in plain HTTP headers) enforced by a
-// host-side egress.Proxy per call, reached through a unix socket bound
-// into the sandbox and an in-sandbox relay; elsewhere refused rather than
-// widened). Create and
-// Attach first probe the host by running real sandboxes (Probe gives the
-// same report for a doctor command): each control (filesystem, network,
-// process, resources and each limit) gets none, partial or full evidence
-// with the reason. A session whose policy needs more than the host proved
+// Policy.Secrets substituted in plain HTTP headers) enforced by an
+// egress.Proxy outside the sandbox (one per resident sandbox, or per call
+// in a sandbox of its own), reached through a unix socket bound into the
+// sandbox and an in-sandbox relay; elsewhere refused rather than
+// widened). Create first probes the host by running real sandboxes (Probe
+// gives the same report for a doctor command): each control (filesystem,
+// network, process, resources and each limit) gets none, partial or full
+// evidence with the reason. The session keeps what they proved, and Attach
+// probes again only when the host facts it was proved on changed, or an
+// hour has passed (proof.go). A session whose policy needs more than the host proved
 // is refused with an *UnavailableError before anything runs; a missing
 // or no-op bwrap is caught by what a probe command sees from inside.
 //
 // # Limits
 //
-// Limits apply to each call on its own: wall time (a guest timeout),
-// output bytes, memory, process count, CPU quota and file size. Memory,
-// processes and CPU use cgroups created under this process's own groups
+// Wall time (a guest timeout), output bytes and file size apply to each
+// call. Memory and CPU bound the resident sandbox as a whole, as a VM's
+// bound the VM, and its process count every process its calls start,
+// together; a sandbox of one call's own has them to itself. They use
+// cgroups created under this process's own groups
 // and entered before the sandbox executes: on cgroup v2 at clone
 // (CLONE_INTO_CGROUP), on a cgroup v1 or hybrid host by a /bin/sh shim
 // that writes its own pid into each group and only then execs bwrap. File
