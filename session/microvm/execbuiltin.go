@@ -31,9 +31,10 @@ func (s *Session) exec(ctx context.Context, cmd session.Command, opts session.Sh
 // the session has tried to replace an older agent or learnt that the agent
 // is current (asksRevision), a call whose output does not stream asks the
 // agent to refuse it when it is older than this program's revision; an
-// agent that refuses, or lacks the builtin, is replaced (once per session) and the call sent again, with the same stdin.
-// A streamed call is sent once, since its first answer went out. An agent
-// that has the builtin but could not be replaced runs the call as it is.
+// agent that refuses, or lacks the builtin, is replaced (once per session)
+// and the call sent again, with the same stdin. A streamed call is sent
+// once, since its first answer went out. An agent that has the builtin
+// but could not be replaced runs the call as it is.
 func (s *Session) execBuiltin(ctx context.Context, cmd session.Command, opts session.ShellOptions) (*session.Result, error) {
 	again := opts.Stderr == nil && s.asksRevision()
 	var stdin *replayable
