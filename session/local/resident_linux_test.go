@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/oma-sandbox/oma-sandbox/agentchan"
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
 	"github.com/oma-sandbox/oma-sandbox/egress"
 	"github.com/oma-sandbox/oma-sandbox/internal/testutil"
 
@@ -324,6 +325,33 @@ func startBackground(t *testing.T, s *Session, marker string) {
 	t.Helper()
 	rsh(t, s, `rm -f /tmp/started; setsid bash -c ': > /tmp/started; exec -a `+marker+` sleep 300' >/dev/null 2>&1 </dev/null &
 while [ ! -e /tmp/started ]; do sleep 0.01; done`)
+}
+
+// A resident sandbox whose agent is of a lower revision (an older program
+// started it) serves on for a session this program attaches: restarting it
+// would end its background processes (docs/guest-agent.md).
+func TestAResidentAgentOfALowerRevisionServesOn(t *testing.T) {
+	s := newTestSession(t, Options{WorkspaceID: "ws", SessionID: "lower", AgentFile: agenttest.PreviousRevisionAgentBinary(t)})
+	if s.caps.Backend == "" {
+		t.Skip("no working bubblewrap sandbox here")
+	}
+	startBackground(t, s, "oma-bg-lower")
+	if s.Served().Resident == 0 {
+		t.Skip("no resident sandbox on this host")
+	}
+	before := readResident(s.dirs.Root)
+
+	a, err := Attach(context.Background(), filepath.Dir(s.dirs.Root), s.Name())
+	require.NoError(t, err)
+	a.agent = &agent{file: agenttest.AgentBinary(t)}
+	assert.Contains(t, rsh(t, a, `ps -eo args`), "oma-bg-lower")
+	write := session.Command{Builtin: "write", Args: []string{"/workspace/f.txt", "", "/workspace", "f.txt"}}
+	res, err := a.Shell(context.Background(), write, session.ShellOptions{Stdin: strings.NewReader("body\n")})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode, "stderr %q", res.Stderr)
+	assert.Equal(t, 2, a.Served().Resident, "both calls ran in the resident sandbox")
+	assert.Equal(t, fmt.Sprintf("its revision is %d, this program's %d", agentwire.Revision-1, agentwire.Revision), a.res.cur.conn.Older())
+	assert.Equal(t, before, readResident(s.dirs.Root), "the same sandbox")
 }
 
 // A session made with SandboxPerCall runs each call in a sandbox of its
