@@ -7,10 +7,10 @@
 // Linux runs a session's calls under bubblewrap in fresh mount, pid, ipc,
 // uts and (under network deny) network namespaces: as frames to the guest
 // agent in the session's resident sandbox, which lives from the first
-// call to Close, Pause or Poison, whichever process started it (see
-// resident.go), or, for root's calls, under SandboxPerCall and where the
-// resident sandbox cannot start, in a sandbox of the call's own. The root is a tmpfs
-// holding /usr, /etc and the runtime directories read-only, a private
+// call to Close or Poison, whichever process started it (resident.go),
+// or, for root's calls, under SandboxPerCall and where the resident
+// sandbox cannot start, in a sandbox of the call's own. The root is a
+// tmpfs holding /usr, /etc and the runtime directories read-only, a private
 // /tmp, and the session's host directories at the msb image's guest
 // paths: /workspace, /mnt/session/uploads (read-only to commands),
 // /mnt/session/outputs and /workspace/skills. Commands run as uid 65534
@@ -50,9 +50,10 @@
 // network, process, resources and each limit) gets none, partial or full
 // evidence with the reason. The session keeps what they proved, and Attach
 // probes again only when the host facts it was proved on changed, or an
-// hour has passed (proof.go). A session whose policy needs more than the host proved
-// is refused with an *UnavailableError before anything runs; a missing
-// or no-op bwrap is caught by what a probe command sees from inside.
+// hour has passed (proof.go). A session whose policy needs more than the
+// host proved is refused with an *UnavailableError before anything runs;
+// a missing or no-op bwrap is caught by what a probe command sees from
+// inside.
 //
 // # Limits
 //
@@ -60,8 +61,8 @@
 // call. Memory and CPU bound the resident sandbox as a whole, as a VM's
 // bound the VM, and its process count every process its calls start,
 // together; a sandbox of one call's own has them to itself. They use
-// cgroups created under this process's own groups
-// and entered before the sandbox executes: on cgroup v2 at clone
+// cgroups created under this process's own groups and entered before the
+// sandbox executes: on cgroup v2 at clone
 // (CLONE_INTO_CGROUP), on a cgroup v1 or hybrid host by a /bin/sh shim
 // that writes its own pid into each group and only then execs bwrap. File
 // size is RLIMIT_FSIZE set by prlimit before bwrap. A call whose limits

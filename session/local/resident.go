@@ -11,14 +11,15 @@ import (
 )
 
 // A session's resident sandbox is one sandbox that lives from the
-// session's first call to its Close, Pause or Poison and runs the guest
+// session's first call to its Close, Poison or resize (Pause freezes it,
+// and ends it only where it cannot be frozen) and runs the guest
 // agent, which runs every call it is given as frames on a connection to
 // its socket (package agentchan), as on msb: a call costs a frame, not a
 // sandbox, and a command's background processes outlive its call. Like a
 // VM, it is the session's, not the process's that started it: any process
 // of the session's owner (another CLI call, Attach in a second program)
 // connects to the same sandbox, and it runs on after its starter exits
-// until Close, Pause, Poison or the reaper ends it, from any process.
+// until Close, Poison, a resize or the reaper ends it, from any process.
 //
 // A session's memory and CPU limits bound its resident sandbox as a
 // VM's bound the VM: everything in it together, the agent included; its
