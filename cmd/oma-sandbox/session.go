@@ -47,6 +47,10 @@ func runSession(ctx context.Context, c *cli, args []string) error {
 	if len(args) == 0 {
 		return &usageError{msg: "session: no subcommand given", usage: sessionUsage}
 	}
+	if slices.Contains(helpArgs, args[0]) {
+		fmt.Fprint(c.stdout, sessionUsage)
+		return errHelp
+	}
 	switch args[0] {
 	case "create":
 		return runSessionCreate(ctx, c, args[1:])
@@ -64,9 +68,6 @@ func runSession(ctx context.Context, c *cli, args []string) error {
 		return runSessionResize(ctx, c, args[1:])
 	case "fork":
 		return runSessionFork(ctx, c, args[1:])
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(c.stdout, sessionUsage)
-		return errHelp
 	}
 	return &usageError{msg: fmt.Sprintf("session: unknown subcommand %q", args[0]), usage: sessionUsage}
 }
