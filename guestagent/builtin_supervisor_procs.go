@@ -221,27 +221,38 @@ func (s *supervision) adoptedBy(ps procTable) []int {
 }
 
 // execWait bounds how long ownerTag waits for a process caught mid-exec
-// to have its new image.
-const execWait = 50 * time.Millisecond
+// to have its new image; envWait, how long it waits for the environment
+// of one that has its arguments.
+const (
+	execWait = 50 * time.Millisecond
+	envWait  = 5 * time.Millisecond
+)
 
-// ownerTag reads a process's bashproto.OwnerEnv. A process with neither
-// an environment nor arguments to read is between an exec's switch to its
-// new memory and the setting up of its arguments (an orphan's usual
-// moment of adoption, a background command's at its call's end): its
-// environment is read again once it has them, up to execWait, and only
-// then taken as it is.
+// ownerTag reads a process's bashproto.OwnerEnv. A process with no
+// environment to read may be between an exec's switch to its new memory
+// and the setting up of its arguments and then its environment (an
+// orphan's usual moment of adoption, a background command's at its call's
+// end): with no arguments either, its environment is read again up to
+// execWait; with arguments, which the kernel sets up first, up to envWait
+// (a process whose environment is empty costs no more than that); only
+// then it is taken as it is.
 func ownerTag(pid int) (string, bool) {
 	proc := "/proc/" + strconv.Itoa(pid)
+	var withArgs time.Duration
 	for waited := time.Duration(0); ; waited += time.Millisecond {
 		env, err := os.ReadFile(proc + "/environ")
 		if err != nil {
 			return "", false
 		}
-		if len(env) > 0 || waited >= execWait {
+		if len(env) > 0 || waited >= execWait || withArgs >= envWait {
 			return ownerIn(env)
 		}
-		if args, err := os.ReadFile(proc + "/cmdline"); err != nil || len(args) > 0 {
+		args, err := os.ReadFile(proc + "/cmdline")
+		if err != nil {
 			return ownerIn(env)
+		}
+		if len(args) > 0 {
+			withArgs += time.Millisecond
 		}
 		time.Sleep(time.Millisecond)
 	}
