@@ -68,12 +68,19 @@ func OlderAgentBinary(t testing.TB) string {
 	return older.build(t)
 }
 
+// PreviousAgentEnv names such an agent already built, which
+// PreviousRevisionAgentBinary then returns, as AgentEnv does.
+const PreviousAgentEnv = "OMA_TEST_PREVIOUS_AGENT"
+
 // PreviousRevisionAgentBinary builds an agent as AgentBinary does that
 // announces the revision before this one (agentwire.Revision - 1) and
 // offers every builtin: an agent older than a fix of this program's (the
 // build tag oma_previous_revision).
 func PreviousRevisionAgentBinary(t testing.TB) string {
 	t.Helper()
+	if built := os.Getenv(PreviousAgentEnv); built != "" {
+		return built
+	}
 	return previous.build(t)
 }
 

@@ -257,6 +257,16 @@ func (s *Session) startResident(ctx context.Context, c call) (*resident, error) 
 		}
 		procs := readResident(root)
 		conn, err := agentchan.Open(hctx, nc, nc)
+		if err == nil && !launched && conn.Older() != "" && residentIdle(root, procs) {
+			// Idle, so nothing is lost: its next call runs this program's agent.
+			s.log.Info("local sandbox: replacing an idle resident sandbox, its agent being older", "why", conn.Older())
+			_ = conn.Close()
+			nc.Close()
+			if err := endRecorded(root); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if err == nil {
 			watch, unwatch := newWatch(c, procs)
 			return &resident{conn: conn, procs: procs, watch: watch, stop: sync.OnceFunc(func() {

@@ -327,31 +327,115 @@ func startBackground(t *testing.T, s *Session, marker string) {
 while [ ! -e /tmp/started ]; do sleep 0.01; done`)
 }
 
-// A resident sandbox whose agent is of a lower revision (an older program
-// started it) serves on for a session this program attaches: restarting it
-// would end its background processes (docs/guest-agent.md).
-func TestAResidentAgentOfALowerRevisionServesOn(t *testing.T) {
-	s := newTestSession(t, Options{WorkspaceID: "ws", SessionID: "lower", AgentFile: agenttest.PreviousRevisionAgentBinary(t)})
+// lowerRevisionSession is a session whose resident sandbox a process of
+// its own started with the previous revision's agent and left: with a
+// background process named marker, or none ("-"), and then exiting or,
+// with "hang", keeping its connection open.
+func lowerRevisionSession(t *testing.T, id, marker, then string) (*Session, *exec.Cmd) {
+	t.Helper()
+	s := newTestSession(t, Options{WorkspaceID: "ws", SessionID: id, AgentFile: agenttest.PreviousRevisionAgentBinary(t)})
 	if s.caps.Backend == "" {
 		t.Skip("no working bubblewrap sandbox here")
 	}
-	startBackground(t, s, "oma-bg-lower")
-	if s.Served().Resident == 0 {
-		t.Skip("no resident sandbox on this host")
+	helper := runHelper(t, s, marker, then)
+	if then != "hang" {
+		require.NoError(t, helper.Wait())
+	} else {
+		t.Cleanup(func() {
+			_ = helper.Process.Kill()
+			_ = helper.Wait()
+		})
 	}
-	before := readResident(s.dirs.Root)
+	return s, helper
+}
 
+// attachWithThisAgent attaches to s as another process of this program
+// would, and makes a call (a write, which the previous revision's agent
+// has too).
+func attachWithThisAgent(t *testing.T, s *Session) *Session {
+	t.Helper()
 	a, err := Attach(context.Background(), filepath.Dir(s.dirs.Root), s.Name())
 	require.NoError(t, err)
 	a.agent = &agent{file: agenttest.AgentBinary(t)}
-	assert.Contains(t, rsh(t, a, `ps -eo args`), "oma-bg-lower")
 	write := session.Command{Builtin: "write", Args: []string{"/workspace/f.txt", "", "/workspace", "f.txt"}}
 	res, err := a.Shell(context.Background(), write, session.ShellOptions{Stdin: strings.NewReader("body\n")})
 	require.NoError(t, err)
 	require.Equal(t, 0, res.ExitCode, "stderr %q", res.Stderr)
-	assert.Equal(t, 2, a.Served().Resident, "both calls ran in the resident sandbox")
-	assert.Equal(t, fmt.Sprintf("its revision is %d, this program's %d", agentwire.Revision-1, agentwire.Revision), a.res.cur.conn.Older())
-	assert.Equal(t, before, readResident(s.dirs.Root), "the same sandbox")
+	assert.Equal(t, 1, a.Served().Resident, "the call ran in the resident sandbox")
+	return a
+}
+
+var olderByRevision = fmt.Sprintf("its revision is %d, this program's %d", agentwire.Revision-1, agentwire.Revision)
+
+// A resident sandbox whose agent is of a lower revision (an older program
+// started it) serves on for a session this program attaches while it is
+// busy, as restarting it would end its background processes or the calls
+// another process has in flight (docs/guest-agent.md): here a background
+// process its starter left, then another process's open connection.
+func TestAResidentAgentOfALowerRevisionServesOnWhileBusy(t *testing.T) {
+	for _, busy := range []struct{ name, marker, then string }{
+		{"background", "oma-bg-lower", "exit"},
+		{"connection", "-", "hang"},
+	} {
+		t.Run(busy.name, func(t *testing.T) {
+			s, helper := lowerRevisionSession(t, "lower-"+busy.name, busy.marker, busy.then)
+			before := readResident(s.dirs.Root)
+			a := attachWithThisAgent(t, s)
+			assert.Equal(t, olderByRevision, a.res.cur.conn.Older())
+			assert.Equal(t, before, readResident(s.dirs.Root), "the same sandbox")
+			if busy.then == "hang" {
+				require.NoError(t, helper.Process.Signal(syscall.Signal(0)), "the helper's connection ended")
+			} else {
+				assert.NotEmpty(t, procsWith(busy.marker))
+			}
+		})
+	}
+}
+
+// Once idle (no background process, no other connection), a resident
+// sandbox whose agent is of a lower revision is replaced by one running
+// this program's agent, with the workspace as it was.
+func TestAnIdleResidentAgentOfALowerRevisionIsReplaced(t *testing.T) {
+	s, _ := lowerRevisionSession(t, "lower-idle", "-", "exit")
+	before := readResident(s.dirs.Root)
+	require.NotZero(t, before.Init.PID)
+	a := attachWithThisAgent(t, s)
+	assert.Empty(t, a.res.cur.conn.Older(), "the sandbox still runs the older agent")
+	assert.NotEqual(t, before, readResident(s.dirs.Root), "the same sandbox")
+	assert.True(t, before.Init.exitsWithin(0), "the older sandbox still runs")
+	assert.Len(t, agentsOf(s), 1)
+	assert.Equal(t, "body\n", rsh(t, a, `cat /workspace/helper-was-here /workspace/f.txt`), "the workspace changed")
+}
+
+// residentIdle tells an idle resident sandbox from one with another
+// connection open or a background process running.
+func TestResidentIdle(t *testing.T) {
+	s := newResidentSession(t, Options{WorkspaceID: "ws", SessionID: "idle"})
+	rsh(t, s, `true`)
+	if s.Served().Resident == 0 {
+		t.Skip("no resident sandbox on this host")
+	}
+	root := s.dirs.Root
+	procs := readResident(root)
+	idleSoon := func(want bool) {
+		t.Helper()
+		require.Eventually(t, func() bool { return residentIdle(root, procs) == want }, 10*time.Second, 20*time.Millisecond, "idle should be %v", want)
+	}
+	idleSoon(true)
+	nc, err := dialResident(context.Background(), root)
+	require.NoError(t, err)
+	// Once the agent has said hello, it has accepted the connection.
+	conn, err := agentchan.Open(context.Background(), nc, nc)
+	require.NoError(t, err)
+	assert.False(t, residentIdle(root, procs), "another connection is open")
+	conn.Close()
+	nc.Close()
+	idleSoon(true)
+	rsh(t, s, `setsid sleep 300 >/dev/null 2>&1 </dev/null & echo $! > /workspace/bg.pid`)
+	assert.False(t, residentIdle(root, procs), "a background process runs")
+	rsh(t, s, `kill -9 $(cat /workspace/bg.pid)`)
+	idleSoon(true)
+	assert.False(t, residentIdle(root, residentProcs{}), "no sandbox is idle")
 }
 
 // A session made with SandboxPerCall runs each call in a sandbox of its
@@ -399,9 +483,9 @@ func TestAttachedSessionsShareTheResidentSandbox(t *testing.T) {
 }
 
 // residentHelperArg makes the test binary attach to a session, start a
-// background process in its resident sandbox, say so, and then exit or,
-// with "hang", wait to be killed: a process that started the session's
-// sandbox and is gone.
+// background process in its resident sandbox (with the marker "-", only
+// write a file), say so, and then exit or, with "hang", wait to be
+// killed: a process that started the session's sandbox and is gone.
 const residentHelperArg = "oma-sandbox-resident-helper"
 
 func residentHelper(args []string) int {
@@ -419,6 +503,9 @@ func residentHelper(args []string) int {
 	// start: in its arguments, then as its name).
 	script := `setsid bash -c ': > /tmp/started-$1; exec -a "$1" sleep 300' bash "$1" >/dev/null 2>&1 </dev/null &
 while [ ! -e "/tmp/started-$1" ]; do sleep 0.01; done`
+	if marker == "-" {
+		script = `: > /workspace/helper-was-here`
+	}
 	res, err := s.Shell(context.Background(), session.Command{Script: script, Args: []string{marker}}, session.ShellOptions{})
 	if err != nil || res.ExitCode != 0 || s.Served().Resident != 1 {
 		fmt.Fprintln(os.Stderr, "the call did not run in a resident sandbox:", err)

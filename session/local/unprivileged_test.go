@@ -22,6 +22,8 @@ func TestUnprivilegedHost(t *testing.T) {
 		"TestRemovalNeverFollowsGuestSymlinkSwaps|TestDeepTreeIsRemovedAndNeverForgotten|TestCloseStopsCallsOfOtherProcesses|" +
 		"TestResidentSandboxOutlivesCalls|TestResidentAgentOutOfReach|TestResidentSandboxEnds|TestResidentSandboxDeaths|" +
 		"TestAttachedSessionsShareTheResidentSandbox|TestResidentSandboxOutlivesItsStarter|TestReapEndsAResidentSandboxWhoseStarterWasKilled|" +
-		"TestResidentSandboxDiesWithItsCommandsInit|TestCallsRunTheAgentsBuiltins|TestAllowlistThroughTheHostProxy|TestSecretThroughTheHostProxy|TestResidentEgressProxyEndsWithTheSandbox"
-	testutil.RunUnprivileged(t, "^("+tests+")$", agenttest.AgentEnv+"="+agenttest.AgentBinary(t))
+		"TestResidentSandboxDiesWithItsCommandsInit|TestCallsRunTheAgentsBuiltins|TestAllowlistThroughTheHostProxy|TestSecretThroughTheHostProxy|TestResidentEgressProxyEndsWithTheSandbox|" +
+		"TestResidentIdle|TestAResidentAgentOfALowerRevisionServesOnWhileBusy|TestAnIdleResidentAgentOfALowerRevisionIsReplaced"
+	testutil.RunUnprivileged(t, "^("+tests+")$", agenttest.AgentEnv+"="+agenttest.AgentBinary(t),
+		agenttest.PreviousAgentEnv+"="+agenttest.PreviousRevisionAgentBinary(t))
 }
