@@ -22,8 +22,25 @@ const (
 	markerFD    = 3
 	// drainGrace bounds how long output may trail the sandbox's exit.
 	drainGrace = 2 * time.Second
+	// drainLast bounds each read of what the pipes hold after drainGrace.
+	drainLast  = 50 * time.Millisecond
 	stderrTail = 4 << 10
 )
+
+// takeBuffered reads what pipe r holds and gives it to add; each read may
+// wait drainLast for more.
+func takeBuffered(r *os.File, add func([]byte)) {
+	buf := make([]byte, 32<<10)
+	for r.SetReadDeadline(time.Now().Add(drainLast)) == nil {
+		n, err := r.Read(buf)
+		if n > 0 {
+			add(buf[:n])
+		}
+		if err != nil {
+			return
+		}
+	}
+}
 
 // runSpec is one prepared host process and how to supervise it.
 type runSpec struct {
@@ -216,9 +233,20 @@ func run(ctx context.Context, rs runSpec) (*session.Result, error) {
 	select {
 	case <-drained:
 	case <-time.After(drainGrace):
-		outR.Close()
-		errR.Close()
+		// Something outside the sandbox still holds a write end (a child
+		// of this process between its fork and its exec), or the readers
+		// fell behind: the pipes may not end soon, but all the command
+		// wrote is in them by now. The readers stop; what they left is
+		// taken here.
+		for _, r := range []*os.File{outR, errR} {
+			if r.SetReadDeadline(time.Now()) != nil {
+				r.Close()
+			}
+		}
 		<-drained
+		for i, r := range []*os.File{outR, errR} {
+			takeBuffered(r, func(p []byte) { out.add(i, p) })
+		}
 	}
 	ok := <-started
 	closeAll()

@@ -1,0 +1,41 @@
+//go:build linux
+
+package local
+
+import (
+	"context"
+	"os/exec"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Output the command wrote before it exited is kept when its pipes do not
+// end within drainGrace (another process holds them: here one the command
+// left behind) while a reader is still behind (here held in its callback
+// past the grace).
+func TestRunKeepsOutputPastTheDrainGrace(t *testing.T) {
+	cmd := exec.Command("/bin/sh", "-c", `printf first; sleep 0.3; printf second; sleep 30 & exit 0`)
+	var (
+		mu     sync.Mutex
+		got    []byte
+		behind sync.Once
+	)
+	res, err := run(context.Background(), runSpec{cmd: cmd, maxOutput: 1 << 20, stdout: func(p []byte) {
+		behind.Do(func() { time.Sleep(drainGrace + 500*time.Millisecond) })
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, p...)
+	}})
+	// The process left behind is in the command's group.
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	require.NoError(t, err)
+	assert.Equal(t, 0, res.ExitCode)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, "firstsecond", string(got))
+}
