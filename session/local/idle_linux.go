@@ -52,6 +52,11 @@ func socketUsers(st unix.Stat_t) (listening, connected int, err error) {
 		return 0, 0, err
 	}
 	defer unix.Close(fd)
+	// Asked under the resident lock: an answer that never comes must not
+	// hold it.
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 1}); err != nil {
+		return 0, 0, err
+	}
 	if err := unix.Sendto(fd, unixDiagRequest(), 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return 0, 0, err
 	}
