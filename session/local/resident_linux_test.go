@@ -392,10 +392,21 @@ func TestAResidentAgentOfALowerRevisionServesOnWhileBusy(t *testing.T) {
 	}
 }
 
+// requireSocketDiagnostics skips t where the kernel answers no unix socket
+// diagnostics (CONFIG_UNIX_DIAG): there no resident sandbox is taken for
+// idle, so an older agent serves on.
+func requireSocketDiagnostics(t *testing.T) {
+	t.Helper()
+	if _, _, err := socketUsers(unix.Stat_t{}); err != nil {
+		t.Skipf("no unix socket diagnostics here (%v): no resident sandbox is taken for idle", err)
+	}
+}
+
 // Once idle (no background process, no other connection), a resident
 // sandbox whose agent is of a lower revision is replaced by one running
 // this program's agent, with the workspace as it was.
 func TestAnIdleResidentAgentOfALowerRevisionIsReplaced(t *testing.T) {
+	requireSocketDiagnostics(t)
 	s, _ := lowerRevisionSession(t, "lower-idle", "-", "exit")
 	before := readResident(s.dirs.Root)
 	require.NotZero(t, before.Init.PID)
@@ -410,6 +421,7 @@ func TestAnIdleResidentAgentOfALowerRevisionIsReplaced(t *testing.T) {
 // residentIdle tells an idle resident sandbox from one with another
 // connection open or a background process running.
 func TestResidentIdle(t *testing.T) {
+	requireSocketDiagnostics(t)
 	s := newResidentSession(t, Options{WorkspaceID: "ws", SessionID: "idle"})
 	rsh(t, s, `true`)
 	if s.Served().Resident == 0 {
