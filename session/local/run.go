@@ -27,11 +27,11 @@ const (
 	stderrTail = 4 << 10
 )
 
-// takeBuffered reads what pipe r holds and gives it to add; each read may
-// wait drainLast for more.
-func takeBuffered(r *os.File, add func([]byte)) {
+// pump gives what it reads from r to add, while more allows another read,
+// until a read fails.
+func pump(r *os.File, add func([]byte), more func() bool) {
 	buf := make([]byte, 32<<10)
-	for r.SetReadDeadline(time.Now().Add(drainLast)) == nil {
+	for more() {
 		n, err := r.Read(buf)
 		if n > 0 {
 			add(buf[:n])
@@ -66,6 +66,13 @@ type output struct {
 	buf      [2][]byte
 	tail     []byte
 	overflow func()
+}
+
+// full reports whether the cap was reached: what comes after is dropped.
+func (o *output) full() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.over
 }
 
 func (o *output) add(stream int, p []byte) {
@@ -177,16 +184,7 @@ func run(ctx context.Context, rs runSpec) (*session.Result, error) {
 		readers.Add(1)
 		go func() {
 			defer readers.Done()
-			buf := make([]byte, 32<<10)
-			for {
-				n, err := r.Read(buf)
-				if n > 0 {
-					out.add(i, buf[:n])
-				}
-				if err != nil {
-					return
-				}
-			}
+			pump(r, func(p []byte) { out.add(i, p) }, func() bool { return true })
 		}()
 	}
 	started := make(chan bool, 1)
@@ -244,8 +242,12 @@ func run(ctx context.Context, rs runSpec) (*session.Result, error) {
 			}
 		}
 		<-drained
+		// Each read may wait drainLast for more; none once the cap is
+		// reached, so a writer that never stops cannot hold the call.
 		for i, r := range []*os.File{outR, errR} {
-			takeBuffered(r, func(p []byte) { out.add(i, p) })
+			pump(r, func(p []byte) { out.add(i, p) }, func() bool {
+				return !out.full() && r.SetReadDeadline(time.Now().Add(drainLast)) == nil
+			})
 		}
 	}
 	ok := <-started

@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
 // Output the command wrote before it exited is kept when its pipes do not
@@ -38,4 +40,23 @@ func TestRunKeepsOutputPastTheDrainGrace(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Equal(t, "firstsecond", string(got))
+}
+
+// A process outside the command that writes without end (here one it left
+// behind, holding its stdout) holds the call no longer than the drain
+// grace: once the output is capped, nothing more is read.
+func TestRunEndsPastTheDrainGraceWhileOutputNeverEnds(t *testing.T) {
+	cmd := exec.Command("/bin/sh", "-c", `yes & exit 0`)
+	done := make(chan error, 1)
+	go func() {
+		_, err := run(context.Background(), runSpec{cmd: cmd, maxOutput: 1 << 10})
+		done <- err
+	}()
+	defer func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, session.ErrOutputOverflow)
+	case <-time.After(drainGrace + 10*time.Second):
+		t.Fatal("the call still runs while its output never ends")
+	}
 }
