@@ -33,8 +33,12 @@ var (
 	ErrRestartRequired  = errors.New("change needs a restart")  // modify of a running sandbox beyond what it booted with
 	ErrStillRunning     = errors.New("sandbox still running")   // start of a running sandbox, remove of one without --force
 	ErrOutputOverflow   = errors.New("msb output exceeds cap")  // the runner's cap was hit; process group killed
-	ErrHostTimeout      = errors.New("msb host deadline exceeded")
-	ErrAborted          = errors.New("msb call aborted")
+	// ErrInstallInProgress: msb refuses every command while its install
+	// lease is held (ExitError.RetryAt says until when). An msb killed
+	// while opening its database can leave the lease for 30 minutes.
+	ErrInstallInProgress = errors.New("msb install operation in progress")
+	ErrHostTimeout       = errors.New("msb host deadline exceeded")
+	ErrAborted           = errors.New("msb call aborted")
 )
 
 // ValidationError reports an argument refused before any process started.
@@ -54,6 +58,7 @@ type ExitError struct {
 	Message  string // msb's "error: ..." line without the prefix and its "→" hint lines joined by " → ", ANSI stripped; "" if none
 	Stderr   []byte // captured stderr (bounded), ANSI stripped
 	Kind     error
+	RetryAt  time.Time // with ErrInstallInProgress: when msb's install lease expires (UTC); else zero
 }
 
 // Call is one msb invocation.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -27,6 +28,10 @@ func (e *ExitError) Error() string {
 	}
 	if detail == "" {
 		return fmt.Sprintf("msb %s: %s", subcommand(e.Args), status)
+	}
+	if !e.RetryAt.IsZero() {
+		detail += "; msb refuses every command until " + e.RetryAt.Format(time.RFC3339) +
+			" (its install lease, which an msb killed while opening its database leaves held)"
 	}
 	return fmt.Sprintf("msb %s: %s: %s", subcommand(e.Args), status, detail)
 }
@@ -253,8 +258,29 @@ func classify(args []string, exitCode int, stderr []byte) (message string, kind 
 		kind = ErrRestartRequired
 	case stillRunning(head, args):
 		kind = ErrStillRunning
+	case refusedForLease(message, stderr):
+		kind = ErrInstallInProgress
 	}
 	return message, kind
+}
+
+// newExitError builds the *ExitError of a non-zero exit from msb's stripped
+// stderr tail.
+func newExitError(args []string, code int, tail []byte) *ExitError {
+	msg, kind := classify(args, code, tail)
+	e := &ExitError{Args: args, ExitCode: code, Message: msg, Stderr: tail, Kind: kind}
+	if kind == ErrInstallInProgress {
+		e.RetryAt, _ = installLeaseUntil(msg)
+	}
+	return e
+}
+
+// refusedForLease recognises msb's refusal while its install lease is held.
+// msb refuses before it does anything else, so its error is the whole of
+// stderr: a guest's output that imitates it is not taken for it.
+func refusedForLease(message string, stderr []byte) bool {
+	_, ok := installLeaseUntil(message)
+	return ok && strings.TrimSpace(string(stderr)) == "error: "+message
 }
 
 // snapshotNamed recognises msb's "PREFIX$MSB_HOME/snapshots/NAME" about a

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestStripANSI(t *testing.T) {
@@ -81,6 +82,13 @@ func TestClassify(t *testing.T) {
 			"no metrics recorded for sandbox \"box2\"", nil},
 		{"no metrics only from metrics", []string{"exec", "box1", "--", "true"}, 1, "error: no metrics recorded for sandbox \"box1\"\n",
 			"no metrics recorded for sandbox \"box1\"", nil},
+		{"install lease held, msb 0.6.18", []string{"list", "--format", "json"}, 1, "error: " + leaseRefusal + "\n", leaseRefusal, ErrInstallInProgress},
+		{"install lease taken by another", []string{"volume", "list"}, 1,
+			"error: runtime error: another microsandbox install operation is in progress until 2026-12-06 07:34:53\n",
+			"runtime error: another microsandbox install operation is in progress until 2026-12-06 07:34:53", ErrInstallInProgress},
+		{"install lease after guest output is the guest's", []string{"exec", "box1", "--", "sh"}, 1, "guest\nerror: " + leaseRefusal + "\n", leaseRefusal, nil},
+		{"install lease with a bad time", []string{"list"}, 1, "error: runtime error: microsandbox install operation in progress until soon; retry after it completes\n",
+			"runtime error: microsandbox install operation in progress until soon; retry after it completes", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -89,6 +97,24 @@ func TestClassify(t *testing.T) {
 				t.Errorf("classify = %q, %v; want %q, %v", msg, kind, tt.msg, tt.kind)
 			}
 		})
+	}
+}
+
+// leaseRefusal is what msb 0.6.18 says while its install lease is held.
+const leaseRefusal = "runtime error: microsandbox install operation in progress until 2026-12-06 07:34:53.784087508; retry after it completes"
+
+func TestInstallLeaseRetryAt(t *testing.T) {
+	e := newExitError([]string{"list"}, 1, []byte("error: "+leaseRefusal+"\n"))
+	want := time.Date(2026, 12, 6, 7, 34, 53, 784087508, time.UTC)
+	if !errors.Is(e, ErrInstallInProgress) || !e.RetryAt.Equal(want) {
+		t.Fatalf("Kind %v, RetryAt %v; want ErrInstallInProgress at %v", e.Kind, e.RetryAt, want)
+	}
+	if got := e.Error(); !strings.Contains(got, "refuses every command until 2026-12-06T07:34:53Z") {
+		t.Errorf("Error() = %q, does not say until when msb refuses", got)
+	}
+	e = newExitError([]string{"remove", "box1"}, 1, []byte("error: sandbox not found: box1\n"))
+	if !e.RetryAt.IsZero() || strings.Contains(e.Error(), "refuses") {
+		t.Errorf("another error has RetryAt %v, text %q", e.RetryAt, e.Error())
 	}
 }
 

@@ -160,6 +160,7 @@ func FuzzClassify(f *testing.F) {
 	f.Add("copy\x00b:/x\x00/y", 1, []byte("error: sandbox not found: b\n"))
 	f.Add("create\x00i\x00--name\x00b", 1, []byte("error: failed to start \"b\"\n  \u2192 cause\n\n  \u2192 hint\nguest\n"))
 	f.Add("create\x00nope:1", 1, []byte("error: image error: image not cached: docker.io/library/nope:1\n"))
+	f.Add("list", 1, []byte("error: "+leaseRefusal+"\n"))
 	for p, stderr := range goldenFiles(f, "stderr", "") {
 		argv, err := os.ReadFile(strings.TrimSuffix(p, ".stderr") + ".argv")
 		if err != nil {
@@ -178,7 +179,10 @@ func FuzzClassify(f *testing.F) {
 		if kind != nil && (msg == "" || !hasErrorLine(clean, head)) {
 			t.Fatalf("kind %v without its message line: %q in %q", kind, msg, clean)
 		}
-		e := &ExitError{Args: args, ExitCode: code, Message: msg, Stderr: []byte(clean), Kind: kind}
+		e := newExitError(args, code, []byte(clean))
+		if e.Message != msg || e.Kind != kind || e.RetryAt.IsZero() != (kind != ErrInstallInProgress) {
+			t.Fatalf("newExitError = %q, %v, %v; classify said %q, %v", e.Message, e.Kind, e.RetryAt, msg, kind)
+		}
 		text := e.Error()
 		if !utf8.ValidString(text) || len(text) > 2*maxDetail+128 {
 			t.Fatalf("Error() not bounded or not UTF-8: %d bytes", len(text))

@@ -11,5 +11,5 @@ import (
 func setProcessGroup(*exec.Cmd) {}
 
 // killProcessGroup can only kill msb itself where there are no POSIX
-// process groups.
-func killProcessGroup(p *os.Process) error { return p.Kill() }
+// process groups (nor the flock msb's migration lock is).
+func killProcessGroup(p *os.Process, _ []string) error { return p.Kill() }

@@ -87,7 +87,7 @@ func (c *CLI) Run(ctx context.Context, call Call) (res *Result, err error) {
 	var killed atomic.Bool
 	cmd.Cancel = func() error {
 		killed.Store(true)
-		return killProcessGroup(cmd.Process)
+		return killProcessGroup(cmd.Process, cmd.Env)
 	}
 	cmd.WaitDelay = waitDelay
 
@@ -143,8 +143,7 @@ func (c *CLI) Run(ctx context.Context, call Call) (res *Result, err error) {
 	if res.ExitCode == 0 {
 		return res, nil
 	}
-	msg, kind := classify(args, res.ExitCode, tail)
-	return res, &ExitError{Args: args, ExitCode: res.ExitCode, Message: msg, Stderr: tail, Kind: kind}
+	return res, newExitError(args, res.ExitCode, tail)
 }
 
 // contextError reports why ctx ended, matching both our sentinel and the

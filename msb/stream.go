@@ -128,8 +128,7 @@ func (p *Process) result(waitErr error) error {
 		return nil
 	}
 	tail := []byte(StripANSI(string(p.stderr.bytes())))
-	msg, kind := classify(p.args, code, tail)
-	return &ExitError{Args: p.args, ExitCode: code, Message: msg, Stderr: tail, Kind: kind}
+	return newExitError(p.args, code, tail)
 }
 
 // Done is closed once msb has exited and been waited for.
@@ -157,7 +156,8 @@ func (p *Process) ExitCode() int {
 // Stderr returns the last 64 KiB msb wrote on stderr so far.
 func (p *Process) Stderr() []byte { return p.stderr.bytes() }
 
-// Kill SIGKILLs msb's whole process group; it does not wait.
+// Kill SIGKILLs msb's whole process group; it does not wait for msb to
+// exit, only (5 s at most) for no msb to be opening its database.
 func (p *Process) Kill() {
 	p.mu.Lock()
 	select {
@@ -168,7 +168,7 @@ func (p *Process) Kill() {
 	}
 	p.killed = true
 	p.mu.Unlock()
-	_ = killProcessGroup(p.cmd.Process)
+	_ = killProcessGroup(p.cmd.Process, p.cmd.Env)
 }
 
 // Stop ends msb gently, then surely: it closes stdin (msb ends the guest

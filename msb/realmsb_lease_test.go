@@ -1,0 +1,137 @@
+//go:build linux
+
+package msb
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/oma-sandbox/oma-sandbox/internal/realmsb"
+)
+
+// migrationWatch watches a real msb home's migration lock from outside, as
+// another msb would.
+type migrationWatch struct {
+	f    *os.File
+	hold time.Duration // how long the first msb watched held it
+}
+
+func watchMigration(t *testing.T, cli *CLI, home string) *migrationWatch {
+	t.Helper()
+	// The first command makes the home and its lock file.
+	if _, err := cli.Run(context.Background(), Call{Args: []string{"list"}}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(home, migrationLock))
+	if err != nil {
+		t.Fatalf("msb %s made no migration lock where it is expected: %v", realmsb.Version, err)
+	}
+	t.Cleanup(func() { f.Close() })
+	w := &migrationWatch{f: f}
+	cmd := exec.Command(cli.Path, "list")
+	cmd.Env = append(os.Environ(), "MSB_HOME="+home)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if w.taken() {
+		start := time.Now()
+		for w.locked() {
+		}
+		w.hold = time.Since(start)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if w.hold == 0 {
+		t.Fatalf("msb %s was never seen holding %s", realmsb.Version, migrationLock)
+	}
+	return w
+}
+
+// locked tells whether another process holds the lock now.
+func (w *migrationWatch) locked() bool {
+	if syscall.Flock(int(w.f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		return true
+	}
+	syscall.Flock(int(w.f.Fd()), syscall.LOCK_UN)
+	return false
+}
+
+// taken waits up to 2 s for another process to hold the lock.
+func (w *migrationWatch) taken() bool {
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
+		if w.locked() {
+			return true
+		}
+	}
+	return false
+}
+
+// whileHeld waits until an msb holds the lock, then for a random part of
+// the time the first msb watched held it.
+func (w *migrationWatch) whileHeld() {
+	if w.taken() {
+		time.Sleep(rand.N(w.hold))
+	}
+}
+
+// TestRealMSBInstallLease: an msb killed while it opens its database can
+// leave its install lease held, and every msb command then refuses for 30
+// minutes. Run names that refusal, and its own kills never leave the lease.
+func TestRealMSBInstallLease(t *testing.T) {
+	t.Run("left by a kill, named", func(t *testing.T) {
+		env := realmsb.New(t)
+		cli := &CLI{Path: env.Bin, Env: env.Environ()}
+		w := watchMigration(t, cli, env.Home)
+		for range 500 {
+			cmd := exec.Command(env.Bin, "list")
+			cmd.Env = append(os.Environ(), cli.Env...)
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			w.whileHeld()
+			cmd.Process.Kill()
+			cmd.Wait()
+			_, err := cli.Run(context.Background(), Call{Args: []string{"list"}})
+			if err == nil {
+				continue
+			}
+			var e *ExitError
+			if !errors.As(err, &e) || !errors.Is(err, ErrInstallInProgress) {
+				t.Fatalf("msb list after a kill: %v, want ErrInstallInProgress or success", err)
+			}
+			if left := time.Until(e.RetryAt); left < 25*time.Minute || left > 31*time.Minute {
+				t.Errorf("RetryAt %v is %v away, want about 30 minutes", e.RetryAt, left)
+			}
+			return
+		}
+		t.Fatalf("500 kills of msb %s while it held its migration lock left no install lease: msb changed, and the runner's wait may be needless", realmsb.Version)
+	})
+	t.Run("never left by a cancelled Run", func(t *testing.T) {
+		env := realmsb.New(t)
+		cli := &CLI{Path: env.Bin, Env: env.Environ()}
+		w := watchMigration(t, cli, env.Home)
+		for i := range 120 {
+			ctx, cancel := context.WithCancel(context.Background())
+			go func() {
+				w.whileHeld()
+				cancel()
+			}()
+			_, err := cli.Run(ctx, Call{Args: []string{"list"}})
+			cancel()
+			if err != nil && !errors.Is(err, ErrAborted) {
+				t.Fatalf("cancelled msb list %d: %v", i, err)
+			}
+			if _, err := cli.Run(context.Background(), Call{Args: []string{"list"}}); err != nil {
+				t.Fatalf("msb list after cancelled call %d: %v", i, err)
+			}
+		}
+	})
+}
