@@ -48,6 +48,19 @@ func lockMigration(t *testing.T) (home string, release func()) {
 	return home, func() { f.Close() }
 }
 
+// runCancelledOnOutput runs msb list in the background, cancelled at its
+// first output, and sends Run's error.
+func runCancelledOnOutput(t *testing.T, cli *CLI) <-chan error {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	done := make(chan error, 1)
+	go func() {
+		_, err := cli.Run(ctx, Call{Args: []string{"list"}, Stdout: func([]byte) { cancel() }})
+		done <- err
+	}()
+	return done
+}
+
 // A cancelled call's msb is killed only once no msb holds the migration
 // lock of its home: the one that does may be inside msb's install lease,
 // which a kill there leaves held for 30 minutes. Both ways of killing msb
@@ -57,15 +70,10 @@ func TestKillWaitsForTheMigrationLock(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			home, release := lockMigration(t)
 			cli := &CLI{Path: fakeMSB(t, `echo up; exec sleep 300`), Env: []string{"MSB_HOME=" + home}}
-			done := make(chan error, 1)
+			var done <-chan error
 			switch how {
 			case "run":
-				ctx, cancel := context.WithCancel(context.Background())
-				defer cancel()
-				go func() {
-					_, err := cli.Run(ctx, Call{Args: []string{"list"}, Stdout: func([]byte) { cancel() }})
-					done <- err
-				}()
+				done = runCancelledOnOutput(t, cli)
 			case "start":
 				p, err := cli.Start(context.Background(), Call{Args: []string{"list"}})
 				if err != nil {
@@ -74,10 +82,12 @@ func TestKillWaitsForTheMigrationLock(t *testing.T) {
 				if _, err := p.Stdout.Read(make([]byte, 3)); err != nil {
 					t.Fatal(err)
 				}
+				killed := make(chan error, 1)
 				go func() {
 					p.Kill()
-					done <- p.Wait()
+					killed <- p.Wait()
 				}()
+				done = killed
 			}
 			select {
 			case err := <-done:
@@ -104,15 +114,8 @@ func TestKillWaitsForTheMigrationLockAWhileOnly(t *testing.T) {
 	migrationLockWait = 200 * time.Millisecond
 	home, _ := lockMigration(t)
 	cli := &CLI{Path: fakeMSB(t, `echo up; exec sleep 300`), Env: []string{"MSB_HOME=" + home}}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		_, err := cli.Run(ctx, Call{Args: []string{"list"}, Stdout: func([]byte) { cancel() }})
-		done <- err
-	}()
 	select {
-	case err := <-done:
+	case err := <-runCancelledOnOutput(t, cli):
 		if !errors.Is(err, ErrAborted) {
 			t.Fatalf("err = %v, want ErrAborted", err)
 		}
