@@ -186,7 +186,13 @@ func doctorCheck(res *msb.Result, err error) Check {
 // from its cache; an image the caller named may be pulled on create.
 func imageCheck(image string, explicit bool, err error) Check {
 	name := "image"
+	var exitErr *msb.ExitError
 	switch {
+	case errors.As(err, &exitErr) && errors.Is(err, msb.ErrInstallInProgress):
+		// Not the image's doing: msb refuses every command.
+		return failCheck("msb state", fmt.Sprintf("msb refuses every command until %s (%s from now): its install lease is held, "+
+			"as an msb killed while it opened its database leaves it; it clears by itself then",
+			exitErr.RetryAt.Format(time.RFC3339), time.Until(exitErr.RetryAt).Round(time.Second)))
 	case err == nil:
 		return okCheck(name, image+" is cached")
 	case !strings.Contains(err.Error(), "image not found"):

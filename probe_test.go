@@ -2,7 +2,9 @@ package omasandbox
 
 import (
 	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 
@@ -33,6 +35,13 @@ func TestImageCheck(t *testing.T) {
 	assert.Equal(t, "fail", imageCheck("x", false, notFound).Status, "the default image cannot be pulled")
 	assert.Equal(t, "warn", imageCheck("x", true, notFound).Status, "a named image may be pulled")
 	assert.Equal(t, "fail", imageCheck("x", true, errors.New("msb image inspect: exit 1: database locked")).Status)
+
+	until := time.Now().Add(20 * time.Minute).UTC()
+	lease := fmt.Errorf("probe: %w", &msb.ExitError{Args: []string{"image", "inspect", "x"}, ExitCode: 1, Kind: msb.ErrInstallInProgress, RetryAt: until})
+	c := imageCheck("x", true, lease)
+	assert.Equal(t, "msb state", c.Name, "the lease is msb's, not the image's")
+	assert.Equal(t, "fail", c.Status)
+	assert.Contains(t, c.Detail, "refuses every command until "+until.Format(time.RFC3339))
 }
 
 func TestLocalAgentCheck(t *testing.T) {
