@@ -182,8 +182,10 @@ lane() {
         # Emulation makes a timing slip now and then: a chunk that failed
         # runs once more, and the log names it; its first log is kept.
         # It runs in an msb home of its own: an msb killed while it held
-        # its install lease (a cancellation of the chaos suite's) leaves
-        # msb refusing every command in that home for 30 minutes.
+        # its install lease leaves msb refusing every command in that home
+        # for 30 minutes. The msb package's own kills wait for that (see
+        # docs/msb.md), but not an msb that dies with a failed test's
+        # process.
         echo "real-vm: $name: failed ($(grep -a '^--- FAIL' "$dir/results/$name.log" | cut -d' ' -f3 | paste -sd' ')); once more"
         mv "$dir/results/$name.log" "$dir/results/$name.first.log"
         one "$dir" "$name" "$pkg" "$args" "$(sed 's|OMA_REALVM_HOME=\([^ ]*\)|OMA_REALVM_HOME=\1-again|' <<<"$envs")"
