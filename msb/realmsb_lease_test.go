@@ -40,7 +40,7 @@ func watchMigration(t *testing.T, cli *CLI, home string) *migrationWatch {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if w.taken() {
+	if w.taken(nil) {
 		start := time.Now()
 		for w.locked() {
 		}
@@ -64,9 +64,15 @@ func (w *migrationWatch) locked() bool {
 	return false
 }
 
-// taken waits up to 2 s for another process to hold the lock.
-func (w *migrationWatch) taken() bool {
+// taken waits up to 2 s, or until stop is closed, for another process to
+// hold the lock.
+func (w *migrationWatch) taken(stop <-chan struct{}) bool {
 	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
+		select {
+		case <-stop:
+			return false
+		default:
+		}
 		if w.locked() {
 			return true
 		}
@@ -75,9 +81,9 @@ func (w *migrationWatch) taken() bool {
 }
 
 // whileHeld waits until an msb holds the lock, then for a random part of
-// the time the first msb watched held it.
-func (w *migrationWatch) whileHeld() {
-	if w.taken() {
+// the time the first msb watched held it; it gives up once stop is closed.
+func (w *migrationWatch) whileHeld(stop <-chan struct{}) {
+	if w.taken(stop) {
 		time.Sleep(rand.N(w.hold))
 	}
 }
@@ -96,7 +102,7 @@ func TestRealMSBInstallLease(t *testing.T) {
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
-			w.whileHeld()
+			w.whileHeld(nil)
 			cmd.Process.Kill()
 			cmd.Wait()
 			_, err := cli.Run(context.Background(), Call{Args: []string{"list"}})
@@ -120,11 +126,16 @@ func TestRealMSBInstallLease(t *testing.T) {
 		w := watchMigration(t, cli, env.Home)
 		for i := range 120 {
 			ctx, cancel := context.WithCancel(context.Background())
+			stop, watched := make(chan struct{}), make(chan struct{})
 			go func() {
-				w.whileHeld()
+				defer close(watched)
+				w.whileHeld(stop)
 				cancel()
 			}()
 			_, err := cli.Run(ctx, Call{Args: []string{"list"}})
+			// The watch ends with the call: one goroutine uses the lock file.
+			close(stop)
+			<-watched
 			cancel()
 			if err != nil && !errors.Is(err, ErrAborted) {
 				t.Fatalf("cancelled msb list %d: %v", i, err)
