@@ -324,6 +324,29 @@ func TestPoisonKeepsTheWorkspace(t *testing.T) {
 	assert.Empty(t, env.Volumes(t))
 }
 
+// TestInstallLeaseRefusalIsNoGuestExit: while msb refuses every command
+// for its install lease (exit 1, its message alone on stderr), a command
+// fails with that error, saying until when msb refuses; the refusal does
+// not pass for the command's own exit 1, and poisons nothing.
+func TestInstallLeaseRefusalIsNoGuestExit(t *testing.T) {
+	env := fakemsbtest.New(t)
+	s := createSession(t, options(env))
+	s.DisableAgentChannel() // one msb exec per call: its exit status is the command's
+	ctx := context.Background()
+	until := time.Now().Add(20 * time.Minute).UTC().Truncate(time.Microsecond)
+	env.SetKnob("FAKEMSB_FAULTS", "exec=exit:1:error: runtime error: another microsandbox install operation is in progress until "+
+		until.Format("2006-01-02 15:04:05.999999"))
+	res, err := s.Shell(ctx, session.Command{Script: `exit 3`}, session.ShellOptions{})
+	require.ErrorIs(t, err, msb.ErrInstallInProgress, "result %+v", res)
+	assert.Contains(t, err.Error(), "refuses every command until "+until.Format(time.RFC3339))
+	assert.False(t, s.Poisoned())
+
+	env.SetKnob("FAKEMSB_FAULTS", "")
+	res, err = s.Shell(ctx, session.Command{Script: `exit 3`}, session.ShellOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 3, res.ExitCode, "once msb answers, the command's own status")
+}
+
 // A later process that attaches to a poisoned session finds its sandbox
 // stopped: msb's exec or copy fails to start it again (where no VM boots;
 // fakemsb's faults stand in for that), and the call returns the session's
