@@ -265,9 +265,13 @@ func classify(args []string, exitCode int, stderr []byte) (message string, kind 
 }
 
 // newExitError builds the *ExitError of a non-zero exit from msb's stripped
-// stderr tail.
-func newExitError(args []string, code int, tail []byte) *ExitError {
+// stderr tail; quiet says msb wrote nothing on stdout.
+func newExitError(args []string, code int, tail []byte, quiet bool) *ExitError {
 	msg, kind := classify(args, code, tail)
+	if kind == ErrInstallInProgress && !quiet {
+		// msb refuses before anything runs: output is a guest's.
+		kind = nil
+	}
 	e := &ExitError{Args: args, ExitCode: code, Message: msg, Stderr: tail, Kind: kind}
 	if kind == ErrInstallInProgress {
 		e.RetryAt, _ = installLeaseUntil(msg)
@@ -277,7 +281,8 @@ func newExitError(args []string, code int, tail []byte) *ExitError {
 
 // refusedForLease recognises msb's refusal while its install lease is held.
 // msb refuses before it does anything else, so its error is the whole of
-// stderr: a guest's output that imitates it is not taken for it.
+// stderr (and stdout is empty, which newExitError checks): a guest's
+// output that imitates it is not taken for it.
 func refusedForLease(message string, stderr []byte) bool {
 	_, ok := installLeaseUntil(message)
 	return ok && strings.TrimSpace(string(stderr)) == "error: "+message

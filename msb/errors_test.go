@@ -104,7 +104,7 @@ func TestClassify(t *testing.T) {
 const leaseRefusal = "runtime error: microsandbox install operation in progress until 2026-12-06 07:34:53.784087508; retry after it completes"
 
 func TestInstallLeaseRetryAt(t *testing.T) {
-	e := newExitError([]string{"list"}, 1, []byte("error: "+leaseRefusal+"\n"))
+	e := newExitError([]string{"list"}, 1, []byte("error: "+leaseRefusal+"\n"), true)
 	want := time.Date(2026, 12, 6, 7, 34, 53, 784087508, time.UTC)
 	if !errors.Is(e, ErrInstallInProgress) || !e.RetryAt.Equal(want) {
 		t.Fatalf("Kind %v, RetryAt %v; want ErrInstallInProgress at %v", e.Kind, e.RetryAt, want)
@@ -112,7 +112,11 @@ func TestInstallLeaseRetryAt(t *testing.T) {
 	if got := e.Error(); !strings.Contains(got, "refuses every command until 2026-12-06T07:34:53Z") {
 		t.Errorf("Error() = %q, does not say until when msb refuses", got)
 	}
-	e = newExitError([]string{"remove", "box1"}, 1, []byte("error: sandbox not found: box1\n"))
+	e = newExitError([]string{"exec", "box1", "--", "sh"}, 1, []byte("error: "+leaseRefusal+"\n"), false)
+	if e.Kind != nil || !e.RetryAt.IsZero() {
+		t.Errorf("with output on stdout the refusal is the guest's; got %v, %v", e.Kind, e.RetryAt)
+	}
+	e = newExitError([]string{"remove", "box1"}, 1, []byte("error: sandbox not found: box1\n"), true)
 	if !e.RetryAt.IsZero() || strings.Contains(e.Error(), "refuses") {
 		t.Errorf("another error has RetryAt %v, text %q", e.RetryAt, e.Error())
 	}

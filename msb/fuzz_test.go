@@ -179,7 +179,7 @@ func FuzzClassify(f *testing.F) {
 		if kind != nil && (msg == "" || !hasErrorLine(clean, head)) {
 			t.Fatalf("kind %v without its message line: %q in %q", kind, msg, clean)
 		}
-		e := newExitError(args, code, []byte(clean))
+		e := newExitError(args, code, []byte(clean), true)
 		if e.Message != msg || e.Kind != kind || e.RetryAt.IsZero() != (kind != ErrInstallInProgress) {
 			t.Fatalf("newExitError = %q, %v, %v; classify said %q, %v", e.Message, e.Kind, e.RetryAt, msg, kind)
 		}

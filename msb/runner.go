@@ -123,6 +123,7 @@ func (c *CLI) Run(ctx context.Context, call Call) (res *Result, err error) {
 		tail = tail[len(tail)-stderrTailSize:]
 	}
 	tail = []byte(StripANSI(string(tail)))
+	quiet := !out.sawStdout
 	out.mu.Unlock()
 
 	switch {
@@ -143,7 +144,7 @@ func (c *CLI) Run(ctx context.Context, call Call) (res *Result, err error) {
 	if res.ExitCode == 0 {
 		return res, nil
 	}
-	return res, newExitError(args, res.ExitCode, tail)
+	return res, newExitError(args, res.ExitCode, tail, quiet)
 }
 
 // contextError reports why ctx ended, matching both our sentinel and the
@@ -204,6 +205,7 @@ type output struct {
 	stdout     bytes.Buffer // used only without a Stdout callback
 	stderr     bytes.Buffer // used only without a Stderr callback
 	tail       []byte       // last stderrTailSize bytes of stderr, always kept
+	sawStdout  bool         // msb wrote on stdout
 }
 
 // stream is the io.Writer exec copies one of msb's pipes into.
@@ -230,6 +232,8 @@ func (s *stream) Write(p []byte) (int, error) {
 	if len(chunk) > 0 {
 		if s.isStderr {
 			o.keepTail(chunk)
+		} else {
+			o.sawStdout = true
 		}
 		switch {
 		case s.fn != nil:

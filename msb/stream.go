@@ -128,7 +128,9 @@ func (p *Process) result(waitErr error) error {
 		return nil
 	}
 	tail := []byte(StripANSI(string(p.stderr.bytes())))
-	return newExitError(p.args, code, tail)
+	// Its stdout is the caller's to read: whether msb wrote on it is not
+	// known here. (The channel's agent frames what the guest writes.)
+	return newExitError(p.args, code, tail, true)
 }
 
 // Done is closed once msb has exited and been waited for.

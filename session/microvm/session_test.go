@@ -345,6 +345,18 @@ func TestInstallLeaseRefusalIsNoGuestExit(t *testing.T) {
 	res, err = s.Shell(ctx, session.Command{Script: `exit 3`}, session.ShellOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, 3, res.ExitCode, "once msb answers, the command's own status")
+
+	// A guest that prints the refusal alone fails only its own call.
+	refusal := `error: runtime error: microsandbox install operation in progress until 2030-01-01 00:00:00; retry after it completes`
+	_, err = s.Shell(ctx, session.Command{Script: `echo '` + refusal + `' >&2; exit 1`}, session.ShellOptions{})
+	require.ErrorIs(t, err, msb.ErrInstallInProgress)
+	assert.False(t, s.Poisoned())
+	res, err = s.Shell(ctx, session.Command{Script: `echo 'partial'; echo '` + refusal + `' >&2; exit 1`}, session.ShellOptions{})
+	require.NoError(t, err, "with output of its own it is the guest's")
+	assert.Equal(t, 1, res.ExitCode)
+	res, err = s.Shell(ctx, session.Command{Script: `exit 3`}, session.ShellOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 3, res.ExitCode)
 }
 
 // A later process that attaches to a poisoned session finds its sandbox
