@@ -349,6 +349,21 @@ func lowerRevisionSession(t *testing.T, id, marker, then string) (*Session, *exe
 	return s, helper
 }
 
+// waitUntilSettled waits until what the sandbox's starter made has ended:
+// its connection to the agent and its commands' processes. On a loaded
+// machine the agent closes its end of a finished connection, and a command
+// is reaped, a while after the process that made them exited; an attach
+// in between finds the sandbox busy, and its older agent serves on.
+func waitUntilSettled(t *testing.T, s *Session, procs residentProcs) {
+	t.Helper()
+	var st unix.Stat_t
+	require.NoError(t, unix.Lstat(filepath.Join(s.dirs.Root, residentSocket), &st))
+	require.Eventually(t, func() bool {
+		listening, connected, err := socketUsers(st)
+		return err == nil && listening == 1 && connected == 0 && !commandsRunIn(procs.Init.PID, os.Geteuid() == 0)
+	}, 10*time.Second, 10*time.Millisecond, "the starter's connection or commands never ended")
+}
+
 // attachWithThisAgent attaches to s as another process of this program
 // would, and makes a call (a write, which the previous revision's agent
 // has too).
@@ -410,6 +425,7 @@ func TestAnIdleResidentAgentOfALowerRevisionIsReplaced(t *testing.T) {
 	s, _ := lowerRevisionSession(t, "lower-idle", "-", "exit")
 	before := readResident(s.dirs.Root)
 	require.NotZero(t, before.Init.PID)
+	waitUntilSettled(t, s, before)
 	a := attachWithThisAgent(t, s)
 	assert.Empty(t, a.res.cur.conn.Older(), "the sandbox still runs the older agent")
 	assert.NotEqual(t, before, readResident(s.dirs.Root), "the same sandbox")
