@@ -243,10 +243,12 @@ func run(ctx context.Context, rs runSpec) (*session.Result, error) {
 		}
 		<-drained
 		// Each read may wait drainLast for more; none once the cap is
-		// reached, so a writer that never stops cannot hold the call.
+		// reached or drainGrace more has passed, so a writer that never
+		// stops, however slowly it writes, cannot hold the call.
+		end := time.Now().Add(drainGrace)
 		for i, r := range []*os.File{outR, errR} {
 			pump(r, func(p []byte) { out.add(i, p) }, func() bool {
-				return !out.full() && r.SetReadDeadline(time.Now().Add(drainLast)) == nil
+				return !out.full() && time.Now().Before(end) && r.SetReadDeadline(time.Now().Add(drainLast)) == nil
 			})
 		}
 	}

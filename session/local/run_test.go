@@ -46,17 +46,31 @@ func TestRunKeepsOutputPastTheDrainGrace(t *testing.T) {
 // behind, holding its stdout) holds the call no longer than the drain
 // grace: once the output is capped, nothing more is read.
 func TestRunEndsPastTheDrainGraceWhileOutputNeverEnds(t *testing.T) {
-	cmd := exec.Command("/bin/sh", "-c", `yes & exit 0`)
-	done := make(chan error, 1)
-	go func() {
-		_, err := run(context.Background(), runSpec{cmd: cmd, maxOutput: 1 << 10})
-		done <- err
-	}()
-	defer func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }()
-	select {
-	case err := <-done:
-		require.ErrorIs(t, err, session.ErrOutputOverflow)
-	case <-time.After(drainGrace + 10*time.Second):
-		t.Fatal("the call still runs while its output never ends")
+	for _, tt := range []struct {
+		name, writer string
+		overflow     bool
+	}{
+		{"a flood, past the cap", `yes & exit 0`, true},
+		{"a trickle, under the cap", `(while :; do echo x; sleep 0.01; done) & exit 0`, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := exec.Command("/bin/sh", "-c", tt.writer)
+			done := make(chan error, 1)
+			go func() {
+				_, err := run(context.Background(), runSpec{cmd: cmd, maxOutput: 1 << 10})
+				done <- err
+			}()
+			defer func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }()
+			select {
+			case err := <-done:
+				if tt.overflow {
+					require.ErrorIs(t, err, session.ErrOutputOverflow)
+				} else {
+					require.NoError(t, err)
+				}
+			case <-time.After(2*drainGrace + 10*time.Second):
+				t.Fatal("the call still runs while its output never ends")
+			}
+		})
 	}
 }
