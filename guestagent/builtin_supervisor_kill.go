@@ -24,7 +24,7 @@ const killPause = 50 * time.Millisecond
 // too; with no supervisor left, it stops and kills what still carries the
 // call's tag.
 func bashKill(c *builtinCall) int {
-	if len(c.Args) != 1 || !hexID.MatchString(c.Args[0]) {
+	if len(c.Args) != 1 || !isHexID(c.Args[0]) {
 		fmt.Fprintf(c.Stderr, "oma-sandbox: malformed bash kill request: %q\n", c.Args)
 		return 2
 	}
