@@ -493,7 +493,9 @@ func (s *supervision) relay() {
 		s.buf = make([]byte, 64<<10)
 	}
 	buf := s.buf
-	for !s.cut.Load() && s.relayed < st.Size {
+	// Once stdout fails (the call is past its output cap, or ending) no
+	// more is relayed: what was, bounds the kept copy (keep).
+	for !s.cut.Load() && !s.dead && s.relayed < st.Size {
 		n, err := s.logReader.Read(buf[:min(int64(len(buf)), st.Size-s.relayed)])
 		if n == 0 || err != nil {
 			return
@@ -507,9 +509,14 @@ func (s *supervision) relay() {
 	}
 }
 
-// keep copies the whole log to the kept copy, as the call's user, or says
-// it could not. The copy is created exclusively, non-blocking: a FIFO or a
-// symlink planted at its name fails it instead of being opened or followed.
+// keep copies the log as it was relayed (every byte of it the host was
+// sent) to the kept copy, as the call's user, or says it could not. What
+// the log holds beyond that is not the call's: a background process that
+// appends on and on, or a command that made the log sparse and huge,
+// cannot hold the call in the copy or fill the workspace with it, the
+// relayed bytes being bounded by the call's output cap. The copy is
+// created exclusively, non-blocking: a FIFO or a symlink planted at its
+// name fails it instead of being opened or followed.
 func (s *supervision) keep() {
 	kept := s.args.keptdir + "/" + s.args.id + ".log"
 	err := asUser(s.call.User, func() error {
@@ -521,7 +528,7 @@ func (s *supervision) keep() {
 			return err
 		}
 		defer k.Close()
-		_, err = io.Copy(k, io.NewSectionReader(s.logReader, 0, 1<<62))
+		_, err = io.Copy(k, io.NewSectionReader(s.logReader, 0, s.relayed))
 		return err
 	})
 	if err != nil {

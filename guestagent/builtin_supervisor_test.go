@@ -380,3 +380,82 @@ func TestParentDir(t *testing.T) {
 		assert.Equal(t, want, parentDir(dir), dir)
 	}
 }
+
+// A background process that writes on and on cannot hold a call whose log
+// is kept (or fill the workspace with it), nor can a command that made its
+// log sparse and huge: the kept copy is what was relayed.
+func TestKeepCopiesWhatWasRelayed(t *testing.T) {
+	const relayed = 16 << 20
+	chunk := bytes.Repeat([]byte("x"), 1<<20)
+	start := func(t *testing.T) (*supervision, string) {
+		dir := t.TempDir()
+		s := &supervision{
+			call: &builtinCall{User: identity{uint32(os.Geteuid()), uint32(os.Getegid())}, Stdout: io.Discard},
+			args: supervisorArgs{id: "0123abcd", logdir: dir + "/live", keptdir: dir + "/kept"},
+		}
+		s.logPath = s.args.logdir + "/" + s.args.id + ".log"
+		require.NoError(t, s.createLog())
+		t.Cleanup(func() { s.log.Close(); s.logReader.Close() })
+		for range relayed / len(chunk) {
+			_, err := s.log.Write(chunk)
+			require.NoError(t, err)
+		}
+		s.relay()
+		require.EqualValues(t, relayed, s.relayed)
+		return s, s.args.keptdir + "/" + s.args.id + ".log"
+	}
+	keptSize := func(t *testing.T, kept string) int64 {
+		st, err := os.Stat(kept)
+		require.NoError(t, err)
+		return st.Size()
+	}
+	t.Run("a writer appends during the copy", func(t *testing.T) {
+		s, kept := start(t)
+		stop, appended := make(chan struct{}), make(chan int)
+		go func() {
+			// From the moment the copy exists until keep returns, or 256 MiB.
+			n := 0
+			for n < 256 {
+				select {
+				case <-stop:
+					appended <- n
+					return
+				default:
+				}
+				if _, err := os.Lstat(kept); err != nil {
+					continue
+				}
+				if _, err := s.log.Write(chunk); err != nil {
+					break
+				}
+				n++
+			}
+			appended <- n
+		}()
+		s.keep()
+		close(stop)
+		n := <-appended
+		assert.EqualValues(t, relayed, keptSize(t, kept), "the writer appended %d MiB", n)
+	})
+	t.Run("a sparse log", func(t *testing.T) {
+		s, kept := start(t)
+		require.NoError(t, s.log.Truncate(256<<20))
+		s.keep()
+		assert.EqualValues(t, relayed, keptSize(t, kept))
+	})
+	t.Run("past the output cap", func(t *testing.T) {
+		s, kept := start(t)
+		s.call.Stdout = failingWriter{}
+		_, err := s.log.Write(chunk)
+		require.NoError(t, err)
+		s.relay() // one chunk read, its write fails: no more is read
+		require.NoError(t, s.log.Truncate(256<<20))
+		s.relay()
+		s.keep()
+		assert.EqualValues(t, relayed+64<<10, keptSize(t, kept))
+	})
+}
+
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, io.ErrClosedPipe }
