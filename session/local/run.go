@@ -244,13 +244,20 @@ func run(ctx context.Context, rs runSpec) (*session.Result, error) {
 		<-drained
 		// Each read may wait drainLast for more; none once the cap is
 		// reached or drainGrace more has passed, so a writer that never
-		// stops, however slowly it writes, cannot hold the call.
+		// stops, however slowly it writes, cannot hold the call. The pipes
+		// are drained at once: a writer busy on one cannot spend the
+		// other's time.
 		end := time.Now().Add(drainGrace)
 		for i, r := range []*os.File{outR, errR} {
-			pump(r, func(p []byte) { out.add(i, p) }, func() bool {
-				return !out.full() && time.Now().Before(end) && r.SetReadDeadline(time.Now().Add(drainLast)) == nil
-			})
+			readers.Add(1)
+			go func() {
+				defer readers.Done()
+				pump(r, func(p []byte) { out.add(i, p) }, func() bool {
+					return !out.full() && time.Now().Before(end) && r.SetReadDeadline(time.Now().Add(drainLast)) == nil
+				})
+			}()
 		}
+		readers.Wait()
 	}
 	ok := <-started
 	closeAll()

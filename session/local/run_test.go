@@ -42,6 +42,32 @@ func TestRunKeepsOutputPastTheDrainGrace(t *testing.T) {
 	assert.Equal(t, "firstsecond", string(got))
 }
 
+// Output left in one pipe at the grace is kept while the other pipe never
+// ends: here the command wrote "second" to stderr while its reader was
+// behind, and left a process trickling on stdout for longer than the drain.
+func TestRunDrainsBothPipesPastTheDrainGrace(t *testing.T) {
+	cmd := exec.Command("/bin/sh", "-c",
+		`printf first >&2; sleep 0.3; printf second >&2; (while :; do echo x; sleep 0.01; done) & exit 0`)
+	var (
+		mu     sync.Mutex
+		got    []byte
+		behind sync.Once
+	)
+	res, err := run(context.Background(), runSpec{cmd: cmd, maxOutput: 1 << 20, stderr: func(p []byte) {
+		behind.Do(func() { time.Sleep(drainGrace + 500*time.Millisecond) })
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, p...)
+	}})
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	require.NoError(t, err)
+	assert.Equal(t, 0, res.ExitCode)
+	assert.NotEmpty(t, res.Stdout)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, "firstsecond", string(got))
+}
+
 // A process outside the command that writes without end (here one it left
 // behind, holding its stdout) holds the call no longer than the drain
 // grace: once the output is capped, nothing more is read.
