@@ -1,9 +1,11 @@
 package main
 
 import (
-	"os/exec"
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/oma-sandbox/oma-sandbox/internal/testutil"
 )
 
 // TestLinksNoHeavyTelemetryLibraries: every start of the CLI, a one-shot
@@ -13,21 +15,12 @@ import (
 // (docs/BENCHMARKS.md §6a); internal/otlpexport and internal/promexport do
 // their work instead. A change that links one of them again fails here.
 func TestLinksNoHeavyTelemetryLibraries(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", ".").Output()
-	if err != nil {
-		t.Fatalf("go list -deps: %v", err)
-	}
-	for _, pkg := range strings.Fields(string(out)) {
-		for _, heavy := range []string{
-			"google.golang.org/protobuf/",
-			"google.golang.org/grpc",
-			"go.opentelemetry.io/proto/",
-			"go.opentelemetry.io/otel/exporters/",
-			"github.com/prometheus/",
-		} {
-			if strings.HasPrefix(pkg, heavy) {
-				t.Errorf("the CLI links %s", pkg)
-			}
-		}
-	}
+	heavy := testutil.Linked(t,
+		"google.golang.org/protobuf",
+		"google.golang.org/grpc",
+		"go.opentelemetry.io/proto",
+		"go.opentelemetry.io/otel/exporters",
+		"github.com/prometheus",
+	)
+	assert.Empty(t, heavy, "the CLI links these")
 }

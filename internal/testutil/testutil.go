@@ -1,8 +1,5 @@
 //go:build linux
 
-// Package testutil holds test helpers shared by packages that remove or
-// confine what a guest wrote: deep directory chains, symlink swap racers,
-// a lowered descriptor limit, and re-running tests as an unprivileged user.
 package testutil
 
 import (
