@@ -37,7 +37,8 @@ const (
 	// calls take a process of their own from then on.
 	FellBack Event = "fell_back"
 	// Replaced: the agent, older than this program, was replaced with
-	// this program's (msb: a sandbox made by an older oma-sandbox).
+	// this program's (msb: a sandbox made by an older oma-sandbox; local:
+	// a resident sandbox an older program started, once idle).
 	Replaced Event = "replaced"
 	// ReplaceFailed: such an agent could not be replaced; the builtins it
 	// lacks fail.

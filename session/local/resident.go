@@ -42,6 +42,12 @@ const (
 	// residentDyingTimeout bounds the wait for a sandbox whose agent
 	// refused a channel to end.
 	residentDyingTimeout = time.Second
+	// olderRecheck is how often, at most, a process whose calls run on an
+	// older agent (its sandbox was busy when connected) asks whether the
+	// sandbox has become idle, so that it can be replaced.
+	olderRecheck = time.Second
+	// olderLockWait bounds that question's wait for the resident lock.
+	olderLockWait = 50 * time.Millisecond
 )
 
 // residentStarter is a platform that can start a resident sandbox.
@@ -81,6 +87,9 @@ type resident struct {
 	// as notes, the limits that fired and the destinations the proxy
 	// refused since.
 	watch func() func() []string
+	// recheck is when an older agent's sandbox may next be asked whether
+	// it is idle (olderRecheck).
+	recheck time.Time
 }
 
 // residency is a session's resident sandbox, started by the first call
@@ -90,6 +99,9 @@ type residency struct {
 	off    bool // calls run in sandboxes of their own
 	cur    *resident
 	deaths int
+	// calls counts this process's calls on a resident sandbox not yet
+	// ended (see leave).
+	calls int
 	// starting is closed when the start under way ends; nil when none
 	// is. The start runs without mu, so a call that waits for it can
 	// give up when its own context ends.
@@ -116,8 +128,9 @@ func (s *Session) mayBeResident() bool {
 
 // residentSandbox returns the running resident sandbox, starting it when
 // none runs; nil means the call runs a sandbox of its own (the session's
-// resident sandbox is off, or could not start). It fails only when ctx
-// ends while another call starts the sandbox.
+// resident sandbox is off, or could not start); the caller leaves
+// (s.res.leave) a sandbox returned once its call has ended. It fails only
+// when ctx ends while another call starts the sandbox.
 func (s *Session) residentSandbox(ctx context.Context, c call) (*resident, error) {
 	if !s.residentFor(c) {
 		return nil, nil
@@ -157,9 +170,28 @@ func (s *Session) residentSandbox(ctx context.Context, c call) (*resident, error
 				}
 				continue
 			default:
+			}
+			if cur.conn.Older() == "" || r.calls > 0 || time.Now().Before(cur.recheck) {
+				r.calls++
 				r.mu.Unlock()
 				return cur, nil
 			}
+			// No call of this process runs on the older agent: if no
+			// other process's does and nothing runs in the sandbox, it
+			// is replaced. Calls meanwhile wait as for a start.
+			cur.recheck = time.Now().Add(olderRecheck)
+			r.cur = nil
+			checking := make(chan struct{})
+			r.starting = checking
+			r.mu.Unlock()
+			ended := s.endIfIdle(ctx, cur)
+			r.mu.Lock()
+			r.starting = nil
+			close(checking)
+			if !ended {
+				r.cur = cur
+			}
+			continue
 		}
 		if r.starting == nil {
 			break
@@ -194,8 +226,17 @@ func (s *Session) residentSandbox(ctx context.Context, c call) (*resident, error
 		return nil, nil
 	}
 	s.event(agentchan.Opened)
+	cur.recheck = time.Now().Add(olderRecheck)
 	r.cur = cur
+	r.calls++
 	return cur, nil
+}
+
+// leave ends a call that residentSandbox gave a resident sandbox.
+func (r *residency) leave() {
+	r.mu.Lock()
+	r.calls--
+	r.mu.Unlock()
 }
 
 // stopResident ends the session's resident sandbox, whichever process

@@ -259,7 +259,7 @@ func (s *Session) startResident(ctx context.Context, c call) (*resident, error) 
 		conn, err := agentchan.Open(hctx, nc, nc)
 		if err == nil && !launched && conn.Older() != "" && residentIdle(root, procs) {
 			// Idle, so nothing is lost: its next call runs this program's agent.
-			s.log.Info("local sandbox: replacing an idle resident sandbox, its agent being older", "why", conn.Older())
+			s.replacing(conn)
 			_ = conn.Close()
 			nc.Close()
 			if err := endRecorded(root); err != nil {
@@ -286,6 +286,43 @@ func (s *Session) startResident(ctx context.Context, c call) (*resident, error) 
 			return nil, err
 		}
 	}
+}
+
+// endIfIdle ends cur, a resident sandbox whose agent is older than this
+// program's, if it is idle: no call of this process runs on it (the
+// caller knows), no other process has a connection to it, and nothing
+// runs in it. The next call then starts one with this program's agent.
+// It reports whether cur was ended.
+func (s *Session) endIfIdle(ctx context.Context, cur *resident) bool {
+	root := s.dirs.Root
+	// The session's calls wait for the answer: while another process
+	// holds the lock (it starts or ends the sandbox), ask another time.
+	lctx, cancel := context.WithTimeout(ctx, olderLockWait)
+	defer cancel()
+	unlock, err := lockResident(lctx, root)
+	if err != nil {
+		return false
+	}
+	// Ended under the lock: no process connects to it meanwhile.
+	idle := readResident(root) == cur.procs && residentIdle(root, cur.procs)
+	if idle {
+		s.replacing(cur.conn)
+		if err := endRecorded(root); err != nil {
+			s.log.Warn("local sandbox: ending the resident sandbox", "err", err)
+		}
+	}
+	unlock()
+	if idle {
+		cur.stop()
+	}
+	return idle
+}
+
+// replacing says that the resident sandbox conn is connected to is
+// ended for its older agent.
+func (s *Session) replacing(conn *agentchan.Conn) {
+	s.log.Info("local sandbox: replacing an idle resident sandbox, its agent being older", "why", conn.Older())
+	s.event(agentchan.Replaced)
 }
 
 // launchResident starts the session's resident sandbox, ending what an

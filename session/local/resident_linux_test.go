@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 
 	"github.com/oma-sandbox/oma-sandbox/agentchan"
@@ -386,7 +387,8 @@ var olderByRevision = fmt.Sprintf("its revision is %d, this program's %d", agent
 // started it) serves on for a session this program attaches while it is
 // busy, as restarting it would end its background processes or the calls
 // another process has in flight (docs/guest-agent.md): here a background
-// process its starter left, then another process's open connection.
+// process its starter left, then another process's open connection. Once
+// the sandbox is idle, a call of the attached session replaces it.
 func TestAResidentAgentOfALowerRevisionServesOnWhileBusy(t *testing.T) {
 	for _, busy := range []struct{ name, marker, then string }{
 		{"background", "oma-bg-lower", "exit"},
@@ -403,7 +405,59 @@ func TestAResidentAgentOfALowerRevisionServesOnWhileBusy(t *testing.T) {
 			} else {
 				assert.NotEmpty(t, procsWith(busy.marker))
 			}
+
+			reader := sdkmetric.NewManualReader()
+			a.Measure(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+
+			// Asked again while still busy, it serves on.
+			time.Sleep(olderRecheck)
+			rsh(t, a, `true`)
+			assert.Equal(t, olderByRevision, a.res.cur.conn.Older())
+			assert.Equal(t, before, readResident(s.dirs.Root), "the same sandbox")
+
+			requireSocketDiagnostics(t)
+			if busy.then == "hang" {
+				require.NoError(t, helper.Process.Kill())
+				_ = helper.Wait()
+			} else {
+				killWith(t, busy.marker)
+			}
+			require.Eventually(t, func() bool {
+				return residentIdle(s.dirs.Root, before)
+			}, 10*time.Second, 10*time.Millisecond, "the sandbox never became idle")
+			time.Sleep(olderRecheck)
+			// Calls at once: one replaces the sandbox, the others wait for
+			// it and run on the new one.
+			var calls errgroup.Group
+			for range 8 {
+				calls.Go(func() error {
+					res, err := a.Shell(context.Background(), session.Command{Script: `cat /workspace/f.txt`}, session.ShellOptions{})
+					if err == nil && string(res.Stdout) != "body\n" {
+						err = fmt.Errorf("the workspace changed: %q, stderr %q", res.Stdout, res.Stderr)
+					}
+					return err
+				})
+			}
+			require.NoError(t, calls.Wait())
+			assert.Empty(t, a.res.cur.conn.Older(), "the sandbox still runs the older agent")
+			assert.NotEqual(t, before, readResident(s.dirs.Root), "the same sandbox")
+			assert.True(t, before.Init.exitsWithin(0), "the older sandbox still runs")
+			assert.Len(t, agentsOf(s), 1)
+			assert.Equal(t, map[string]int64{"replaced": 1, "opened": 1},
+				testutil.SumsBy(t, reader, agentchan.ChannelEventsMetric, "oma.event"))
 		})
+	}
+}
+
+// killWith kills the processes whose command line holds marker.
+func killWith(t *testing.T, marker string) {
+	t.Helper()
+	procs := procsWith(marker)
+	require.NotEmpty(t, procs, "no process %q", marker)
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p[:strings.IndexByte(p, ':')])
+		require.NoError(t, err)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 }
 

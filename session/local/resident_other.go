@@ -20,6 +20,8 @@ func (s *Session) startResident(context.Context, call) (*resident, error) {
 
 func (s *Session) endAnyResident() {}
 
+func (s *Session) endIfIdle(context.Context, *resident) bool { return false }
+
 func logTail(string) string { return "" }
 
 func readResident(string) residentProcs { return residentProcs{} }

@@ -107,6 +107,9 @@ func (s *Session) Shell(ctx context.Context, cmd session.Command, opts session.S
 	if err != nil {
 		return nil, err
 	}
+	if cur != nil {
+		defer s.res.leave()
+	}
 	// A resident sandbox another process started may run an older agent;
 	// a builtin it lacks runs in a sandbox of its own, with this program's.
 	if cur != nil && (cmd.Builtin == "" || cur.conn.Offers(cmd.Builtin)) {
