@@ -19,53 +19,41 @@ import (
 // Output the command wrote before it exited is kept when its pipes do not
 // end within drainGrace (another process holds them: here one the command
 // left behind) while a reader is still behind (here held in its callback
-// past the grace).
+// past the grace): on stdout, and on stderr while the process left behind
+// trickles on stdout for longer than the drain (the pipes are drained at
+// once).
 func TestRunKeepsOutputPastTheDrainGrace(t *testing.T) {
-	cmd := exec.Command("/bin/sh", "-c", `printf first; sleep 0.3; printf second; sleep 30 & exit 0`)
-	var (
-		mu     sync.Mutex
-		got    []byte
-		behind sync.Once
-	)
-	res, err := run(context.Background(), runSpec{cmd: cmd, maxOutput: 1 << 20, stdout: func(p []byte) {
-		behind.Do(func() { time.Sleep(drainGrace + 500*time.Millisecond) })
-		mu.Lock()
-		defer mu.Unlock()
-		got = append(got, p...)
-	}})
-	// The process left behind is in the command's group.
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	require.NoError(t, err)
-	assert.Equal(t, 0, res.ExitCode)
-	mu.Lock()
-	defer mu.Unlock()
-	assert.Equal(t, "firstsecond", string(got))
-}
-
-// Output left in one pipe at the grace is kept while the other pipe never
-// ends: here the command wrote "second" to stderr while its reader was
-// behind, and left a process trickling on stdout for longer than the drain.
-func TestRunDrainsBothPipesPastTheDrainGrace(t *testing.T) {
-	cmd := exec.Command("/bin/sh", "-c",
-		`printf first >&2; sleep 0.3; printf second >&2; (while :; do echo x; sleep 0.01; done) & exit 0`)
-	var (
-		mu     sync.Mutex
-		got    []byte
-		behind sync.Once
-	)
-	res, err := run(context.Background(), runSpec{cmd: cmd, maxOutput: 1 << 20, stderr: func(p []byte) {
-		behind.Do(func() { time.Sleep(drainGrace + 500*time.Millisecond) })
-		mu.Lock()
-		defer mu.Unlock()
-		got = append(got, p...)
-	}})
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	require.NoError(t, err)
-	assert.Equal(t, 0, res.ExitCode)
-	assert.NotEmpty(t, res.Stdout)
-	mu.Lock()
-	defer mu.Unlock()
-	assert.Equal(t, "firstsecond", string(got))
+	for _, tt := range []struct {
+		name, script string
+		stream       int // whose reader is behind: 0 stdout, 1 stderr
+	}{
+		{"stdout", `printf first; sleep 0.3; printf second; sleep 30 & exit 0`, 0},
+		{"stderr, stdout never ending", `printf first >&2; sleep 0.3; printf second >&2; (while :; do echo x; sleep 0.01; done) & exit 0`, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := exec.Command("/bin/sh", "-c", tt.script)
+			var (
+				mu     sync.Mutex
+				got    []byte
+				behind sync.Once
+			)
+			var cb [2]func([]byte)
+			cb[tt.stream] = func(p []byte) {
+				behind.Do(func() { time.Sleep(drainGrace + 500*time.Millisecond) })
+				mu.Lock()
+				defer mu.Unlock()
+				got = append(got, p...)
+			}
+			res, err := run(context.Background(), runSpec{cmd: cmd, maxOutput: 1 << 20, stdout: cb[0], stderr: cb[1]})
+			// The process left behind is in the command's group.
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			require.NoError(t, err)
+			assert.Equal(t, 0, res.ExitCode)
+			mu.Lock()
+			defer mu.Unlock()
+			assert.Equal(t, "firstsecond", string(got))
+		})
+	}
 }
 
 // A process outside the command that writes without end (here one it left
