@@ -127,7 +127,7 @@ func openLocal(t *testing.T) (session.Session, func() int) {
 }
 
 // openLocalPerCall is openLocal with a sandbox of its own for every call,
-// as an attached session's calls run.
+// as root's calls and a session made with SandboxPerCall run.
 func openLocalPerCall(t *testing.T) (session.Session, func() int) {
 	return newLocal(t, true)
 }

@@ -56,9 +56,10 @@ type Options struct {
 	// architecture) whose builtins the tools' calls run; "" means the one
 	// bundled into this build. Linux only.
 	AgentFile string
-	// SandboxPerCall runs every call in a sandbox of its own, as calls
-	// of an attached session run, instead of the session's resident
-	// sandbox (resident.go).
+	// SandboxPerCall runs every call of the session, from every process
+	// that attaches to it, in a sandbox of its own instead of the
+	// session's resident sandbox (resident.go): a command's processes
+	// end with its call.
 	SandboxPerCall bool
 	// Bwrap names the bubblewrap binary, looked up in the host's PATH.
 	// "" means "bwrap". Linux only.
