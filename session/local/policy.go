@@ -2,13 +2,13 @@ package local
 
 import (
 	"fmt"
-
-	"github.com/oma-sandbox/oma-sandbox/egress"
 	"math"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/oma-sandbox/oma-sandbox/egress"
 )
 
 // Mode is the filesystem reach of a session.

@@ -3,12 +3,12 @@ package local
 import (
 	"errors"
 	"flag"
-	"github.com/oma-sandbox/oma-sandbox/egress"
-	"github.com/oma-sandbox/oma-sandbox/msb"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/oma-sandbox/oma-sandbox/egress"
+	"github.com/oma-sandbox/oma-sandbox/msb"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
