@@ -94,7 +94,10 @@ type ShellOptions struct {
 }
 
 // Result of a Shell call. A non-zero ExitCode is not an error: Shell's error
-// reports only what kept the command from running to its own end.
+// reports only what kept the command from running to its own end. A command
+// killed by a signal the host did not send reports 255 where msb or the
+// guest agent ran it (msb, a local resident sandbox), as msb does, and
+// 128 + the signal in a local sandbox of its own, as a shell would.
 type Result struct {
 	ExitCode int
 	Stdout   []byte

@@ -538,6 +538,22 @@ func TestSandboxPerCall(t *testing.T) {
 	assert.Zero(t, a.Served().Resident)
 }
 
+// A command killed by a signal the host did not send reports 255 where the
+// guest agent ran it (the resident sandbox), as msb does, and 128+N in a
+// sandbox of its own, as a shell would (session.Result).
+func TestASignalDeathsExitCode(t *testing.T) {
+	for _, tt := range []struct {
+		perCall bool
+		want    int
+	}{{false, 255}, {true, 128 + int(syscall.SIGKILL)}} {
+		s := newResidentSession(t, Options{WorkspaceID: "ws", SessionID: fmt.Sprintf("signal-%v", tt.perCall), SandboxPerCall: tt.perCall})
+		res, err := s.Shell(context.Background(), session.Command{Script: `kill -9 $$`}, session.ShellOptions{})
+		require.NoError(t, err, "a signal death is a result")
+		assert.Equal(t, tt.want, res.ExitCode, "per call: %v", tt.perCall)
+		assert.Equal(t, !tt.perCall, s.Served().Resident == 1)
+	}
+}
+
 // A session attached to in another Session (as in another process) joins
 // the resident sandbox its creator started, rather than starting one: a
 // background process either started is there for both, and ending the
