@@ -259,10 +259,9 @@ func (s *Session) startResident(ctx context.Context, c call) (*resident, error) 
 		conn, err := agentchan.Open(hctx, nc, nc)
 		if err == nil && !launched && conn.Older() != "" && residentIdle(root, procs) {
 			// Idle, so nothing is lost: its next call runs this program's agent.
-			s.replacing(conn)
 			_ = conn.Close()
 			nc.Close()
-			if err := endRecorded(root); err != nil {
+			if err := s.endOlder(conn); err != nil {
 				return nil, err
 			}
 			continue
@@ -306,8 +305,7 @@ func (s *Session) endIfIdle(ctx context.Context, cur *resident) bool {
 	// Ended under the lock: no process connects to it meanwhile.
 	idle := readResident(root) == cur.procs && residentIdle(root, cur.procs)
 	if idle {
-		s.replacing(cur.conn)
-		if err := endRecorded(root); err != nil {
+		if err := s.endOlder(cur.conn); err != nil {
 			s.log.Warn("local sandbox: ending the resident sandbox", "err", err)
 		}
 	}
@@ -318,11 +316,13 @@ func (s *Session) endIfIdle(ctx context.Context, cur *resident) bool {
 	return idle
 }
 
-// replacing says that the resident sandbox conn is connected to is
-// ended for its older agent.
-func (s *Session) replacing(conn *agentchan.Conn) {
+// endOlder ends the recorded resident sandbox, found idle, for its older
+// agent (conn's), and says so; the next call starts one with this
+// program's agent. The caller holds the resident lock.
+func (s *Session) endOlder(conn *agentchan.Conn) error {
 	s.log.Info("local sandbox: replacing an idle resident sandbox, its agent being older", "why", conn.Older())
 	s.event(agentchan.Replaced)
+	return endRecorded(s.dirs.Root)
 }
 
 // launchResident starts the session's resident sandbox, ending what an
