@@ -11,4 +11,9 @@ const (
 	// command left running and waits for it, or kills what carries the
 	// call's tag: args bashproto.KillArgs.
 	BuiltinBashKill = "bash-kill"
+	// BuiltinStandbyEnd ends the bashes the agent started ahead for calls
+	// to come (bashproto.Call.Next), which are the guest's processes as
+	// much as the commands they would run: asked before the host judges
+	// whether anything runs in the sandbox. No args.
+	BuiltinStandbyEnd = "standby-end"
 )

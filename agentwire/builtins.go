@@ -11,7 +11,7 @@ var builtins = []string{
 	BuiltinBashKill, BuiltinBashSupervisor, BuiltinCat, BuiltinExtract,
 	BuiltinGlobEnumerate, BuiltinGrepPreflight, BuiltinGrepSearch, BuiltinLs,
 	BuiltinOutputsFetch, BuiltinOutputsList, BuiltinPrepare, BuiltinRead,
-	BuiltinSearchKill, BuiltinWrite,
+	BuiltinSearchKill, BuiltinStandbyEnd, BuiltinWrite,
 }
 
 // IsBuiltin tells whether name is a builtin of this version.

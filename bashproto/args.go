@@ -54,13 +54,26 @@ func ReaderArgv(text string) []string {
 	return []string{"/bin/bash", "-c", CommandReader, "bash", strconv.Itoa(len(text))}
 }
 
+// StandbyReader is the program of a bash the agent starts ahead of the
+// call that will run it (StandbyArgv, docs/guest-agent.md): on its stdin
+// it is given a line with the text's length in bytes, then the text,
+// which it runs as CommandReader does. Its stdin's end before the line
+// ends it, running nothing.
+const StandbyReader = `IFS= read -r __oma_length || exit; IFS= read -r -N "$__oma_length" __oma_command; exec </dev/null; eval "unset __oma_length __oma_command; $__oma_command"`
+
+// StandbyArgv is the argv of a bash that runs StandbyReader.
+func StandbyArgv() []string { return []string{"/bin/bash", "-c", StandbyReader, "bash"} }
+
 // Call is one bash run. ID is public: it names the log and tags the
 // command's processes. Secret authenticates the sentinel lines: it reaches
 // the guest only on the supervisor's stdin, so the command cannot print a
-// record the host believes.
+// record the host believes. Next, when set, is the ID the caller will give
+// its next call: an agent that serves calls may then start that call's
+// bash, tagged and logged as the call's, as this one ends.
 type Call struct {
 	ID     string
 	Secret string
+	Next   string
 }
 
 // NewCall returns a call with a fresh random id and secret, 32 lowercase
@@ -109,8 +122,8 @@ type Limits struct {
 // `__OMA_DISPATCHED__:<secret>`, the command's stdout and stderr as written
 // to the log, and the line `__OMA_TERMINAL__:<secret>:exit:<code>` or
 // `__OMA_TERMINAL__:<secret>:timeout:137`; it exits with the same status.
-// The returned stdin must be given to the builtin: it carries the secret
-// and the command. The timeout is rounded up to whole seconds (see
+// The returned stdin must be given to the builtin: it carries the secret,
+// the command and c.Next. The timeout is rounded up to whole seconds (see
 // TimeoutSeconds) so a timeout report names what was enforced.
 func Args(c Call, command string, timeout time.Duration, logs Logs, l Limits) (args []string, stdin []byte) {
 	args = []string{c.ID, strconv.FormatInt(TimeoutSeconds(timeout), 10), logs.Live, logs.Kept,
@@ -118,7 +131,13 @@ func Args(c Call, command string, timeout time.Duration, logs Logs, l Limits) (a
 	if l.EndBackground {
 		args[len(args)-1] = "end"
 	}
-	return args, []byte(c.Secret + "\n" + command)
+	stdin = []byte(c.Secret + "\n" + command)
+	if c.Next != "" {
+		// After a NUL, which no command holds: an agent from before
+		// standbys reads the command up to it and no further.
+		stdin = append(append(stdin, 0), c.Next...)
+	}
+	return args, stdin
 }
 
 // TimeoutSeconds is the whole number of seconds Args arms the timer for:

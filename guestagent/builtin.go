@@ -42,6 +42,7 @@ var builtins = map[string]builtin{
 	agentwire.BuiltinSearchKill:     searchKill,
 	agentwire.BuiltinBashSupervisor: bashSupervisor,
 	agentwire.BuiltinBashKill:       bashKill,
+	agentwire.BuiltinStandbyEnd:     standbyEnd,
 	agentwire.BuiltinRead:           builtinRead,
 	agentwire.BuiltinLs:             builtinLs,
 	agentwire.BuiltinOutputsList:    outputsList,

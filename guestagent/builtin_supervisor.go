@@ -100,21 +100,29 @@ func bashSupervisor(c *builtinCall) int {
 		return bashproto.TimeoutExitCode
 	}
 	secret, command, _ := strings.Cut(string(in), "\n")
-	command, _, _ = strings.Cut(command, "\x00")
+	// What follows a NUL, which no command holds, is the id of the
+	// caller's next call, or ignored (bashproto.Call.Next).
+	command, next, _ := strings.Cut(command, "\x00")
 	if !isHexID(secret) {
 		fmt.Fprintf(c.Stderr, "oma-sandbox: malformed bash request\n")
 		return exitMalformedRequest
 	}
 	s := &supervision{call: c, args: a, secret: secret, abort: make(chan struct{}), done: make(chan struct{})}
 	s.logPath = a.logdir + "/" + a.id + ".log"
-	if err := s.createLog(); err != nil {
+	if s.standby = takeStandby(s); s.standby != nil {
+		s.log, s.logReader = s.standby.log, s.standby.logReader
+	} else if s.log, s.logReader, err = createLog(c.User, a.logdir, s.logPath); err != nil {
 		fmt.Fprintf(c.Stderr, "oma-sandbox: cannot create the output log %s\n", s.logPath)
 		return exitNoLog
 	}
 	defer s.log.Close()
 	defer s.logReader.Close()
 	s.out([]byte("__OMA_DISPATCHED__:" + secret + "\n"))
-	return s.run(command)
+	status := s.run(command)
+	if isHexID(next) && next != a.id {
+		standBy(c, a, next)
+	}
+	return status
 }
 
 // readAll reads r to its end, or gives up when killed closes: a host that
@@ -153,6 +161,10 @@ type supervision struct {
 
 	cmd   *exec.Cmd
 	start uint64 // the command's start time, in clock ticks since boot
+	// began is when the command was given its text: its start, or the
+	// hand-off to a standby started before the call.
+	began   uint64
+	standby *standby // the call's log and bash (if it fits), started ahead
 
 	// abort closes when a bash-kill call asks this supervisor to kill
 	// (or a kill frame does); done closes when it has ended.
@@ -174,25 +186,41 @@ type supervision struct {
 
 func (s *supervision) stop() { s.abortOnce.Do(func() { close(s.abort) }) }
 
-// createLog makes the log directory (mode 700, parents as mkdir -p does)
-// and the log, as the call's user: O_EXCL, so neither a symlink nor a FIFO
-// planted at the log's name is followed or opened.
-func (s *supervision) createLog() error {
-	return asUser(s.call.User, func() error {
-		if !mkdirs(s.args.logdir, 0o700) {
+// createLog makes the log directory logdir (mode 700, parents as mkdir -p
+// does) and the log at path, as user: O_EXCL, so neither a symlink nor a
+// FIFO planted at the log's name is followed or opened. With no path, the
+// log has no name until nameLog gives it one. It returns the log open for
+// appending and for reading.
+func createLog(user identity, logdir, path string) (w, r *os.File, err error) {
+	err = asUser(user, func() error {
+		if !mkdirs(logdir, 0o700) {
 			return errors.New("no log directory")
 		}
-		w, err := openFile(s.logPath, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_APPEND, 0o666)
-		if err != nil {
+		name, flags := path, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_APPEND
+		if path == "" {
+			name, flags = logdir, unix.O_WRONLY|unix.O_TMPFILE|unix.O_APPEND
+		}
+		if w, err = openFile(name, flags, 0o666); err != nil {
 			return err
 		}
-		r, err := openFile("/proc/self/fd/"+strconv.Itoa(int(w.Fd())), unix.O_RDONLY, 0)
-		if err != nil {
+		if r, err = openFile("/proc/self/fd/"+strconv.Itoa(int(w.Fd())), unix.O_RDONLY, 0); err != nil {
 			w.Close()
 			return err
 		}
-		s.log, s.logReader = w, r
 		return nil
+	})
+	return w, r, err
+}
+
+// nameLog names w, a log createLog made without a name, path, as user:
+// an existing name, a symlink or a FIFO planted there among them, is
+// neither replaced nor followed.
+func nameLog(user identity, logdir string, w *os.File, path string) error {
+	return asUser(user, func() error {
+		if !mkdirs(logdir, 0o700) {
+			return errors.New("no log directory")
+		}
+		return unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(int(w.Fd())), unix.AT_FDCWD, path, unix.AT_SYMLINK_FOLLOW)
 	})
 }
 
@@ -263,6 +291,9 @@ func (s *supervision) run(command string) int {
 	if s.killed() {
 		// Killed before the command started (a kill frame that came
 		// first): nothing is started, as if it were killed at once.
+		if s.standby != nil && s.standby.cmd != nil {
+			s.standby.endBash()
+		}
 		close(exited)
 	} else if err := s.startCommand(command, exited); err != nil {
 		// Said in the log, where the command's own words would be.
@@ -373,6 +404,9 @@ func waitStatus(st *os.ProcessState) int {
 // the log and the call's id in its environment. exited closes once it has
 // been waited for.
 func (s *supervision) startCommand(command string, exited chan<- struct{}) error {
+	if sb := s.standby; sb != nil && sb.cmd != nil {
+		return s.handOff(sb, command, exited)
+	}
 	textR, textW, err := os.Pipe()
 	if err != nil {
 		return err
@@ -405,7 +439,7 @@ func (s *supervision) startCommand(command string, exited chan<- struct{}) error
 	}
 	start := procStart(cmd.Process.Pid)
 	inFlight.Lock() // other supervisors read them
-	s.cmd, s.start = cmd, start
+	s.cmd, s.start, s.began = cmd, start, start
 	inFlight.Unlock()
 	var feeding sync.WaitGroup
 	feeding.Add(1)

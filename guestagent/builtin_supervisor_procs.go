@@ -22,7 +22,11 @@ import (
 type procStat struct {
 	ppid, pgrp, sid int
 	start           uint64 // clock ticks since boot: with the pid, names it
+	exiting         bool   // it has begun to exit (PF_EXITING)
 }
+
+// pfExiting is the kernel's PF_EXITING, in a /proc/PID/stat's flags.
+const pfExiting = 0x4
 
 // procTable is every live process (zombies left out) by pid.
 type procTable map[int]procStat
@@ -85,8 +89,8 @@ func readStat(pid int) (procStat, bool) {
 // parseStat reads a /proc/PID/stat line; false for a zombie or a line
 // that is not one.
 func parseStat(b []byte) (procStat, bool) {
-	// pid (comm) state ppid pgrp session ... starttime (the 22nd field);
-	// comm may hold spaces and parens.
+	// pid (comm) state ppid pgrp session tty_nr tpgid flags ... starttime
+	// (the 22nd field); comm may hold spaces and parens.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
 		return procStat{}, false
@@ -98,11 +102,12 @@ func parseStat(b []byte) (procStat, bool) {
 	ppid, err1 := strconv.Atoi(f[1])
 	pgrp, err2 := strconv.Atoi(f[2])
 	sid, err3 := strconv.Atoi(f[3])
-	start, err4 := strconv.ParseUint(f[19], 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
+	flags, err4 := strconv.ParseUint(f[6], 10, 64)
+	start, err5 := strconv.ParseUint(f[19], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || err5 != nil {
 		return procStat{}, false
 	}
-	return procStat{ppid, pgrp, sid, start}, true
+	return procStat{ppid, pgrp, sid, start, flags&pfExiting != 0}, true
 }
 
 func procStart(pid int) uint64 {
@@ -195,7 +200,7 @@ func (s *supervision) adoptedBy(ps procTable) []int {
 		p, ok := ps[pid]
 		// Start times count clock ticks: an orphan held before the
 		// command started can share its tick.
-		if before, held := s.adoptedBefore[pid]; !ok || p.start < s.start || (held && before == p.start) {
+		if before, held := s.adoptedBefore[pid]; !ok || p.start < s.began || (held && before == p.start) {
 			continue
 		}
 		if tag, tagged := ownerTag(pid); tagged {

@@ -394,7 +394,9 @@ func TestKeepCopiesWhatWasRelayed(t *testing.T) {
 			args: supervisorArgs{id: "0123abcd", logdir: dir + "/live", keptdir: dir + "/kept"},
 		}
 		s.logPath = s.args.logdir + "/" + s.args.id + ".log"
-		require.NoError(t, s.createLog())
+		var err error
+		s.log, s.logReader, err = createLog(s.call.User, s.args.logdir, s.logPath)
+		require.NoError(t, err)
 		t.Cleanup(func() { s.log.Close(); s.logReader.Close() })
 		for range relayed / len(chunk) {
 			_, err := s.log.Write(chunk)

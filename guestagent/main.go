@@ -234,6 +234,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	signal.Notify(pipe, syscall.SIGPIPE)
 	defer signal.Stop(pipe)
 
+	// A serving agent has calls to come: their bash may be started ahead.
+	enableStandbys()
 	newServer := func(rw io.ReadWriter) *Server {
 		return &Server{
 			In: rw, Out: rw, Log: stderr,

@@ -74,7 +74,8 @@ func runBash(ctx context.Context, t *Toolbox, a args, progress Progress) (string
 // progress, when set, receives the whole output as it streams; the result
 // keeps only its tail.
 func (t *Toolbox) Bash(ctx context.Context, command string, timeout time.Duration, progress Progress) (string, error) {
-	call := bashproto.NewCall()
+	call := t.bashCall()
+	defer t.bashDone(call)
 	logs := bashproto.LogsIn(t.sess.Paths().Workspace)
 	keptPath := call.LogPath(logs.Kept)
 	scoped, _ := t.sess.(callScoped)
@@ -158,6 +159,35 @@ func (t *Toolbox) Bash(ctx context.Context, command string, timeout time.Duratio
 		return "", &CommandError{Text: text, ExitCode: term.Code, TimedOut: term.Timeout}
 	}
 	return text, nil
+}
+
+// bashCall is a new bash call. It takes the id its predecessor gave the
+// guest as the next one's, whose bash the agent may have started already.
+// It names the id of the call after it only when this toolbox made a bash
+// call before (one that makes a single call, as the one-shot CLI's does,
+// would leave a bash waiting for nothing) and no other is in flight (so at
+// most one bash waits for a call of this toolbox).
+func (t *Toolbox) bashCall() bashproto.Call {
+	call := bashproto.NewCall()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.nextBash != "" {
+		call.ID, t.nextBash = t.nextBash, ""
+	}
+	if t.bashCalls++; t.bashCalls == 1 && t.bashUsed {
+		call.Next = bashproto.NewCall().ID
+	}
+	t.bashUsed = true
+	return call
+}
+
+func (t *Toolbox) bashDone(call bashproto.Call) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.bashCalls--
+	if call.Next != "" {
+		t.nextBash = call.Next
+	}
 }
 
 // sessionOver reports an error after which nothing of the session can

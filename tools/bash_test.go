@@ -1,12 +1,15 @@
 package tools_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/oma-sandbox/oma-sandbox/agentwire"
 	"github.com/oma-sandbox/oma-sandbox/bashproto"
@@ -492,4 +496,101 @@ func TestBashKillEndingWithoutAWordIsSentAgain(t *testing.T) {
 	assert.EqualValues(t, 2, w.cleanups.Load(), "the kill was sent twice")
 	assert.False(t, s.Poisoned())
 	assert.Equal(t, "0\n", sh(t, s, `ps -eo args | grep -c '[s]leep 300.7' || true`), "the command's processes are gone")
+}
+
+// Where an agent serves the session's calls (msb's channel, a local
+// session's resident sandbox) a bash call from the toolbox's third on runs
+// in the bash the agent started for it as the toolbox's previous bash call
+// ended (a standby, docs/guest-agent.md), older than the call by the time
+// between the two; elsewhere, and before, each call starts its own. Either
+// way it runs as the first did.
+func TestBashRunsInTheBashStartedAhead(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
+		tb := tools.New(s, tools.Options{})
+		// The age of the command's bash, in clock ticks (/proc/uptime's
+		// hundredths), and its tag's length.
+		probe := `u=$(cut -d' ' -f1 /proc/uptime); echo "$(( ${u%.*}${u#*.} - $(cut -d' ' -f22 /proc/$$/stat) )) ${#OMA_BASH_OWNER}"`
+		between := 500 * time.Millisecond
+		if onRealVM(t) {
+			between = 3 * time.Second
+		}
+		ages := make([]int, 4)
+		for i := range ages {
+			if i > 0 {
+				time.Sleep(between)
+			}
+			age, tag, ok := strings.Cut(strings.TrimSpace(mustCall(t, tb, "bash", obj{"command": probe})), " ")
+			require.True(t, ok)
+			assert.Equal(t, "32", tag)
+			n, err := strconv.Atoi(age)
+			require.NoError(t, err)
+			ages[i] = n
+		}
+		ticks := int(between / (10 * time.Millisecond))
+		assert.Less(t, ages[1], ticks/2, "the second call's bash is its own: the first named no next call")
+		if onBackend(t, "msb-channel") || (onBackend(t, "local") && sharesSandbox(s)) {
+			assert.GreaterOrEqual(t, ages[2], ticks*9/10, "the third call's bash was started as the second ended")
+			assert.GreaterOrEqual(t, ages[3], ticks*9/10, "and the fourth's as the third ended")
+		} else {
+			assert.Less(t, ages[2], ticks/2, "a bash of its own")
+		}
+	})
+}
+
+// bashIDs is a session that records the id of each bash call and the next
+// id it names.
+type bashIDs struct {
+	session.Session
+	mu    sync.Mutex
+	calls [][2]string // id, next
+}
+
+func (b *bashIDs) Shell(ctx context.Context, cmd session.Command, o session.ShellOptions) (*session.Result, error) {
+	if cmd.Builtin == agentwire.BuiltinBashSupervisor {
+		in, err := io.ReadAll(o.Stdin)
+		if err != nil {
+			return nil, err
+		}
+		_, next, _ := strings.Cut(string(in), "\x00")
+		b.mu.Lock()
+		b.calls = append(b.calls, [2]string{cmd.Args[0], next})
+		b.mu.Unlock()
+		o.Stdin = bytes.NewReader(in)
+	}
+	return b.Session.Shell(ctx, cmd, o)
+}
+
+// A toolbox's bash call takes the id its predecessor named as the next,
+// and names one itself only from its second call on (the one-shot CLI's
+// single call leaves none waiting) and while no other bash call of the
+// toolbox is in flight: at most one bash waits in the guest for a
+// toolbox's call.
+func TestBashNamesItsNextCall(t *testing.T) {
+	s := &bashIDs{Session: sessiontest.NewHost(t)}
+	tb := tools.New(s, tools.Options{})
+	mustCall(t, tb, "bash", obj{"command": "true"})
+	mustCall(t, tb, "bash", obj{"command": "true"})
+	mustCall(t, tb, "bash", obj{"command": "true"})
+	var g errgroup.Group
+	g.Go(func() error { _, err := call(t, tb, "bash", obj{"command": "sleep 0.5"}); return err })
+	time.Sleep(200 * time.Millisecond)
+	g.Go(func() error { _, err := call(t, tb, "bash", obj{"command": "true"}); return err })
+	require.NoError(t, g.Wait())
+	mustCall(t, tb, "bash", obj{"command": "true"})
+
+	first := s.calls[0]
+	assert.Len(t, first[0], 32)
+	assert.Empty(t, first[1], "the toolbox's first call names no next")
+	s.calls = s.calls[1:]
+	require.Len(t, s.calls, 5)
+	for i, c := range s.calls {
+		assert.Len(t, c[0], 32, "call %d's id", i)
+	}
+	assert.Len(t, s.calls[0][1], 32)
+	assert.Equal(t, s.calls[0][1], s.calls[1][0], "the second call takes the id the first named")
+	assert.Equal(t, s.calls[1][1], s.calls[2][0], "and the third the second's")
+	assert.Len(t, s.calls[2][1], 32, "the third, alone when it began, names one")
+	assert.Empty(t, s.calls[3][1], "the fourth, beside the third, names none")
+	assert.NotEqual(t, s.calls[2][1], s.calls[3][0])
+	assert.Equal(t, s.calls[2][1], s.calls[4][0], "the fifth takes the one the third named")
 }

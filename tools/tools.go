@@ -91,6 +91,12 @@ type Toolbox struct {
 	mu    sync.Mutex
 	stats map[string]int
 	locks map[string]*pathLock
+	// nextBash is the id the next bash call takes, given to the guest by
+	// the one before (bashproto.Call.Next); bashCalls counts those in
+	// flight, bashUsed that there was one.
+	nextBash  string
+	bashCalls int
+	bashUsed  bool
 
 	written lastWritten
 }

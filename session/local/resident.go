@@ -48,6 +48,9 @@ const (
 	olderRecheck = time.Second
 	// olderLockWait bounds that question's wait for the resident lock.
 	olderLockWait = 50 * time.Millisecond
+	// standbyEndTimeout bounds the agent's ending of its standbys before
+	// the sandbox is judged idle.
+	standbyEndTimeout = time.Second
 )
 
 // residentStarter is a platform that can start a resident sandbox.

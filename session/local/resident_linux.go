@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/oma-sandbox/oma-sandbox/agentchan"
+	"github.com/oma-sandbox/oma-sandbox/agentwire"
 	"github.com/oma-sandbox/oma-sandbox/egress"
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
@@ -257,7 +258,7 @@ func (s *Session) startResident(ctx context.Context, c call) (*resident, error) 
 		}
 		procs := readResident(root)
 		conn, err := agentchan.Open(hctx, nc, nc)
-		if err == nil && !launched && conn.Older() != "" && residentIdle(root, procs) {
+		if err == nil && !launched && conn.Older() != "" && endStandbys(hctx, conn) && residentIdle(root, procs) {
 			// Idle, so nothing is lost: its next call runs this program's agent.
 			_ = conn.Close()
 			nc.Close()
@@ -303,7 +304,7 @@ func (s *Session) endIfIdle(ctx context.Context, cur *resident) bool {
 		return false
 	}
 	// Ended under the lock: no process connects to it meanwhile.
-	idle := readResident(root) == cur.procs && residentIdle(root, cur.procs)
+	idle := readResident(root) == cur.procs && endStandbys(ctx, cur.conn) && residentIdle(root, cur.procs)
 	if idle {
 		if err := s.endOlder(cur.conn); err != nil {
 			s.log.Warn("local sandbox: ending the resident sandbox", "err", err)
@@ -314,6 +315,20 @@ func (s *Session) endIfIdle(ctx context.Context, cur *resident) bool {
 		cur.stop()
 	}
 	return idle
+}
+
+// endStandbys asks the agent on conn to end the bashes it started ahead
+// for calls to come (agentwire.BuiltinStandbyEnd), which would keep its
+// sandbox from looking idle. It reports whether the agent did, or offers
+// no such builtin (then it starts none).
+func endStandbys(ctx context.Context, conn *agentchan.Conn) bool {
+	if !conn.Offers(agentwire.BuiltinStandbyEnd) {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(ctx, standbyEndTimeout)
+	defer cancel()
+	res, err := conn.Run(ctx, agentchan.Request{Builtin: agentwire.BuiltinStandbyEnd}, agentchan.Output{})
+	return err == nil && res.ExitCode == 0
 }
 
 // endOlder ends the recorded resident sandbox, found idle, for its older

@@ -2,6 +2,7 @@ package local
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/oma-sandbox/oma-sandbox/agentchan"
 	"github.com/oma-sandbox/oma-sandbox/agentwire"
+	"github.com/oma-sandbox/oma-sandbox/bashproto"
 	"github.com/oma-sandbox/oma-sandbox/egress"
 	"github.com/oma-sandbox/oma-sandbox/internal/testutil"
 
@@ -350,21 +352,6 @@ func lowerRevisionSession(t *testing.T, id, marker, then string) (*Session, *exe
 	return s, helper
 }
 
-// waitUntilSettled waits until what the sandbox's starter made has ended:
-// its connection to the agent and its commands' processes. On a loaded
-// machine the agent closes its end of a finished connection, and a command
-// is reaped, a while after the process that made them exited; an attach
-// in between finds the sandbox busy, and its older agent serves on.
-func waitUntilSettled(t *testing.T, s *Session, procs residentProcs) {
-	t.Helper()
-	var st unix.Stat_t
-	require.NoError(t, unix.Lstat(filepath.Join(s.dirs.Root, residentSocket), &st))
-	require.Eventually(t, func() bool {
-		listening, connected, err := socketUsers(st)
-		return err == nil && listening == 1 && connected == 0 && !commandsRunIn(procs.Init.PID, os.Geteuid() == 0)
-	}, 10*time.Second, 10*time.Millisecond, "the starter's connection or commands never ended")
-}
-
 // attachWithThisAgent attaches to s as another process of this program
 // would, and makes a call (a write, which the previous revision's agent
 // has too).
@@ -479,7 +466,17 @@ func TestAnIdleResidentAgentOfALowerRevisionIsReplaced(t *testing.T) {
 	s, _ := lowerRevisionSession(t, "lower-idle", "-", "exit")
 	before := readResident(s.dirs.Root)
 	require.NotZero(t, before.Init.PID)
-	waitUntilSettled(t, s, before)
+	// Wait until what the helper made has ended (on a loaded machine the
+	// agent closes its end of a finished connection a while after the
+	// helper exited; an attach in between finds the sandbox busy, and its
+	// older agent serves on) but for the bash the older agent started for
+	// the helper's next call, which it ends when asked (standby-end).
+	var st unix.Stat_t
+	require.NoError(t, unix.Lstat(filepath.Join(s.dirs.Root, residentSocket), &st))
+	require.Eventually(t, func() bool {
+		listening, connected, err := socketUsers(st)
+		return err == nil && listening == 1 && connected == 0 && commandsRunIn(before.Init.PID, os.Geteuid() == 0)
+	}, 10*time.Second, 10*time.Millisecond, "the starter's connection never ended, or no bash waits for its next call")
 	a := attachWithThisAgent(t, s)
 	assert.Empty(t, a.res.cur.conn.Older(), "the sandbox still runs the older agent")
 	assert.NotEqual(t, before, readResident(s.dirs.Root), "the same sandbox")
@@ -601,10 +598,16 @@ func residentHelper(args []string) int {
 	// start: in its arguments, then as its name).
 	script := `setsid bash -c ': > /tmp/started-$1; exec -a "$1" sleep 300' bash "$1" >/dev/null 2>&1 </dev/null &
 while [ ! -e "/tmp/started-$1" ]; do sleep 0.01; done`
+	cmd, opts := session.Command{Script: script, Args: []string{marker}}, session.ShellOptions{}
 	if marker == "-" {
-		script = `: > /workspace/helper-was-here`
+		// A bash call that names the next: the agent starts that call's
+		// bash as this one ends, a process of the guest's that waits.
+		call := bashproto.NewCall()
+		call.Next = bashproto.NewCall().ID
+		args, stdin := bashproto.Args(call, `: > /workspace/helper-was-here`, time.Minute, bashproto.LogsIn("/workspace"), bashproto.Limits{MaxLines: 10, MaxBytes: 1000})
+		cmd, opts = session.Command{Builtin: agentwire.BuiltinBashSupervisor, Args: args}, session.ShellOptions{Stdin: bytes.NewReader(stdin)}
 	}
-	res, err := s.Shell(context.Background(), session.Command{Script: script, Args: []string{marker}}, session.ShellOptions{})
+	res, err := s.Shell(context.Background(), cmd, opts)
 	if err != nil || res.ExitCode != 0 || s.Served().Resident != 1 {
 		fmt.Fprintln(os.Stderr, "the call did not run in a resident sandbox:", err)
 		return 1
