@@ -33,7 +33,10 @@ type toolRow struct {
 // flip a word back and forth, so every call changes the file; each set of
 // rows keeps its own flips. Row edit edits the file the toolbox's previous
 // edit left (no read needed); row edit-cold edits through a new toolbox
-// each time, which reads the file first.
+// each time, which reads the file first. Row bash runs in the bash an
+// agent that serves calls started for it as the toolbox's previous call
+// ended; row bash-cold, through a new toolbox each time, in a bash of its
+// own.
 func toolRows(ws string) []toolRow {
 	ctx := context.Background()
 	content := strings.Repeat("written by the benchmark\n", 40)
@@ -91,6 +94,12 @@ func toolRows(ws string) []toolRow {
 		}},
 		{"bash", func(b *testing.B, tb *tools.Toolbox) {
 			call(b, tb, "bash", map[string]any{"command": "echo hello"})
+		}, func(b *testing.B, s *seed) {
+			_, err := s.bash(ctx, "echo hello")
+			check(b, err)
+		}},
+		{"bash-cold", func(b *testing.B, tb *tools.Toolbox) {
+			call(b, tools.New(tb.Session(), tools.Options{}), "bash", map[string]any{"command": "echo hello"})
 		}, func(b *testing.B, s *seed) {
 			_, err := s.bash(ctx, "echo hello")
 			check(b, err)
