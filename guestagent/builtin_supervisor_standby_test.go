@@ -66,6 +66,19 @@ func waitingStandby(t *testing.T, id string) int {
 	return sb.cmd.Process.Pid
 }
 
+// aStandby runs command as a first call in a new directory, naming a
+// second, and returns the second, the pid of the bash started for it and
+// the calls' logs.
+func aStandby(t *testing.T, command string) (bashproto.Call, int, bashproto.Logs) {
+	t.Helper()
+	t.Chdir(t.TempDir())
+	logs := bashproto.LogsIn(t.TempDir())
+	first, second := bashproto.NewCall(), bashproto.NewCall()
+	first.Next = second.ID
+	runCall(t, first, command, logs)
+	return second, waitingStandby(t, second.ID), logs
+}
+
 // standbyProbe prints what a command's bash is given: its arguments,
 // environment, directory, stdin and the tag its children inherit.
 const standbyProbe = `printf '%s|%s|%s|%s|%s\n' "$#" "$0" "$OMA_BASH_OWNER" "$SHLVL" "$PWD"
@@ -157,14 +170,6 @@ func TestAStandbyThatNoLongerFitsIsNotUsed(t *testing.T) {
 // (standby-end), its log removed; an agent that does not serve starts
 // none.
 func TestStandbysEnd(t *testing.T) {
-	start := func(t *testing.T) (bashproto.Call, int, bashproto.Logs) {
-		t.Chdir(t.TempDir())
-		logs := bashproto.LogsIn(t.TempDir())
-		first, second := bashproto.NewCall(), bashproto.NewCall()
-		first.Next = second.ID
-		runCall(t, first, "true", logs)
-		return second, waitingStandby(t, second.ID), logs
-	}
 	ended := func(t *testing.T, call bashproto.Call, pid int, logs bashproto.Logs) {
 		t.Helper()
 		require.Eventually(t, func() bool { return !liveProcess(pid) }, 5*time.Second, 10*time.Millisecond)
@@ -175,12 +180,12 @@ func TestStandbysEnd(t *testing.T) {
 	}
 	t.Run("linger", func(t *testing.T) {
 		withStandbys(t, 200*time.Millisecond)
-		call, pid, logs := start(t)
+		call, pid, logs := aStandby(t, "true")
 		ended(t, call, pid, logs)
 	})
 	t.Run("standby-end", func(t *testing.T) {
 		withStandbys(t, time.Minute)
-		call, pid, logs := start(t)
+		call, pid, logs := aStandby(t, "true")
 		code, err := RunBuiltin(agentwire.BuiltinStandbyEnd, nil, nil, io.Discard, io.Discard)
 		require.NoError(t, err)
 		assert.Equal(t, 0, code)
@@ -204,12 +209,7 @@ func TestStandbysEnd(t *testing.T) {
 // followed nor replaced.
 func TestAStandbysLogNameTaken(t *testing.T) {
 	withStandbys(t, time.Minute)
-	t.Chdir(t.TempDir())
-	logs := bashproto.LogsIn(t.TempDir())
-	first, second := bashproto.NewCall(), bashproto.NewCall()
-	first.Next = second.ID
-	runCall(t, first, "true", logs)
-	pid := waitingStandby(t, second.ID)
+	second, pid, logs := aStandby(t, "true")
 	target := t.TempDir() + "/target"
 	require.NoError(t, os.Symlink(target, second.LogPath(logs.Live)))
 	t.Cleanup(func() { os.Remove(second.LogPath(logs.Live)) })
@@ -231,15 +231,10 @@ func TestAStandbysLogNameTaken(t *testing.T) {
 // is orphaned during the call, is not the call's background process.
 func TestAStandbysCallCountsFromItsHandOff(t *testing.T) {
 	withStandbys(t, time.Minute)
-	t.Chdir(t.TempDir())
-	logs := bashproto.LogsIn(t.TempDir())
-	first, second := bashproto.NewCall(), bashproto.NewCall()
-	first.Next = second.ID
 	// A, in a session of its own and untagged, starts Q half a second
 	// after the first call, then ends a second later: Q is orphaned while
 	// the second call runs.
-	runCall(t, first, `env -u OMA_BASH_OWNER setsid sh -c 'sleep 0.5; sleep 10 & echo $! > q.pid; sleep 1' >/dev/null 2>&1 </dev/null &`, logs)
-	waitingStandby(t, second.ID)
+	second, _, logs := aStandby(t, `env -u OMA_BASH_OWNER setsid sh -c 'sleep 0.5; sleep 10 & echo $! > q.pid; sleep 1' >/dev/null 2>&1 </dev/null &`)
 	time.Sleep(time.Second)
 	t.Cleanup(func() {
 		b, _ := os.ReadFile("q.pid")
