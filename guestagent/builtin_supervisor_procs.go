@@ -23,6 +23,7 @@ type procStat struct {
 	ppid, pgrp, sid int
 	start           uint64 // clock ticks since boot: with the pid, names it
 	exiting         bool   // it has begun to exit (PF_EXITING)
+	stopped         bool   // stopped by a signal or a tracer (T, t)
 }
 
 // pfExiting is the kernel's PF_EXITING, in a /proc/PID/stat's flags.
@@ -107,7 +108,7 @@ func parseStat(b []byte) (procStat, bool) {
 	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || err5 != nil {
 		return procStat{}, false
 	}
-	return procStat{ppid, pgrp, sid, start, flags&pfExiting != 0}, true
+	return procStat{ppid, pgrp, sid, start, flags&pfExiting != 0, f[0] == "T" || f[0] == "t"}, true
 }
 
 func procStart(pid int) uint64 {

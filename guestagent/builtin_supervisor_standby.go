@@ -160,9 +160,9 @@ func takeStandby(s *supervision) *standby {
 }
 
 // stillWaiting reports whether a standby's bash is alive and undisturbed:
-// no signal pending, not exiting. Read in that order, a signal sent before
-// the call came (by a guest process) is seen as pending or as its effect,
-// and the call starts its own bash.
+// no signal pending, not exiting, not stopped. Read in that order, a
+// signal sent before the call came (by a guest process) is seen as pending
+// or as its effect, and the call starts its own bash.
 func stillWaiting(pid int) bool {
 	status, err := readProc("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
@@ -175,7 +175,7 @@ func stillWaiting(pid int) bool {
 		}
 	}
 	st, live := readStat(pid)
-	return live && !st.exiting
+	return live && !st.exiting && !st.stopped
 }
 
 func sameCred(a, b *syscall.Credential) bool {

@@ -125,7 +125,7 @@ func TestAStandbyRunsTheNextCallAsItsOwnBashWould(t *testing.T) {
 
 // A standby that no longer fits its call is not used: the call's
 // directory is another by then, its log directory is another, or a guest
-// killed it. The call starts its own bash and runs as it would have; the
+// killed or stopped it. The call starts its own bash and runs as it would have; the
 // standby is gone, its log removed or the call's.
 func TestAStandbyThatNoLongerFitsIsNotUsed(t *testing.T) {
 	for _, c := range []struct {
@@ -142,6 +142,10 @@ func TestAStandbyThatNoLongerFitsIsNotUsed(t *testing.T) {
 		}},
 		{"killed", func(t *testing.T, _ string, pid int, _ *bashproto.Logs) {
 			require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+		}},
+		{"stopped", func(t *testing.T, _ string, pid int, _ *bashproto.Logs) {
+			require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+			require.Eventually(t, func() bool { st, _ := readStat(pid); return st.stopped }, 5*time.Second, time.Millisecond)
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

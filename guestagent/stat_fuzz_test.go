@@ -36,7 +36,7 @@ func FuzzParseStat(f *testing.F) {
 			}
 			return
 		}
-		want := procStat{int(ppid), int(pgrp), int(sid), start, flags&pfExiting != 0}
+		want := procStat{int(ppid), int(pgrp), int(sid), start, flags&pfExiting != 0, state == 'T' || state == 't'}
 		if !ok || got != want {
 			t.Fatalf("comm %q: got %+v %v, want %+v", comm, got, ok, want)
 		}
