@@ -23,7 +23,7 @@ var unprivilegedSuite = []string{
 	"TestReadHintsAreShellQuoted", "TestReadOnlyToolsOpenUploads", "TestReadRefusesCutOutput", "TestGuestEnvKeepsBytecodeOut",
 	"TestGlob", "TestGlobStopsAtHundred", "TestGlobByteLimits", "TestGrep", "TestParallelSearchesKeepTheirOwnWork",
 	"TestWriteReadRoundTrip", "TestReadPaging", "TestReadByteLimit", "TestReadErrors", "TestEdit", "TestEditLostUpdate",
-	"TestLs", "TestRefusedBeforeAnyRoundTrip",
+	"TestLs", "TestRefusedBeforeAnyRoundTrip", "TestBashRunsInTheBashStartedAhead",
 }
 
 // TestSharedSuiteUnprivileged runs the shared suite again as uid 65534 on
