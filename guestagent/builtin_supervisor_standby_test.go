@@ -249,3 +249,57 @@ func TestAStandbysCallCountsFromItsHandOff(t *testing.T) {
 	got := runCall(t, second, `sleep 1.5; echo done`, logs)
 	assert.Equal(t, "done\n", got, "no process of the call's was left running")
 }
+
+// A standby started for one user, or one set of groups, is not handed a
+// call of another: the call runs as its own user in a bash of its own, its
+// log its user's, and the standby ends.
+func TestAStandbyOfAnotherUserIsNotUsed(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("switching users needs root")
+	}
+	root := identity{0, 0}
+	nobody := identity{65534, 65534}
+	for _, c := range []struct {
+		name                  string
+		firstUser             identity
+		firstCred, secondCred *syscall.Credential
+	}{
+		{"another user", root, nil, &syscall.Credential{Uid: 65534, Gid: 65534}},
+		{"other groups", nobody, &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{65534}}, &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{100}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			withStandbys(t, time.Minute)
+			dir, err := os.MkdirTemp("", "standby-user") // t.TempDir's parent is root's alone
+			require.NoError(t, err)
+			t.Cleanup(func() { os.RemoveAll(dir) })
+			require.NoError(t, os.Chmod(dir, 0o777))
+			logs := bashproto.Logs{Live: dir + "/live", Kept: dir + "/kept"}
+			require.NoError(t, os.Mkdir(logs.Live, 0o777))
+			require.NoError(t, os.Chmod(logs.Live, 0o1777))
+			supervise := func(call bashproto.Call, command string, user identity, cred *syscall.Credential) string {
+				args, stdin := bashproto.Args(call, command, time.Minute, logs, bashproto.Limits{MaxLines: 2000, MaxBytes: 50 << 10})
+				var out bytes.Buffer
+				code := bashSupervisor(&builtinCall{
+					Args: args, Stdin: bytes.NewReader(stdin), Stdout: &out, Stderr: io.Discard,
+					User: user, Cred: cred, Workdir: dir, Env: os.Environ(),
+				})
+				require.Equal(t, 0, code, out.String())
+				return out.String()
+			}
+			first, second := bashproto.NewCall(), bashproto.NewCall()
+			first.Next = second.ID
+			supervise(first, "true", c.firstUser, c.firstCred)
+			pid := waitingStandby(t, second.ID)
+
+			// Its uid, groups, its log's owner and its pid.
+			got := supervise(second, `echo "$(id -u) $(id -G) $(stat -L -c %u /proc/$$/fd/1) $$"`, nobody, c.secondCred)
+			groups := "65534"
+			if len(c.secondCred.Groups) > 0 {
+				groups = "65534 100"
+			}
+			assert.Contains(t, got, "\n65534 "+groups+" 65534 ")
+			assert.NotContains(t, got, " "+strconv.Itoa(pid)+"\n")
+			assert.False(t, liveProcess(pid), "the standby was ended")
+		})
+	}
+}
