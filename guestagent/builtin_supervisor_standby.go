@@ -74,11 +74,14 @@ type standby struct {
 }
 
 // standBy starts the bash of call next, as c's command's would be, unless
-// standbys are off or at their bound, or next already has one.
+// standbys are off or at their bound, next already has one, or the agent
+// runs another call than c's: starting a bash must not take the CPU from a
+// call that runs (on a small or emulated machine, a good part of a
+// second).
 func standBy(c *builtinCall, a supervisorArgs, next string) {
 	standbys.Lock()
 	defer standbys.Unlock()
-	if !standbys.on || len(standbys.byID) >= maxStandbys || standbys.byID[next] != nil {
+	if !standbys.on || len(standbys.byID) >= maxStandbys || standbys.byID[next] != nil || callsRunning.Load() > 1 {
 		return
 	}
 	sb := &standby{ready: make(chan struct{}), id: next, logdir: a.logdir, workdir: c.Workdir, user: c.User, cred: c.Cred}

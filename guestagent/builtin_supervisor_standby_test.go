@@ -171,8 +171,8 @@ func TestAStandbyThatNoLongerFitsIsNotUsed(t *testing.T) {
 }
 
 // A standby no call takes ends after its linger, and when the host asks
-// (standby-end), its log removed; an agent that does not serve starts
-// none.
+// (standby-end); none is started while the agent runs another call, or by
+// an agent that does not serve.
 func TestStandbysEnd(t *testing.T) {
 	ended := func(t *testing.T, call bashproto.Call, pid int, logs bashproto.Logs) {
 		t.Helper()
@@ -195,6 +195,19 @@ func TestStandbysEnd(t *testing.T) {
 		assert.Equal(t, 0, code)
 		assert.False(t, liveProcess(pid))
 		ended(t, call, pid, logs)
+	})
+	t.Run("another call running", func(t *testing.T) {
+		withStandbys(t, time.Minute)
+		// This call, through a server, and another.
+		callsRunning.Add(2)
+		defer callsRunning.Add(-2)
+		t.Chdir(t.TempDir())
+		first := bashproto.NewCall()
+		first.Next = bashproto.NewCall().ID
+		runCall(t, first, "true", bashproto.LogsIn(t.TempDir()))
+		standbys.Lock()
+		defer standbys.Unlock()
+		assert.Empty(t, standbys.byID)
 	})
 	t.Run("not serving", func(t *testing.T) {
 		t.Chdir(t.TempDir())

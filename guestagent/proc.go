@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -51,9 +52,14 @@ func (p *proc) kill(timedOut bool) {
 	})
 }
 
+// callsRunning counts the calls the agent runs, on every connection.
+var callsRunning atomic.Int64
+
 // serve runs the call to its end and sends its exit frame.
 func (p *proc) serve() {
+	callsRunning.Add(1)
 	exit := p.execute()
+	callsRunning.Add(-1)
 	exit.ID = p.run.ID
 	p.outMu.Lock()
 	p.dropped = true
