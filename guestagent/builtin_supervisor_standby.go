@@ -38,17 +38,18 @@ var standbyLinger = time.Minute
 // maxStandbys bounds the standbys of an agent.
 const maxStandbys = 8
 
-// standbys are the standbys by call id. Only an agent that serves calls
-// (Main's serve) starts them: one that runs a single builtin has no next
-// call.
+// standbys are the standbys by call id. Only an agent that serves a local
+// session's resident sandbox (Main's serve --listen-fd) starts them: one
+// that runs a single builtin has no next call, and on msb's channel they
+// were measured only under software emulation, where they cost more than
+// they saved.
 var standbys = struct {
 	sync.Mutex
 	on   bool
 	byID map[string]*standby
 }{byID: map[string]*standby{}}
 
-// enableStandbys lets the bash supervisor start standbys: for an agent
-// that serves calls.
+// enableStandbys lets the bash supervisor start standbys.
 func enableStandbys() {
 	standbys.Lock()
 	defer standbys.Unlock()
