@@ -68,8 +68,8 @@ func StandbyArgv() []string { return []string{"/bin/bash", "-c", StandbyReader, 
 // command's processes. Secret authenticates the sentinel lines: it reaches
 // the guest only on the supervisor's stdin, so the command cannot print a
 // record the host believes. Next, when set, is the ID the caller will give
-// its next call: an agent that serves calls may then start that call's
-// bash, tagged and logged as the call's, as this one ends.
+// its next call: the agent of a local resident sandbox may then start that
+// call's bash, tagged and logged as the call's, as this one ends.
 type Call struct {
 	ID     string
 	Secret string

@@ -201,23 +201,21 @@ func TestStandbysEnd(t *testing.T) {
 		// This call, through a server, and another.
 		callsRunning.Add(2)
 		defer callsRunning.Add(-2)
-		t.Chdir(t.TempDir())
-		first := bashproto.NewCall()
-		first.Next = bashproto.NewCall().ID
-		runCall(t, first, "true", bashproto.LogsIn(t.TempDir()))
-		standbys.Lock()
-		defer standbys.Unlock()
-		assert.Empty(t, standbys.byID)
+		noStandbyAfterACall(t)
 	})
-	t.Run("not serving", func(t *testing.T) {
-		t.Chdir(t.TempDir())
-		first := bashproto.NewCall()
-		first.Next = bashproto.NewCall().ID
-		runCall(t, first, "true", bashproto.LogsIn(t.TempDir()))
-		standbys.Lock()
-		defer standbys.Unlock()
-		assert.Empty(t, standbys.byID)
-	})
+	t.Run("not serving", noStandbyAfterACall)
+}
+
+// noStandbyAfterACall runs a call that names a next one and checks that no
+// bash was started for it.
+func noStandbyAfterACall(t *testing.T) {
+	t.Chdir(t.TempDir())
+	first := bashproto.NewCall()
+	first.Next = bashproto.NewCall().ID
+	runCall(t, first, "true", bashproto.LogsIn(t.TempDir()))
+	standbys.Lock()
+	defer standbys.Unlock()
+	assert.Empty(t, standbys.byID)
 }
 
 // The name of the log of a call whose bash waits is the guest's to take
