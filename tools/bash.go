@@ -163,21 +163,21 @@ func (t *Toolbox) Bash(ctx context.Context, command string, timeout time.Duratio
 
 // bashCall is a new bash call. It takes the id its predecessor gave the
 // guest as the next one's, whose bash the agent may have started already.
-// It names the id of the call after it only when this toolbox made a bash
-// call before (one that makes a single call, as the one-shot CLI's does,
-// would leave a bash waiting for nothing) and no other is in flight (so at
-// most one bash waits for a call of this toolbox).
+// It names the id of the call after it only when a bash call came before
+// (a single call, as a one-shot CLI's first is, would leave a bash waiting
+// for nothing) and no other of this toolbox is in flight (so at most one
+// bash waits for a call of this toolbox).
 func (t *Toolbox) bashCall() bashproto.Call {
 	call := bashproto.NewCall()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.nextBash != "" {
-		call.ID, t.nextBash = t.nextBash, ""
+	next, before := t.bashChain.Take()
+	if next != "" {
+		call.ID = next
 	}
-	if t.bashCalls++; t.bashCalls == 1 && t.bashUsed {
+	if t.bashCalls++; t.bashCalls == 1 && before {
 		call.Next = bashproto.NewCall().ID
 	}
-	t.bashUsed = true
 	return call
 }
 
@@ -185,9 +185,7 @@ func (t *Toolbox) bashDone(call bashproto.Call) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.bashCalls--
-	if call.Next != "" {
-		t.nextBash = call.Next
-	}
+	t.bashChain.Leave(call.Next)
 }
 
 // sessionOver reports an error after which nothing of the session can

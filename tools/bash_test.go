@@ -594,3 +594,36 @@ func TestBashNamesItsNextCall(t *testing.T) {
 	assert.NotEqual(t, s.calls[2][1], s.calls[3][0])
 	assert.Equal(t, s.calls[2][1], s.calls[4][0], "the fifth takes the one the third named")
 }
+
+// chainLog is a BashChain of its own that records what it was left.
+type chainLog struct {
+	next   string
+	before bool
+	left   []string
+}
+
+func (c *chainLog) Take() (string, bool) { return c.next, c.before }
+func (c *chainLog) Leave(next string)    { c.left = append(c.left, next) }
+
+// A toolbox given a BashChain takes its calls' ids and whether one came
+// before from it, and leaves every call's next there, keeping none itself:
+// a toolbox made for a single call starts where another left off.
+func TestBashTakesItsNextCallFromTheChain(t *testing.T) {
+	s := &bashIDs{Session: sessiontest.NewHost(t)}
+	waiting := strings.Repeat("5", 32)
+	chain := &chainLog{next: waiting, before: true}
+	tb := tools.New(s, tools.Options{BashChain: chain})
+	mustCall(t, tb, "bash", obj{"command": "true"})
+	chain.next = ""
+	mustCall(t, tb, "bash", obj{"command": "true"})
+	chain.before = false
+	mustCall(t, tb, "bash", obj{"command": "true"})
+
+	require.Len(t, s.calls, 3)
+	assert.Equal(t, waiting, s.calls[0][0], "the first call takes the id the chain holds")
+	assert.Len(t, s.calls[0][1], 32, "and names a next: a call came before")
+	assert.Len(t, s.calls[1][0], 32)
+	assert.NotEqual(t, s.calls[0][1], s.calls[1][0], "the toolbox keeps no id: the chain held none")
+	assert.Empty(t, s.calls[2][1], "with none before by the chain, a call names none")
+	assert.Equal(t, []string{s.calls[0][1], s.calls[1][1], ""}, chain.left)
+}

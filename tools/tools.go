@@ -71,6 +71,40 @@ type Options struct {
 	// Backend names the session's backend ("msb", "local") on the calls'
 	// spans and metrics; "" leaves it out.
 	Backend string
+	// BashChain keeps the id a bash call names for its successor
+	// (bashproto.Call.Next) beyond this toolbox: one made for a single call
+	// in a process of its own (the one-shot CLI) then takes up the bash the
+	// agent started ahead for it. nil keeps it in the toolbox.
+	BashChain BashChain
+}
+
+// BashChain hands the id of the next bash call from one bash call to the
+// next. Of two calls taking at once, at most one gets an id.
+type BashChain interface {
+	// Take returns the id the last call named for its successor, "" when
+	// none waits, and whether a bash call came before.
+	Take() (next string, before bool)
+	// Leave keeps next for the call after; "" records only that a call
+	// came, and leaves an id that waits where it is.
+	Leave(next string)
+}
+
+// toolboxChain is the BashChain of a toolbox on its own, under its lock.
+type toolboxChain struct {
+	next string
+	used bool
+}
+
+func (c *toolboxChain) Take() (string, bool) {
+	next, used := c.next, c.used
+	c.next, c.used = "", true
+	return next, used
+}
+
+func (c *toolboxChain) Leave(next string) {
+	if next != "" {
+		c.next = next
+	}
 }
 
 // operationTimed is a session that bounds its calls by a timeout of its own
@@ -91,12 +125,11 @@ type Toolbox struct {
 	mu    sync.Mutex
 	stats map[string]int
 	locks map[string]*pathLock
-	// nextBash is the id the next bash call takes, given to the guest by
-	// the one before (bashproto.Call.Next); bashCalls counts those in
-	// flight, bashUsed that there was one.
-	nextBash  string
+	// bashChain holds the id the next bash call takes, given to the guest
+	// by the one before (bashproto.Call.Next); bashCalls counts those in
+	// flight.
+	bashChain BashChain
 	bashCalls int
-	bashUsed  bool
 
 	written lastWritten
 }
@@ -150,9 +183,12 @@ func New(s session.Session, o Options) *Toolbox {
 	if o.MeterProvider == nil {
 		o.MeterProvider = otel.GetMeterProvider()
 	}
+	if o.BashChain == nil {
+		o.BashChain = &toolboxChain{}
+	}
 	return &Toolbox{sess: s, opTimeout: o.OperationTimeout, bashTimeout: o.BashTimeout, logger: o.Logger,
 		tracer: o.TracerProvider.Tracer(tracerName), duration: durationHistogram(o.MeterProvider), backend: o.Backend,
-		stats: map[string]int{}, locks: map[string]*pathLock{}}
+		stats: map[string]int{}, locks: map[string]*pathLock{}, bashChain: o.BashChain}
 }
 
 // Session is the session the tools run in.

@@ -12,6 +12,7 @@ import (
 
 	omasandbox "github.com/oma-sandbox/oma-sandbox"
 	"github.com/oma-sandbox/oma-sandbox/bashproto"
+	"github.com/oma-sandbox/oma-sandbox/session/local"
 	"github.com/oma-sandbox/oma-sandbox/tools"
 )
 
@@ -70,7 +71,13 @@ anything ran (unknown tool, malformed JSON, an invalid field).`)
 	if err != nil {
 		return err
 	}
-	tb := tools.New(s.Sandbox(), tools.Options{Logger: c.logger})
+	opts := tools.Options{Logger: c.logger}
+	if ls, ok := s.Sandbox().(*local.Session); ok {
+		// This process makes one call: the session's next takes up the
+		// bash its agent starts ahead from where this call leaves it.
+		opts.BashChain = ls.BashChain()
+	}
+	tb := tools.New(s.Sandbox(), opts)
 	out := newStreamed(c.stdout)
 	var progress tools.Progress
 	if toolName == "bash" && isTerminal(c.stdout) {

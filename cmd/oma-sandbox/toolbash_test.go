@@ -10,9 +10,11 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 	"golang.org/x/term"
@@ -146,4 +148,45 @@ func (o terminalOutput) Read(p []byte) (int, error) {
 		err = io.EOF
 	}
 	return n, err
+}
+
+// Each `tool NAME bash` is a process of its own, and a local session's
+// agent still starts the next one's bash ahead: a call leaves the id it
+// named for its successor in the session's state, where the next process
+// takes it up. The first call names none (a session used once leaves no
+// bash waiting); from the third on, each runs in a bash started as the
+// one before ended.
+func TestToolBashRunsInTheBashStartedAheadAcrossProcesses(t *testing.T) {
+	global := []string{"--state-dir", t.TempDir()}
+	var created bytes.Buffer
+	if code := Main(slices.Concat(global, []string{"session", "create", "--backend", "local"}), nil, &created, io.Discard); code != 0 {
+		t.Fatalf("session create exited %d", code)
+	}
+	name := strings.TrimSpace(created.String())
+	t.Cleanup(func() { Main(slices.Concat(global, []string{"session", "rm", name}), nil, io.Discard, io.Discard) })
+	// The age of the command's bash in clock ticks (hundredths).
+	probe := `u=$(cut -d' ' -f1 /proc/uptime); echo $(( ${u%.*}${u#*.} - $(cut -d' ' -f22 /proc/$$/stat) ))`
+	const between = 500 * time.Millisecond
+	ages := make([]int, 4)
+	for i := range ages {
+		if i > 0 {
+			time.Sleep(between)
+		}
+		var out, errOut bytes.Buffer
+		if code := Main(slices.Concat(global, []string{"tool", name, "bash", fmt.Sprintf(`{"command":%q}`, probe)}), nil, &out, &errOut); code != 0 {
+			t.Fatalf("tool bash exited %d: %s", code, errOut.String())
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(out.String()))
+		if err != nil {
+			t.Fatalf("call %d printed %q", i, out.String())
+		}
+		ages[i] = n
+	}
+	ticks := int(between / (10 * time.Millisecond))
+	if ages[0] >= ticks/2 || ages[1] >= ticks/2 {
+		t.Errorf("the first two calls' bash were %d and %d ticks old: the first must name no next call", ages[0], ages[1])
+	}
+	if ages[2] < ticks*9/10 || ages[3] < ticks*9/10 {
+		t.Errorf("the third and fourth calls' bash were %d and %d ticks old, not started as the call before ended (%d ticks before)", ages[2], ages[3], ticks)
+	}
 }
