@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -197,5 +198,40 @@ func TestToolBashRunsInTheBashStartedAheadAcrossProcesses(t *testing.T) {
 	}
 	if ages[2] < ticks*9/10 || ages[3] < ticks*9/10 {
 		t.Errorf("the third and fourth calls' bash were %d and %d ticks old, not started as the call before ended (%d ticks before)", ages[2], ages[3], ticks)
+	}
+}
+
+// One-shot bash calls on one session at once, wave after wave, each take
+// up the chain of ids as it stands: every call runs, and no two run under
+// one id (the tag a call's processes carry and its log's name).
+func TestToolBashCallsAtOnceRunUnderIDsOfTheirOwn(t *testing.T) {
+	global := []string{"--state-dir", t.TempDir()}
+	var created bytes.Buffer
+	if code := Main(slices.Concat(global, []string{"session", "create", "--backend", "local"}), nil, &created, io.Discard); code != 0 {
+		t.Fatalf("session create exited %d", code)
+	}
+	name := strings.TrimSpace(created.String())
+	t.Cleanup(func() { Main(slices.Concat(global, []string{"session", "rm", name}), nil, io.Discard, io.Discard) })
+	args := slices.Concat(global, []string{"tool", name, "bash", `{"command":"echo \"$OMA_BASH_OWNER\""}`})
+	seen := map[string]bool{}
+	for wave := range 3 {
+		ids := make([]string, 6)
+		var wg sync.WaitGroup
+		for i := range ids {
+			wg.Go(func() {
+				var out, errOut bytes.Buffer
+				if code := Main(args, nil, &out, &errOut); code != 0 {
+					t.Errorf("wave %d, call %d exited %d: %s", wave, i, code, errOut.String())
+				}
+				ids[i] = strings.TrimSpace(out.String())
+			})
+		}
+		wg.Wait()
+		for _, id := range ids {
+			if len(id) != 32 || seen[id] {
+				t.Errorf("wave %d: id %q is not a call's own (all: %q)", wave, id, ids)
+			}
+			seen[id] = true
+		}
 	}
 }
