@@ -73,8 +73,9 @@ anything ran (unknown tool, malformed JSON, an invalid field).`)
 	}
 	opts := tools.Options{Logger: c.logger}
 	if ls, ok := s.Sandbox().(*local.Session); ok {
-		// This process makes one call: the session's next takes up the
-		// bash its agent starts ahead from where this call leaves it.
+		// This process makes one call: the next id kept in the session's
+		// state lets the next process's bash call run in the bash the
+		// agent starts ahead as this one ends.
 		opts.BashChain = ls.BashChain()
 	}
 	tb := tools.New(s.Sandbox(), opts)
