@@ -451,7 +451,7 @@ func runSession(tg target, rec *recorder, k int, rng *rand.Rand) {
 			err := rec.call(rng, k, tb, name, name, input, tm.toolDeadline, forgedCall)
 			mu.Lock()
 			defer mu.Unlock()
-			wrote = wrote || name == "write" && err == nil
+			wrote = wrote || err == nil && wroteNotes(name, input)
 			if sess.Poisoned() && !keptChecked {
 				keptChecked = true
 				rec.checkKept(tg.volumeDir, sess, wrote)
@@ -497,7 +497,7 @@ func (r *recorder) checkKept(volumeDir func(string) (string, error), sess *micro
 	if dirErr == nil {
 		_, dirErr = os.Stat(dir)
 	}
-	_, fileErr := os.Stat(filepath.Join(dir, "chaos", "notes.txt"))
+	_, fileErr := os.Stat(filepath.Join(dir, notesFile))
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
@@ -669,22 +669,32 @@ func (r *recorder) checkForged(f forgedCall, err error) {
 	r.failures = append(r.failures, fmt.Sprintf("bash reported %s for a command that forged its records (%.60q): %v", got, f.command, err))
 }
 
+// notesFile is the file a session's calls work on, in its workspace.
+const notesFile = "chaos/notes.txt"
+
+// wroteNotes tells whether a call that succeeded wrote notesFile: a
+// write aimed elsewhere (one planted under a link a hostile command swaps)
+// says nothing of it.
+func wroteNotes(name string, input json.RawMessage) bool {
+	var in struct{ Path string }
+	return name == "write" && json.Unmarshal(input, &in) == nil && in.Path == notesFile
+}
+
 // toolCall draws the i-th call of a session. Call 0 writes the file the
 // others work on; an error comes from a fault or from what a hostile
 // command did to the tree, and must be typed and timely all the same. A
 // forged call is returned with its expected status.
 func toolCall(rng *rand.Rand, i int) (string, json.RawMessage, *forgedCall) {
-	const file = "chaos/notes.txt"
 	var name string
 	var input any
 	var forgedCall *forgedCall
 	switch c := rng.IntN(10); {
 	case i == 0 || c == 0:
-		name, input = "write", map[string]any{"path": file, "content": strings.Repeat("alpha beta\n", 1+rng.IntN(500)) + "needle\n"}
+		name, input = "write", map[string]any{"path": notesFile, "content": strings.Repeat("alpha beta\n", 1+rng.IntN(500)) + "needle\n"}
 	case c == 1:
-		name, input = "read", map[string]any{"path": file}
+		name, input = "read", map[string]any{"path": notesFile}
 	case c == 2:
-		name, input = "edit", map[string]any{"path": file, "oldText": "needle", "newText": "needle"}
+		name, input = "edit", map[string]any{"path": notesFile, "oldText": "needle", "newText": "needle"}
 	case c == 3:
 		name, input = "ls", map[string]any{"path": "chaos"}
 	case c == 4:

@@ -106,7 +106,7 @@ func runLocalSession(stateDir, decoy string, rec *recorder, k int, rng *rand.Ran
 			deadline = hostileDeadline
 		}
 		err := rec.call(rng, k, tb, op, name, input, deadline, forgedCall)
-		wrote = wrote || name == "write" && err == nil
+		wrote = wrote || err == nil && wroteNotes(name, input)
 		rec.checkLocalKept(sess.Name(), workspace, wrote)
 	}
 	// Only a cancel may stop stats: a tree the guest shaped must not
@@ -222,7 +222,7 @@ func localToolCall(rng *rand.Rand, i int, decoy string) (op, tool string, input 
 // workspace, and the file it wrote, whatever the calls did.
 func (r *recorder) checkLocalKept(name, workspace string, wrote bool) {
 	_, dirErr := os.Lstat(workspace)
-	_, fileErr := os.Lstat(filepath.Join(workspace, "chaos", "notes.txt"))
+	_, fileErr := os.Lstat(filepath.Join(workspace, notesFile))
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
