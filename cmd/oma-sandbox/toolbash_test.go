@@ -160,13 +160,7 @@ func (o terminalOutput) Read(p []byte) (int, error) {
 // bash waiting); from the third on, each runs in a bash started as the
 // one before ended.
 func TestToolBashRunsInTheBashStartedAheadAcrossProcesses(t *testing.T) {
-	global := []string{"--state-dir", t.TempDir()}
-	var created bytes.Buffer
-	if code := Main(slices.Concat(global, []string{"session", "create", "--backend", "local"}), nil, &created, io.Discard); code != 0 {
-		t.Fatalf("session create exited %d", code)
-	}
-	name := strings.TrimSpace(created.String())
-	t.Cleanup(func() { Main(slices.Concat(global, []string{"session", "rm", name}), nil, io.Discard, io.Discard) })
+	global, name := newLocalSession(t)
 	s, err := omasandbox.Attach(context.Background(), name, omasandbox.Options{StateDir: global[1]})
 	if err != nil {
 		t.Fatal(err)
@@ -205,13 +199,7 @@ func TestToolBashRunsInTheBashStartedAheadAcrossProcesses(t *testing.T) {
 // up the chain of ids as it stands: every call runs, and no two run under
 // one id (the tag a call's processes carry and its log's name).
 func TestToolBashCallsAtOnceRunUnderIDsOfTheirOwn(t *testing.T) {
-	global := []string{"--state-dir", t.TempDir()}
-	var created bytes.Buffer
-	if code := Main(slices.Concat(global, []string{"session", "create", "--backend", "local"}), nil, &created, io.Discard); code != 0 {
-		t.Fatalf("session create exited %d", code)
-	}
-	name := strings.TrimSpace(created.String())
-	t.Cleanup(func() { Main(slices.Concat(global, []string{"session", "rm", name}), nil, io.Discard, io.Discard) })
+	global, name := newLocalSession(t)
 	args := slices.Concat(global, []string{"tool", name, "bash", `{"command":"echo \"$OMA_BASH_OWNER\""}`})
 	seen := map[string]bool{}
 	for wave := range 3 {
@@ -234,4 +222,18 @@ func TestToolBashCallsAtOnceRunUnderIDsOfTheirOwn(t *testing.T) {
 			seen[id] = true
 		}
 	}
+}
+
+// newLocalSession creates a local session through the CLI, removed when
+// the test ends, and returns the global flags that reach it and its name.
+func newLocalSession(t *testing.T) (global []string, name string) {
+	t.Helper()
+	global = []string{"--state-dir", t.TempDir()}
+	var created bytes.Buffer
+	if code := Main(slices.Concat(global, []string{"session", "create", "--backend", "local"}), nil, &created, io.Discard); code != 0 {
+		t.Fatalf("session create exited %d", code)
+	}
+	name = strings.TrimSpace(created.String())
+	t.Cleanup(func() { Main(slices.Concat(global, []string{"session", "rm", name}), nil, io.Discard, io.Discard) })
+	return global, name
 }
