@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 func TestBashChain(t *testing.T) {
@@ -22,20 +23,22 @@ func TestBashChain(t *testing.T) {
 		c := BashChain{dir: t.TempDir()}
 		c.Leave("")
 		assert.Equal(t, [2]any{"", true}, take(c))
-		assert.Equal(t, [2]any{"", false}, take(c), "taken: the next call's Leave marks it again")
+		assert.Equal(t, [2]any{"", true}, take(c))
 	})
 	t.Run("an id left", func(t *testing.T) {
 		c := BashChain{dir: t.TempDir()}
 		c.Leave(id('a'))
 		c.Leave("")
 		assert.Equal(t, [2]any{id('a'), true}, take(c), "a call that named none leaves a waiting id where it is")
+		assert.Equal(t, [2]any{"", true}, take(c), "taken once")
 		c.Leave(id('a'))
 		c.Leave(id('b'))
 		assert.Equal(t, [2]any{id('b'), true}, take(c), "a later id replaces it")
-		assert.Equal(t, [2]any{"", false}, take(c))
+		c.Leave("")
+		assert.Equal(t, [2]any{"", true}, take(c), "a call that named none after it was taken")
 	})
 	t.Run("not an id", func(t *testing.T) {
-		for _, bad := range []string{"../../etc/passwd", id('A'), id('a') + "0", id('a')[1:], id('g')} {
+		for _, bad := range []string{"", "../../etc/passwd", id('A'), id('a')[1:], id('g'), noneWaiting} {
 			c := BashChain{dir: t.TempDir()}
 			require.NoError(t, os.WriteFile(filepath.Join(c.dir, bashNextFile), []byte(bad), 0o600))
 			assert.Equal(t, [2]any{"", true}, take(c), "%q", bad)
@@ -53,11 +56,23 @@ func TestBashChain(t *testing.T) {
 		assert.Equal(t, 1, strings.Count(strings.Join(got, " "), id('c')), "%q", got)
 		names, err := os.ReadDir(c.dir)
 		require.NoError(t, err)
-		assert.Empty(t, names, "claims are removed")
+		require.Len(t, names, 1, "one file, written in place")
+		assert.Equal(t, bashNextFile, names[0].Name())
+	})
+	t.Run("held by another", func(t *testing.T) {
+		c := BashChain{dir: t.TempDir()}
+		c.Leave(id('d'))
+		f, err := os.Open(filepath.Join(c.dir, bashNextFile))
+		require.NoError(t, err)
+		require.NoError(t, unix.Flock(int(f.Fd()), unix.LOCK_EX))
+		assert.Equal(t, [2]any{"", true}, take(c), "a held lock is not waited for")
+		c.Leave(id('e'))
+		require.NoError(t, f.Close())
+		assert.Equal(t, [2]any{id('d'), true}, take(c), "nor written under")
 	})
 	t.Run("no state directory", func(t *testing.T) {
 		c := BashChain{dir: filepath.Join(t.TempDir(), "gone")}
-		c.Leave(id('d'))
+		c.Leave(id('f'))
 		assert.Equal(t, [2]any{"", false}, take(c))
 	})
 }
