@@ -79,7 +79,9 @@ type Options struct {
 }
 
 // BashChain hands the id of the next bash call from one bash call to the
-// next. Of two calls taking at once, at most one gets an id.
+// next. Of two calls taking at once, at most one gets an id. A toolbox
+// calls it under its own lock; a chain shared with other toolboxes or
+// processes guards itself against them.
 type BashChain interface {
 	// Take returns the id the last call named for its successor, "" when
 	// none waits, and whether a bash call came before.
