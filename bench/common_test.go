@@ -172,6 +172,18 @@ func floor(b *testing.B, client *msb.Client, sandbox string) {
 }
 
 // variant is one side of a row.
+// bwrapFloor is the local benchmarks' floor: a fresh minimal bubblewrap
+// sandbox running true. It skips b where there is no bwrap.
+func bwrapFloor(b *testing.B) (floor func() error) {
+	bwrap, err := exec.LookPath("bwrap")
+	if err != nil {
+		b.Skipf("the local backend needs bwrap: %v", err)
+	}
+	return func() error {
+		return exec.Command(bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "/usr/bin/true").Run()
+	}
+}
+
 type variant struct {
 	name string // "ours", "exec", "seed", "floor", "host", "bare"
 	fn   func()

@@ -30,10 +30,7 @@ import (
 // with the host's bash and no isolation at all ("host":
 // internal/sessiontest.Host).
 func BenchmarkLocal(b *testing.B) {
-	bwrap, err := exec.LookPath("bwrap")
-	if err != nil {
-		b.Skipf("the local backend needs bwrap: %v", err)
-	}
+	floor := bwrapFloor(b)
 	ctx := context.Background()
 	open := func(id string, perCall bool) *local.Session {
 		sess, err := local.Create(ctx, local.Options{StateDir: b.TempDir(), WorkspaceID: "bench", SessionID: id,
@@ -50,7 +47,6 @@ func BenchmarkLocal(b *testing.B) {
 	mustShell(b, host, fixtureScript)
 	ours, perCall := tools.New(sess, tools.Options{}), tools.New(perCallSess, tools.Options{})
 	bare := tools.New(host, tools.Options{})
-	floorArgv := []string{"--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "/usr/bin/true"}
 	// Each session keeps its own edit flips.
 	hostRows := toolRows(host.Paths().Workspace)
 	perCallRows := toolRows(sess.Paths().Workspace)
@@ -67,7 +63,7 @@ func BenchmarkLocal(b *testing.B) {
 			vs := []variant{
 				{"ours", func() { row.ours(b, ours) }},
 				{"per-call", func() { perCallRows[i].ours(b, perCall) }},
-				{"floor", func() { check(b, exec.Command(bwrap, floorArgv...).Run()) }},
+				{"floor", func() { check(b, floor()) }},
 				{"host", func() { hostRows[i].ours(b, bare) }},
 			}
 			if argv := programs[row.name]; argv != nil {
@@ -91,10 +87,7 @@ func BenchmarkLocal(b *testing.B) {
 // ("plain"), the allowlist session's calls in a sandbox each ("per-call",
 // as every allowlist call ran before) and the floor.
 func BenchmarkLocalPolicies(b *testing.B) {
-	bwrap, err := exec.LookPath("bwrap")
-	if err != nil {
-		b.Skipf("the local backend needs bwrap: %v", err)
-	}
+	floor := bwrapFloor(b)
 	ctx := context.Background()
 	allow, err := egress.ParseTarget("127.0.0.1:9")
 	if err != nil {
@@ -116,7 +109,6 @@ func BenchmarkLocalPolicies(b *testing.B) {
 	processes := open("processes", local.Options{Limits: local.Limits{Processes: 256}})
 	plain := open("plain", local.Options{})
 	perCall := open("percall", local.Options{Policy: allowlist, SandboxPerCall: true})
-	floorArgv := []string{"--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "/usr/bin/true"}
 	for _, tc := range []struct{ tool, input string }{
 		{"read", `{"path":"bench/read.txt"}`},
 		{"bash", `{"command":"echo hi"}`},
@@ -137,7 +129,7 @@ func BenchmarkLocalPolicies(b *testing.B) {
 					variant{"processes", call(processes)},
 					variant{"plain", call(plain)},
 					variant{"per-call", call(perCall)},
-					variant{"floor", func() { check(b, exec.Command(bwrap, floorArgv...).Run()) }},
+					variant{"floor", func() { check(b, floor()) }},
 				)
 			}
 			s.report()
@@ -155,17 +147,13 @@ func BenchmarkLocalPolicies(b *testing.B) {
 // session closed: goroutines, and processes binding any session's
 // workspace (a sandbox, and everything in its pid namespace).
 func BenchmarkConcurrentLocal(b *testing.B) {
-	bwrap, err := exec.LookPath("bwrap")
-	if err != nil {
-		b.Skipf("the local backend needs bwrap: %v", err)
-	}
+	floor := bwrapFloor(b)
 	ctx := context.Background()
 	agent := agenttest.AgentBinary(b)
 	n, perSession := *sessions, *callsPer
 	ours := phase{name: "tool calls in resident sandboxes"}
 	perCall := phase{name: "tool calls in a sandbox each"}
 	floors := phase{name: "floor calls"}
-	floorArgv := []string{"--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "/usr/bin/true"}
 	var heap, rss uint64
 	leftG, leftP := 0, 0
 	resident := 0
@@ -209,7 +197,7 @@ func BenchmarkConcurrentLocal(b *testing.B) {
 		}
 		perCall.run(b, seams(perCalls), perSession, mixCalls(b, seams(perCalls)))
 		floors.run(b, seams(perCalls), perSession, func(int, int) (string, error) {
-			return "bwrap true", exec.Command(bwrap, floorArgv...).Run()
+			return "bwrap true", floor()
 		})
 		all := append(residents, perCalls...)
 		check(b, parallel(len(all), func(i int) error { return all[i].Close(ctx) }))
@@ -252,10 +240,7 @@ func workspaceBinders(state string) []int {
 // bubblewrap sandbox running true). The CLI is built as `make build` builds
 // it, without cgo.
 func BenchmarkLocalCLI(b *testing.B) {
-	bwrap, err := exec.LookPath("bwrap")
-	if err != nil {
-		b.Skipf("the local backend needs bwrap: %v", err)
-	}
+	floor := bwrapFloor(b)
 	build := func(cgo string) string {
 		cli := filepath.Join(b.TempDir(), "oma-sandbox")
 		cmd := exec.Command("go", "build", "-o", cli, "../cmd/oma-sandbox")
@@ -278,7 +263,6 @@ func BenchmarkLocalCLI(b *testing.B) {
 	name := strings.TrimSpace(run("session", "create", "--backend", "local"))
 	b.Cleanup(func() { run("session", "rm", name) })
 	run("tool", name, "write", `{"path":"notes.txt","content":"one\ntwo\n"}`)
-	floorArgv := []string{"--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "/usr/bin/true"}
 	for _, row := range []struct{ tool, input string }{
 		{"read", `{"path":"notes.txt"}`},
 		{"write", `{"path":"out.txt","content":"x\n"}`},
@@ -292,7 +276,7 @@ func BenchmarkLocalCLI(b *testing.B) {
 					variant{"ours", func() { run("tool", name, row.tool, row.input) }},
 					variant{"start", func() { run("tool", "--list") }},
 					variant{"start-cgo", func() { runWith(cgoCLI, "tool", "--list") }},
-					variant{"floor", func() { check(b, exec.Command(bwrap, floorArgv...).Run()) }},
+					variant{"floor", func() { check(b, floor()) }},
 				)
 			}
 			s.report()

@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -21,10 +20,7 @@ import (
 // ("replace-tmpfs", /dev/shm) and the floor (a fresh minimal bubblewrap
 // sandbox running true).
 func BenchmarkLocalWriteDisk(b *testing.B) {
-	bwrap, err := exec.LookPath("bwrap")
-	if err != nil {
-		b.Skipf("the local backend needs bwrap: %v", err)
-	}
+	floor := bwrapFloor(b)
 	tmpfs, err := os.MkdirTemp("/dev/shm", "oma-bench-")
 	if err != nil {
 		b.Skipf("no tmpfs at /dev/shm to compare with: %v", err)
@@ -45,14 +41,13 @@ func BenchmarkLocalWriteDisk(b *testing.B) {
 	for _, target := range []string{onDisk, onTmpfs} {
 		check(b, os.WriteFile(target, []byte(content), 0o644))
 	}
-	floorArgv := []string{"--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "/usr/bin/true"}
 	s := newSideBySide(b)
 	for b.Loop() {
 		s.round(
 			variant{"ours", func() { call(b, tb, "write", map[string]any{"path": "ours.txt", "content": content}) }},
 			variant{"replace", func() { replace(b, onDisk, content) }},
 			variant{"replace-tmpfs", func() { replace(b, onTmpfs, content) }},
-			variant{"floor", func() { check(b, exec.Command(bwrap, floorArgv...).Run()) }},
+			variant{"floor", func() { check(b, floor()) }},
 		)
 	}
 	s.report()

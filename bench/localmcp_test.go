@@ -22,10 +22,7 @@ import (
 // floor (a fresh minimal bubblewrap sandbox running true). Both sides
 // reach the session's resident sandbox.
 func BenchmarkLocalMCP(b *testing.B) {
-	bwrap, err := exec.LookPath("bwrap")
-	if err != nil {
-		b.Skipf("the local backend needs bwrap: %v", err)
-	}
+	floor := bwrapFloor(b)
 	ctx := context.Background()
 	sess, err := local.Create(ctx, local.Options{StateDir: b.TempDir(), WorkspaceID: "bench", SessionID: "mcp", AgentFile: agenttest.AgentBinary(b)})
 	if err != nil {
@@ -35,7 +32,6 @@ func BenchmarkLocalMCP(b *testing.B) {
 	mustShell(b, sess, fixtureScript)
 	lib := tools.New(sess, tools.Options{})
 	cs := mcpPipeClient(b, mcpserver.NewServer(mcpserver.Options{Toolbox: tools.New(sess, tools.Options{})}))
-	floorArgv := []string{"--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "/usr/bin/true"}
 
 	ws := sess.Paths().Workspace
 	var mcpFlip, libFlip bool
@@ -66,7 +62,7 @@ func BenchmarkLocalMCP(b *testing.B) {
 				s.round(
 					variant{"ours", func() { callMCP(b, cs, row.tool, row.mcpIn()) }},
 					variant{"library", func() { call(b, lib, row.tool, row.libIn()) }},
-					variant{"floor", func() { check(b, exec.Command(bwrap, floorArgv...).Run()) }},
+					variant{"floor", func() { check(b, floor()) }},
 				)
 			}
 			s.report()
