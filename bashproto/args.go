@@ -17,6 +17,7 @@ import (
 	"encoding/hex"
 	"path"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -76,14 +77,25 @@ type Call struct {
 	Next   string
 }
 
-// NewCall returns a call with a fresh random id and secret, 32 lowercase
-// hex digits each.
+// NewCall returns a call with a fresh random id and secret, IDLen
+// lowercase hex digits each.
 func NewCall() Call {
 	return Call{ID: randomHex(), Secret: randomHex()}
 }
 
+// IDLen is the length of the id and the secret NewCall makes.
+const IDLen = 2 * idBytes
+
+// idBytes are the random bytes an id or a secret holds.
+const idBytes = 16
+
+// IsID reports whether s has the form of an id NewCall makes.
+func IsID(s string) bool {
+	return len(s) == IDLen && strings.Trim(s, "0123456789abcdef") == ""
+}
+
 func randomHex() string {
-	var b [16]byte
+	var b [idBytes]byte
 	_, _ = rand.Read(b[:]) // never fails on Linux (crypto/rand panics rather than return an error)
 	return hex.EncodeToString(b[:])
 }

@@ -1,6 +1,10 @@
 package local
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/oma-sandbox/oma-sandbox/bashproto"
+)
 
 // bashNextFile, in a session's state directory, holds the id the session's
 // last bash call named for its successor, or noneWaiting when it named
@@ -18,12 +22,5 @@ type BashChain struct{ dir string }
 // BashChain is the session's chain of bash calls across processes.
 func (s *Session) BashChain() BashChain { return BashChain{dir: s.dirs.Root} }
 
-// callIDLen is the length of a bash call's id (bashproto.NewCall).
-const callIDLen = 32
-
 // noneWaiting stands in the file where no id waits: no id has its bytes.
-var noneWaiting = strings.Repeat("-", callIDLen)
-
-func isCallID(s string) bool {
-	return len(s) == callIDLen && strings.Trim(s, "0123456789abcdef") == ""
-}
+var noneWaiting = strings.Repeat("-", bashproto.IDLen)

@@ -1,10 +1,14 @@
 package local
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/oma-sandbox/oma-sandbox/bashproto"
 )
 
 // The chain's file is read and rewritten in place under its lock (flock),
@@ -19,11 +23,11 @@ import (
 func (c BashChain) Take() (next string, before bool) {
 	f, err := c.lock(false)
 	if err != nil {
-		return "", !os.IsNotExist(err)
+		return "", !errors.Is(err, fs.ErrNotExist)
 	}
 	defer f.Close()
-	id := make([]byte, callIDLen)
-	if n, _ := f.ReadAt(id, 0); n < callIDLen || !isCallID(string(id)) {
+	id := make([]byte, bashproto.IDLen)
+	if n, _ := f.ReadAt(id, 0); n < bashproto.IDLen || !bashproto.IsID(string(id)) {
 		return "", true
 	}
 	if _, err := f.WriteAt([]byte(noneWaiting), 0); err != nil {
@@ -44,7 +48,7 @@ func (c BashChain) Leave(next string) {
 	}
 	defer f.Close()
 	if next == "" {
-		if st, err := f.Stat(); err != nil || st.Size() >= callIDLen {
+		if st, err := f.Stat(); err != nil || st.Size() >= bashproto.IDLen {
 			return
 		}
 		next = noneWaiting

@@ -10,10 +10,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/oma-sandbox/oma-sandbox/bashproto"
 )
 
 func TestBashChain(t *testing.T) {
-	id := func(c byte) string { return strings.Repeat(string(c), callIDLen) }
+	id := func(c byte) string { return strings.Repeat(string(c), bashproto.IDLen) }
 	take := func(c BashChain) [2]any { next, before := c.Take(); return [2]any{next, before} }
 	t.Run("none before", func(t *testing.T) {
 		c := BashChain{dir: t.TempDir()}
