@@ -241,27 +241,10 @@ func workspaceBinders(state string) []int {
 // it, without cgo.
 func BenchmarkLocalCLI(b *testing.B) {
 	floor := bwrapFloor(b)
-	build := func(cgo string) string {
-		cli := filepath.Join(b.TempDir(), "oma-sandbox")
-		cmd := exec.Command("go", "build", "-o", cli, "../cmd/oma-sandbox")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED="+cgo)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			b.Fatalf("building the CLI (CGO_ENABLED=%s): %v\n%s", cgo, err, out)
-		}
-		return cli
-	}
-	cli, cgoCLI := build("0"), build("1")
-	state := b.TempDir()
-	runWith := func(cli string, args ...string) string {
-		out, err := exec.Command(cli, append([]string{"--state-dir", state}, args...)...).Output()
-		if err != nil {
-			b.Fatalf("oma-sandbox %q: %v", args, err)
-		}
-		return string(out)
-	}
+	cli, cgoCLI := buildCLI(b, "0"), buildCLI(b, "1")
+	state, name := cliSession(b, cli)
+	runWith := func(cli string, args ...string) string { return runCLI(b, cli, state, args...) }
 	run := func(args ...string) string { return runWith(cli, args...) }
-	name := strings.TrimSpace(run("session", "create", "--backend", "local"))
-	b.Cleanup(func() { run("session", "rm", name) })
 	run("tool", name, "write", `{"path":"notes.txt","content":"one\ntwo\n"}`)
 	for _, row := range []struct{ tool, input string }{
 		{"read", `{"path":"notes.txt"}`},
@@ -282,4 +265,37 @@ func BenchmarkLocalCLI(b *testing.B) {
 			s.report()
 		})
 	}
+}
+
+// buildCLI builds oma-sandbox with CGO_ENABLED=cgo into a directory b removes.
+func buildCLI(b *testing.B, cgo string) string {
+	b.Helper()
+	cli := filepath.Join(b.TempDir(), "oma-sandbox")
+	cmd := exec.Command("go", "build", "-o", cli, "../cmd/oma-sandbox")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED="+cgo)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("building the CLI (CGO_ENABLED=%s): %v\n%s", cgo, err, out)
+	}
+	return cli
+}
+
+// runCLI runs cli with args on the state directory state and returns its
+// output, failing b if it fails.
+func runCLI(b *testing.B, cli, state string, args ...string) string {
+	b.Helper()
+	out, err := exec.Command(cli, append([]string{"--state-dir", state}, args...)...).Output()
+	if err != nil {
+		b.Fatalf("oma-sandbox %q: %v", args, err)
+	}
+	return string(out)
+}
+
+// cliSession creates a local session with cli in a new state directory and
+// removes it when b ends.
+func cliSession(b *testing.B, cli string) (state, name string) {
+	b.Helper()
+	state = b.TempDir()
+	name = strings.TrimSpace(runCLI(b, cli, state, "session", "create", "--backend", "local"))
+	b.Cleanup(func() { runCLI(b, cli, state, "session", "rm", name) })
+	return state, name
 }

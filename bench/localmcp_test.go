@@ -1,77 +1,157 @@
 package bench
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/oma-sandbox/oma-sandbox/guestagent/agenttest"
-	"github.com/oma-sandbox/oma-sandbox/mcpserver"
 	"github.com/oma-sandbox/oma-sandbox/session/local"
 	"github.com/oma-sandbox/oma-sandbox/tools"
 )
 
 // BenchmarkLocalMCP is a tool call through MCP on the local backend, side
-// by side in one run: an MCP client calling the tool on mcpserver over a
-// pair of pipes, newline-delimited JSON-RPC as a client talks to
-// `oma-sandbox mcp` on its stdio (ours), the same call through the
-// library (tools.Toolbox.Call, "library") on the same session, and the
-// floor (a fresh minimal bubblewrap sandbox running true). Both sides
-// reach the session's resident sandbox.
+// by side in one run: `oma-sandbox mcp --attach NAME`, the server an agent
+// runtime starts, called by a client that writes each request line to its
+// stdin and reads the answer line from its stdout and does nothing else
+// (ours: what the server costs; a runtime's client adds its own); a second
+// such server called through the MCP Go SDK's client ("sdk-client"); the
+// same call through the library on the session attached in this process
+// ("library"); and the floor (a fresh minimal bubblewrap sandbox running
+// true). All three reach the session's resident sandbox.
 func BenchmarkLocalMCP(b *testing.B) {
 	floor := bwrapFloor(b)
+	cli := buildCLI(b, "0")
+	state, name := cliSession(b, cli)
 	ctx := context.Background()
-	sess, err := local.Create(ctx, local.Options{StateDir: b.TempDir(), WorkspaceID: "bench", SessionID: "mcp", AgentFile: agenttest.AgentBinary(b)})
-	if err != nil {
-		b.Skipf("the local backend cannot run here: %v", err)
-	}
-	b.Cleanup(func() { _ = sess.Close(ctx) })
+	sess, err := local.Attach(ctx, state, name)
+	check(b, err)
 	mustShell(b, sess, fixtureScript)
 	lib := tools.New(sess, tools.Options{})
-	cs := mcpPipeClient(b, mcpserver.NewServer(mcpserver.Options{Toolbox: tools.New(sess, tools.Options{})}))
+	serve := func() *exec.Cmd { return exec.Command(cli, "--state-dir", state, "mcp", "--attach", name) }
+	raw := startLineClient(b, serve())
+	sdk, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil).
+		Connect(ctx, &mcp.CommandTransport{Command: serve()}, nil)
+	check(b, err)
+	b.Cleanup(func() { _ = sdk.Close() })
 
+	// Each side writes and edits files of its own (edit files of the
+	// fixture's), so every edit changes its file.
 	ws := sess.Paths().Workspace
-	var mcpFlip, libFlip bool
-	edit := func(flip *bool, path string) map[string]any {
-		*flip = !*flip
-		if *flip {
-			return map[string]any{"path": path, "oldText": "alpha", "newText": "omega"}
+	editFiles := map[string]string{"ours": "bench/edit-ours.txt", "sdk-client": "bench/edit-seed.txt", "library": "bench/edit-cold-ours.txt"}
+	flipped := map[string]bool{}
+	input := func(tool, side string) map[string]any {
+		switch tool {
+		case "read":
+			return map[string]any{"path": "bench/read.txt"}
+		case "write":
+			return map[string]any{"path": "bench/out/" + side + ".txt", "content": "written by the benchmark\n"}
+		case "edit":
+			flipped[side] = !flipped[side]
+			from, to := "alpha", "omega"
+			if !flipped[side] {
+				from, to = to, from
+			}
+			return map[string]any{"path": editFiles[side], "oldText": from, "newText": to}
+		case "ls":
+			return map[string]any{"path": "bench/sub"}
+		case "glob":
+			return map[string]any{"pattern": "sub/*.txt", "path": "bench"}
+		case "grep":
+			return map[string]any{"pattern": "needle", "path": ws + "/bench"}
 		}
-		return map[string]any{"path": path, "oldText": "omega", "newText": "alpha"}
+		return map[string]any{"command": "echo hello"}
 	}
-	content := "written by the benchmark\n"
-	rows := []struct {
-		tool         string
-		mcpIn, libIn func() map[string]any
-	}{
-		{"read", fixed(map[string]any{"path": "bench/read.txt"}), fixed(map[string]any{"path": "bench/read.txt"})},
-		{"write", fixed(map[string]any{"path": "bench/out/mcp.txt", "content": content}), fixed(map[string]any{"path": "bench/out/lib.txt", "content": content})},
-		{"edit", func() map[string]any { return edit(&mcpFlip, "bench/edit-ours.txt") }, func() map[string]any { return edit(&libFlip, "bench/edit-seed.txt") }},
-		{"ls", fixed(map[string]any{"path": "bench/sub"}), fixed(map[string]any{"path": "bench/sub"})},
-		{"glob", fixed(map[string]any{"pattern": "sub/*.txt", "path": "bench"}), fixed(map[string]any{"pattern": "sub/*.txt", "path": "bench"})},
-		{"grep", fixed(map[string]any{"pattern": "needle", "path": ws + "/bench"}), fixed(map[string]any{"pattern": "needle", "path": ws + "/bench"})},
-		{"bash", fixed(map[string]any{"command": "echo hello"}), fixed(map[string]any{"command": "echo hello"})},
-	}
-	for _, row := range rows {
-		b.Run("tool="+row.tool, func(b *testing.B) {
+	for _, tool := range []string{"read", "write", "edit", "ls", "glob", "grep", "bash"} {
+		b.Run("tool="+tool, func(b *testing.B) {
 			s := newSideBySide(b)
 			for b.Loop() {
 				s.round(
-					variant{"ours", func() { callMCP(b, cs, row.tool, row.mcpIn()) }},
-					variant{"library", func() { call(b, lib, row.tool, row.libIn()) }},
+					variant{"ours", func() { raw.call(b, tool, input(tool, "ours")) }},
+					variant{"sdk-client", func() { callMCP(b, sdk, tool, input(tool, "sdk-client")) }},
+					variant{"library", func() { call(b, lib, tool, input(tool, "library")) }},
 					variant{"floor", func() { check(b, floor()) }},
 				)
 			}
 			s.report()
 		})
 	}
-	b.Logf("resident sandbox calls: %d", sess.Served().Resident)
 }
 
-func fixed(in map[string]any) func() map[string]any { return func() map[string]any { return in } }
+// lineClient speaks MCP to a stdio server as plainly as a client can: a
+// request line written, lines read until the one answering it.
+type lineClient struct {
+	in  io.WriteCloser
+	out *bufio.Reader
+	id  int
+}
+
+// startLineClient starts server, initializes the MCP session with it, and
+// ends both when b ends.
+func startLineClient(b *testing.B, server *exec.Cmd) *lineClient {
+	b.Helper()
+	in, err := server.StdinPipe()
+	check(b, err)
+	out, err := server.StdoutPipe()
+	check(b, err)
+	server.Stderr = os.Stderr
+	check(b, server.Start())
+	b.Cleanup(func() {
+		_ = in.Close() // the server exits when its stdin ends
+		_ = server.Wait()
+	})
+	c := &lineClient{in: in, out: bufio.NewReader(out)}
+	c.request(b, "initialize", map[string]any{
+		"protocolVersion": "2025-06-18",
+		"capabilities":    map[string]any{},
+		"clientInfo":      map[string]any{"name": "bench", "version": "1"},
+	})
+	c.write(b, map[string]any{"jsonrpc": "2.0", "method": "notifications/initialized"})
+	return c
+}
+
+// call calls tool and fails b on any error, the tool's included.
+func (c *lineClient) call(b *testing.B, tool string, in map[string]any) {
+	b.Helper()
+	c.request(b, "tools/call", map[string]any{"name": tool, "arguments": in})
+}
+
+func (c *lineClient) request(b *testing.B, method string, params any) {
+	b.Helper()
+	c.id++
+	c.write(b, map[string]any{"jsonrpc": "2.0", "id": c.id, "method": method, "params": params})
+	for {
+		line, err := c.out.ReadBytes('\n')
+		if err != nil {
+			b.Fatalf("%s: the server's answer: %v", method, err)
+		}
+		var answer struct {
+			ID     *int
+			Result *struct{ IsError bool }
+			Error  json.RawMessage
+		}
+		check(b, json.Unmarshal(line, &answer))
+		if answer.ID == nil || *answer.ID != c.id {
+			continue // a notification
+		}
+		if answer.Result == nil || answer.Result.IsError {
+			b.Fatalf("%s: %s", method, line)
+		}
+		return
+	}
+}
+
+func (c *lineClient) write(b *testing.B, msg map[string]any) {
+	b.Helper()
+	if _, err := c.in.Write(append(mustJSON(b, msg), '\n')); err != nil {
+		b.Fatalf("writing to the server: %v", err)
+	}
+}
 
 // mcpPipeClient serves server on one end of two pipes and returns a client
 // session connected to the other; both end with the benchmark.
