@@ -3,26 +3,40 @@ package local
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 )
 
-// A session keeps what its last probe proved, so that a process attaching
-// to it (the CLI runs one per tool call) runs no probe sandbox: the proof
-// holds while the host facts it names are unchanged (the kernel's boot,
-// the user, the sandbox tools and this program, the namespace and ptrace
+// A session keeps what its probes proved, so that a process attaching to
+// it (the CLI runs one per tool call) runs no probe sandbox: a proof holds
+// while the host facts it names are unchanged (the kernel's boot, the
+// user, the sandbox tools and this program, the namespace and ptrace
 // sysctls, the cgroup layout, the limits asked for) and for at most
 // proofMaxAge after it was made, which bounds a change the facts miss.
-// doctor (Probe) never reads one.
+// Each set of facts has a file of its own, named by their digest, so that
+// programs attaching in turn (the CLI and a program using the library, two
+// versions of the CLI) each find theirs; a session keeps at most
+// proofsKept. doctor (Probe) never reads one.
 const (
-	proofFile     = "probe.json"
+	proofPrefix   = "probe-"
+	proofSuffix   = ".json"
 	proofMaxAge   = time.Hour
 	proofMaxBytes = 64 << 10
+	proofsKept    = 4
 )
+
+// proofPath is where a session keeps the proof for facts.
+func proofPath(root string, facts []byte) string {
+	sum := sha256.Sum256(facts)
+	return filepath.Join(root, proofPrefix+hex.EncodeToString(sum[:8])+proofSuffix)
+}
 
 type proof struct {
 	Facts json.RawMessage `json:"facts"`
@@ -62,26 +76,59 @@ func (p probed) keep(root string) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(root, proofFile+".*")
+	path := proofPath(root, p.facts)
+	tmp, err := os.CreateTemp(root, filepath.Base(path)+".*")
 	if err != nil {
 		return err
 	}
 	_, err = tmp.Write(data)
 	if err = errors.Join(err, tmp.Close()); err == nil {
-		err = os.Rename(tmp.Name(), filepath.Join(root, proofFile))
+		err = os.Rename(tmp.Name(), path)
 	}
 	if err != nil {
 		_ = os.Remove(tmp.Name())
+		return err
 	}
-	return err
+	pruneProofs(root, path, time.Now())
+	return nil
 }
 
-// recallProof returns the capabilities a session's proof holds when its
-// facts are these and it is recent. Anything else about the file (not
+// pruneProofs removes the proofs in root but kept that are older than
+// proofMaxAge, then the oldest of the rest beyond proofsKept. A proof lost
+// to a race with another process's keep costs a probe, nothing more.
+func pruneProofs(root, kept string, now time.Time) {
+	names, err := filepath.Glob(filepath.Join(root, proofPrefix+"*"+proofSuffix))
+	if err != nil {
+		return
+	}
+	type aged struct {
+		path string
+		at   time.Time
+	}
+	var others []aged
+	for _, path := range names {
+		fi, err := os.Lstat(path)
+		if path == kept || err != nil {
+			continue
+		}
+		if now.Sub(fi.ModTime()) > proofMaxAge {
+			_ = os.Remove(path)
+			continue
+		}
+		others = append(others, aged{path, fi.ModTime()})
+	}
+	slices.SortFunc(others, func(a, b aged) int { return b.at.Compare(a.at) })
+	for _, old := range others[min(len(others), proofsKept-1):] {
+		_ = os.Remove(old.path)
+	}
+}
+
+// recallProof returns the capabilities the session's proof for these facts
+// holds when it names them and is recent. Anything else about the file (not
 // there, a symlink, another owner's, writable by others, oversized,
 // malformed) is no proof.
 func recallProof(root string, facts []byte, now time.Time) (Capabilities, bool) {
-	f, err := openOwned(filepath.Join(root, proofFile))
+	f, err := openOwned(proofPath(root, facts))
 	if err != nil {
 		return Capabilities{}, false
 	}

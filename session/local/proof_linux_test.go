@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,9 +22,13 @@ func TestAttachTrustsAProofOnlyWhileItsFactsHold(t *testing.T) {
 	state := t.TempDir()
 	s := newTestSession(t, Options{StateDir: state, Bwrap: bw})
 	root := s.dirs.Root
-	kept, err := os.ReadFile(filepath.Join(root, proofFile))
+	proofs, _ := filepath.Glob(filepath.Join(root, proofPrefix+"*"+proofSuffix))
+	if len(proofs) != 1 {
+		t.Fatalf("Create kept %d proofs, want 1: %q", len(proofs), proofs)
+	}
+	kept, err := os.ReadFile(proofs[0])
 	if err != nil {
-		t.Fatalf("Create kept no proof: %v", err)
+		t.Fatal(err)
 	}
 
 	before := count()
@@ -37,7 +42,7 @@ func TestAttachTrustsAProofOnlyWhileItsFactsHold(t *testing.T) {
 	if got := sh(t, a, "echo $((6*7))"); strings.TrimSpace(string(got.Stdout)) != "42" {
 		t.Fatalf("a call on the attached session: %q", got.Stdout)
 	}
-	if again, _ := os.ReadFile(filepath.Join(root, proofFile)); string(again) != string(kept) {
+	if again, _ := os.ReadFile(proofs[0]); string(again) != string(kept) {
 		t.Fatal("recalling the proof rewrote it: a proof in use would never age out")
 	}
 
@@ -62,6 +67,7 @@ func TestRecallProofRefusesWhatItCannotTrust(t *testing.T) {
 	facts := []byte(`{"boot_id":"b"}`)
 	caps := Capabilities{Platform: "linux", Backend: "bubblewrap", Filesystem: full("proved")}
 	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	path := func(root string) string { return proofPath(root, facts) }
 	write := func(t *testing.T, pr proof, mode os.FileMode) string {
 		t.Helper()
 		root := t.TempDir()
@@ -69,10 +75,10 @@ func TestRecallProofRefusesWhatItCannotTrust(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(root, proofFile), data, mode); err != nil {
+		if err := os.WriteFile(path(root), data, mode); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.Chmod(filepath.Join(root, proofFile), mode); err != nil {
+		if err := os.Chmod(path(root), mode); err != nil {
 			t.Fatal(err)
 		}
 		return root
@@ -84,6 +90,14 @@ func TestRecallProofRefusesWhatItCannotTrust(t *testing.T) {
 	cases := map[string]func(t *testing.T) (root string, facts []byte){
 		"other facts": func(t *testing.T) (string, []byte) {
 			return write(t, good, 0o600), []byte(`{"boot_id":"c"}`)
+		},
+		"under the name of other facts": func(t *testing.T) (string, []byte) {
+			root := write(t, good, 0o600)
+			other := []byte(`{"boot_id":"c"}`)
+			if err := os.Rename(path(root), proofPath(root, other)); err != nil {
+				t.Fatal(err)
+			}
+			return root, other
 		},
 		"too old": func(t *testing.T) (string, []byte) {
 			old := good
@@ -106,14 +120,14 @@ func TestRecallProofRefusesWhatItCannotTrust(t *testing.T) {
 		"a symlink": func(t *testing.T) (string, []byte) {
 			src := write(t, good, 0o600)
 			root := t.TempDir()
-			if err := os.Symlink(filepath.Join(src, proofFile), filepath.Join(root, proofFile)); err != nil {
+			if err := os.Symlink(path(src), path(root)); err != nil {
 				t.Fatal(err)
 			}
 			return root, facts
 		},
 		"malformed": func(t *testing.T) (string, []byte) {
 			root := t.TempDir()
-			if err := os.WriteFile(filepath.Join(root, proofFile), []byte(`{"facts":`), 0o600); err != nil {
+			if err := os.WriteFile(path(root), []byte(`{"facts":`), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			return root, facts
@@ -122,7 +136,7 @@ func TestRecallProofRefusesWhatItCannotTrust(t *testing.T) {
 			root := t.TempDir()
 			data, _ := json.Marshal(good)
 			data = append([]byte(`{"trusted":true,`), data[1:]...)
-			if err := os.WriteFile(filepath.Join(root, proofFile), data, 0o600); err != nil {
+			if err := os.WriteFile(path(root), data, 0o600); err != nil {
 				t.Fatal(err)
 			}
 			return root, facts
@@ -137,7 +151,7 @@ func TestRecallProofRefusesWhatItCannotTrust(t *testing.T) {
 		// opened without waiting, then refused as no regular file.
 		"a fifo": func(t *testing.T) (string, []byte) {
 			root := t.TempDir()
-			if err := syscall.Mkfifo(filepath.Join(root, proofFile), 0o600); err != nil {
+			if err := syscall.Mkfifo(path(root), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			return root, facts
@@ -147,7 +161,7 @@ func TestRecallProofRefusesWhatItCannotTrust(t *testing.T) {
 				t.Skip("needs root to give the proof to another user")
 			}
 			root := write(t, good, 0o600)
-			if err := os.Chown(filepath.Join(root, proofFile), 65534, 65534); err != nil {
+			if err := os.Chown(path(root), 65534, 65534); err != nil {
 				t.Fatal(err)
 			}
 			return root, facts
@@ -174,5 +188,63 @@ func TestRecallProofRefusesWhatItCannotTrust(t *testing.T) {
 				t.Fatal("recallProof still waits after 10 s")
 			}
 		})
+	}
+}
+
+// Programs attaching in turn each keep a proof of their own and find it
+// again; a session keeps the newest proofsKept, none older than
+// proofMaxAge.
+func TestProofsOfProgramsAttachingInTurnAllHold(t *testing.T) {
+	root := t.TempDir()
+	caps := Capabilities{Platform: "linux", Backend: "bubblewrap", Filesystem: full("proved")}
+	factsOf := func(i int) []byte { return []byte(fmt.Sprintf(`{"program":%d}`, i)) }
+	keep := func(i int) {
+		t.Helper()
+		if err := (probed{caps: caps, plat: &linuxPlatform{}, facts: factsOf(i)}).keep(root); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recalled := func(i int) bool {
+		_, ok := recallProof(root, factsOf(i), time.Now())
+		return ok
+	}
+	keep(1)
+	keep(2)
+	if !recalled(1) || !recalled(2) {
+		t.Fatalf("after two programs kept proofs: first recalled %v, second %v; want both", recalled(1), recalled(2))
+	}
+
+	// Kept a minute apart, the oldest goes beyond proofsKept.
+	for i := 1; i <= proofsKept+1; i++ {
+		keep(i)
+		at := time.Now().Add(-time.Duration(proofsKept+1-i) * time.Minute)
+		if err := os.Chtimes(proofPath(root, factsOf(i)), at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 1; i <= proofsKept+1; i++ {
+		if want := i > 1; recalled(i) != want {
+			t.Errorf("proof %d of %d recalled: %v, want %v", i, proofsKept+1, recalled(i), want)
+		}
+	}
+
+	if names, _ := filepath.Glob(filepath.Join(root, "*")); len(names) != proofsKept {
+		t.Errorf("the session holds %q, want %d proofs and nothing else", names, proofsKept)
+	}
+
+	// One older than proofMaxAge goes at the next keep, however few there are.
+	root = t.TempDir()
+	keep(1)
+	keep(2)
+	old := time.Now().Add(-proofMaxAge - time.Minute)
+	if err := os.Chtimes(proofPath(root, factsOf(2)), old, old); err != nil {
+		t.Fatal(err)
+	}
+	keep(1)
+	if _, err := os.Lstat(proofPath(root, factsOf(2))); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a proof older than proofMaxAge is still kept: %v", err)
+	}
+	if !recalled(1) {
+		t.Error("the proof just kept is gone")
 	}
 }

@@ -272,8 +272,8 @@ func newSession(rec record, dirs hostDirs, caps Capabilities, plat platform, log
 }
 
 // Attach opens a session created by Create, possibly in another process.
-// It probes the host again unless the proof the session keeps of its last
-// probe still holds (see proofFile).
+// It probes the host again unless a proof the session keeps of an earlier
+// probe, for this program on this host, still holds (see proofPath).
 func Attach(ctx context.Context, stateDir, name string) (*Session, error) {
 	// msb's name rule, so a local session name is valid there too.
 	if msb.ValidateName("session name", name) != nil {
