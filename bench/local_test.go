@@ -236,16 +236,23 @@ func workspaceBinders(state string) []int {
 // sandbox through its socket), side by side with the CLI's own start
 // ("start": `oma-sandbox tool --list`, which attaches to nothing), the same
 // start of the CLI built with cgo ("start-cgo": what a plain `go build`
-// gives where a C compiler is installed) and the floor (a fresh minimal
-// bubblewrap sandbox running true). The CLI is built as `make build` builds
-// it, without cgo.
+// gives where a C compiler is installed), the same call made by a program
+// that links only the library ("lean": testdata/leantool, without the MCP
+// server and the OpenTelemetry SDK the CLI links, whose packages' start
+// every CLI command pays; on a session of its own) and the floor (a fresh
+// minimal bubblewrap sandbox running true). The CLI and leantool are built as `make build` builds the
+// CLI, without cgo.
 func BenchmarkLocalCLI(b *testing.B) {
 	floor := bwrapFloor(b)
 	cli, cgoCLI := buildCLI(b, "0"), buildCLI(b, "1")
+	lean := buildCommand(b, "./testdata/leantool", "0")
 	state, name := cliSession(b, cli)
+	leanState, leanName := cliSession(b, cli)
 	runWith := func(cli string, args ...string) string { return runCLI(b, cli, state, args...) }
 	run := func(args ...string) string { return runWith(cli, args...) }
-	run("tool", name, "write", `{"path":"notes.txt","content":"one\ntwo\n"}`)
+	for _, at := range []struct{ state, name string }{{state, name}, {leanState, leanName}} {
+		runCLI(b, cli, at.state, "tool", at.name, "write", `{"path":"notes.txt","content":"one\ntwo\n"}`)
+	}
 	for _, row := range []struct{ tool, input string }{
 		{"read", `{"path":"notes.txt"}`},
 		{"write", `{"path":"out.txt","content":"x\n"}`},
@@ -259,6 +266,11 @@ func BenchmarkLocalCLI(b *testing.B) {
 					variant{"ours", func() { run("tool", name, row.tool, row.input) }},
 					variant{"start", func() { run("tool", "--list") }},
 					variant{"start-cgo", func() { runWith(cgoCLI, "tool", "--list") }},
+					variant{"lean", func() {
+						if out, err := exec.Command(lean, leanState, leanName, row.tool, row.input).CombinedOutput(); err != nil {
+							b.Fatalf("leantool %s: %v\n%s", row.tool, err, out)
+						}
+					}},
 					variant{"floor", func() { check(b, floor()) }},
 				)
 			}
@@ -270,13 +282,20 @@ func BenchmarkLocalCLI(b *testing.B) {
 // buildCLI builds oma-sandbox with CGO_ENABLED=cgo into a directory b removes.
 func buildCLI(b *testing.B, cgo string) string {
 	b.Helper()
-	cli := filepath.Join(b.TempDir(), "oma-sandbox")
-	cmd := exec.Command("go", "build", "-o", cli, "../cmd/oma-sandbox")
+	return buildCommand(b, "../cmd/oma-sandbox", cgo)
+}
+
+// buildCommand builds the command pkg with CGO_ENABLED=cgo into a directory
+// b removes.
+func buildCommand(b *testing.B, pkg, cgo string) string {
+	b.Helper()
+	bin := filepath.Join(b.TempDir(), filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED="+cgo)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		b.Fatalf("building the CLI (CGO_ENABLED=%s): %v\n%s", cgo, err, out)
+		b.Fatalf("building %s (CGO_ENABLED=%s): %v\n%s", pkg, cgo, err, out)
 	}
-	return cli
+	return bin
 }
 
 // runCLI runs cli with args on the state directory state and returns its
