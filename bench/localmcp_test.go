@@ -130,10 +130,9 @@ func (c *lineClient) request(b *testing.B, method string, params any) {
 		if err != nil {
 			b.Fatalf("%s: the server's answer: %v", method, err)
 		}
-		var answer struct {
+		var answer struct { // an error answer has no result
 			ID     *int
 			Result *struct{ IsError bool }
-			Error  json.RawMessage
 		}
 		check(b, json.Unmarshal(line, &answer))
 		if answer.ID == nil || *answer.ID != c.id {
