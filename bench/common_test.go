@@ -171,7 +171,6 @@ func floor(b *testing.B, client *msb.Client, sandbox string) {
 	check(b, err)
 }
 
-// variant is one side of a row.
 // bwrapFloor is the local benchmarks' floor: a fresh minimal bubblewrap
 // sandbox running true. It skips b where there is no bwrap.
 func bwrapFloor(b *testing.B) (floor func() error) {
@@ -184,6 +183,7 @@ func bwrapFloor(b *testing.B) (floor func() error) {
 	}
 }
 
+// variant is one side of a row.
 type variant struct {
 	name string // "ours", "exec", "seed", "floor", "host", "bare"
 	fn   func()

@@ -236,23 +236,20 @@ func workspaceBinders(state string) []int {
 // sandbox through its socket), side by side with the CLI's own start
 // ("start": `oma-sandbox tool --list`, which attaches to nothing), the same
 // start of the CLI built with cgo ("start-cgo": what a plain `go build`
-// gives where a C compiler is installed), the same call made by a program
-// that links only the library ("lean": testdata/leantool, without the MCP
-// server and the OpenTelemetry SDK the CLI links, whose packages' start
-// every CLI command pays; on a session of its own) and the floor (a fresh
-// minimal bubblewrap sandbox running true). The CLI and leantool are built as `make build` builds the
-// CLI, without cgo.
+// gives where a C compiler is installed), the same call on the same session
+// made by a program that links only the library ("lean": testdata/leantool,
+// without the MCP server and the OpenTelemetry SDK the CLI links, whose
+// packages' start every CLI command pays) and the floor (a fresh minimal
+// bubblewrap sandbox running true). Both programs are built as `make build`
+// builds the CLI, without cgo.
 func BenchmarkLocalCLI(b *testing.B) {
 	floor := bwrapFloor(b)
-	cli, cgoCLI := buildCLI(b, "0"), buildCLI(b, "1")
+	cli, cgoCLI := buildCommand(b, cliPackage, "0"), buildCommand(b, cliPackage, "1")
 	lean := buildCommand(b, "./testdata/leantool", "0")
 	state, name := cliSession(b, cli)
-	leanState, leanName := cliSession(b, cli)
 	runWith := func(cli string, args ...string) string { return runCLI(b, cli, state, args...) }
 	run := func(args ...string) string { return runWith(cli, args...) }
-	for _, at := range []struct{ state, name string }{{state, name}, {leanState, leanName}} {
-		runCLI(b, cli, at.state, "tool", at.name, "write", `{"path":"notes.txt","content":"one\ntwo\n"}`)
-	}
+	run("tool", name, "write", `{"path":"notes.txt","content":"one\ntwo\n"}`)
 	for _, row := range []struct{ tool, input string }{
 		{"read", `{"path":"notes.txt"}`},
 		{"write", `{"path":"out.txt","content":"x\n"}`},
@@ -267,7 +264,7 @@ func BenchmarkLocalCLI(b *testing.B) {
 					variant{"start", func() { run("tool", "--list") }},
 					variant{"start-cgo", func() { runWith(cgoCLI, "tool", "--list") }},
 					variant{"lean", func() {
-						if out, err := exec.Command(lean, leanState, leanName, row.tool, row.input).CombinedOutput(); err != nil {
+						if out, err := exec.Command(lean, state, name, row.tool, row.input).CombinedOutput(); err != nil {
 							b.Fatalf("leantool %s: %v\n%s", row.tool, err, out)
 						}
 					}},
@@ -279,11 +276,8 @@ func BenchmarkLocalCLI(b *testing.B) {
 	}
 }
 
-// buildCLI builds oma-sandbox with CGO_ENABLED=cgo into a directory b removes.
-func buildCLI(b *testing.B, cgo string) string {
-	b.Helper()
-	return buildCommand(b, "../cmd/oma-sandbox", cgo)
-}
+// cliPackage is oma-sandbox's command, for buildCommand.
+const cliPackage = "../cmd/oma-sandbox"
 
 // buildCommand builds the command pkg with CGO_ENABLED=cgo into a directory
 // b removes.

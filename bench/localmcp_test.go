@@ -26,7 +26,7 @@ import (
 // true). All three reach the session's resident sandbox.
 func BenchmarkLocalMCP(b *testing.B) {
 	floor := bwrapFloor(b)
-	cli := buildCLI(b, "0")
+	cli := buildCommand(b, cliPackage, "0")
 	state, name := cliSession(b, cli)
 	ctx := context.Background()
 	sess, err := local.Attach(ctx, state, name)
