@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -71,6 +72,32 @@ func TestBashChain(t *testing.T) {
 		c.Leave(id('e'))
 		require.NoError(t, f.Close())
 		assert.Equal(t, [2]any{id('d'), true}, take(c), "nor written under")
+	})
+	t.Run("a link in its place", func(t *testing.T) {
+		c := BashChain{dir: t.TempDir()}
+		target := filepath.Join(t.TempDir(), "target")
+		require.NoError(t, os.WriteFile(target, []byte(id('h')), 0o600))
+		require.NoError(t, os.Symlink(target, filepath.Join(c.dir, bashNextFile)))
+		assert.Equal(t, [2]any{"", true}, take(c), "the link is not followed")
+		c.Leave(id('i'))
+		got, err := os.ReadFile(target)
+		require.NoError(t, err)
+		assert.Equal(t, id('h'), string(got), "nor written through")
+	})
+	t.Run("a FIFO in its place", func(t *testing.T) {
+		c := BashChain{dir: t.TempDir()}
+		require.NoError(t, unix.Mkfifo(filepath.Join(c.dir, bashNextFile), 0o600))
+		done := make(chan [2]any, 1)
+		go func() {
+			c.Leave(id('j'))
+			done <- take(c)
+		}()
+		select {
+		case got := <-done:
+			assert.Equal(t, [2]any{"", true}, got)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the chain waits on a FIFO")
+		}
 	})
 	t.Run("no state directory", func(t *testing.T) {
 		c := BashChain{dir: filepath.Join(t.TempDir(), "gone")}
