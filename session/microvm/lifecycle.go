@@ -80,7 +80,9 @@ func (s *Session) enter(ctx context.Context) (func(), error) {
 func (s *Session) settle(ctx context.Context) error {
 	s.life.mu.Lock()
 	defer s.life.mu.Unlock()
-	if s.life.mustAsk() {
+	// Before refusing, msb is asked: another process may have resumed the
+	// sandbox since this one saw it stopped.
+	if s.life.mustAsk() || s.life.state == statePaused && s.life.manual.Load() {
 		if err := s.learnState(ctx); err != nil {
 			return err
 		}
@@ -151,16 +153,14 @@ func (s *Session) stop(ctx context.Context) error {
 // killed): the VM and every process in it end, the workspace volume and
 // the root disk are kept. It waits for calls in flight. The next call
 // resumes the session unless auto-resume is off. Idempotent: msb stops a
-// stopped sandbox without complaint.
+// stopped sandbox without complaint, so a pause stops it whatever this
+// process saw last (another may have resumed it since).
 func (s *Session) Pause(ctx context.Context) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
 	s.life.mu.Lock()
 	defer s.life.mu.Unlock()
-	if s.life.state == statePaused {
-		return nil
-	}
 	if err := s.stop(ctx); err != nil {
 		return fmt.Errorf("pause %s: %w", s.names.Sandbox, err)
 	}

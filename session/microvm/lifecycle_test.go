@@ -49,7 +49,7 @@ func TestPauseResumeOnUse(t *testing.T) {
 	env.ResetLog(t)
 	require.NoError(t, s.Pause(ctx))
 	require.NoError(t, s.Pause(ctx), "pause is idempotent")
-	assert.Equal(t, []string{"stop"}, commands(t, env), "one msb stop; the second pause runs nothing")
+	assert.Equal(t, []string{"stop", "stop"}, commands(t, env), "each pause stops it: another process may have resumed it since")
 	assert.Equal(t, "Stopped", sandboxStatus(t, env, name))
 	st, err := s.Stats(ctx)
 	require.NoError(t, err)
@@ -84,7 +84,8 @@ func TestPauseResumeOnUse(t *testing.T) {
 }
 
 // With auto-resume off, a call on a paused session fails with ErrPaused and
-// starts nothing; Resume makes it usable again.
+// starts nothing (it asks msb first: TestAttachedPausedSession); Resume
+// makes it usable again.
 func TestPausedWithoutAutoResume(t *testing.T) {
 	ctx := context.Background()
 	env := fakemsbtest.New(t)
@@ -98,7 +99,7 @@ func TestPausedWithoutAutoResume(t *testing.T) {
 	assert.ErrorIs(t, err, session.ErrPaused)
 	assert.ErrorContains(t, err, "session resume "+s.Name())
 	assert.ErrorIs(t, s.CopyIn(ctx, t.TempDir(), "/workspace/x"), session.ErrPaused)
-	assert.Empty(t, commands(t, env), "a refused call runs no msb command")
+	assert.Equal(t, []string{"inspect", "inspect"}, commands(t, env), "a refused call asks msb whether it is still stopped, and starts nothing")
 	assert.Equal(t, "Stopped", sandboxStatus(t, env, s.Name()))
 
 	env.ResetLog(t)
@@ -111,8 +112,9 @@ func TestPausedWithoutAutoResume(t *testing.T) {
 }
 
 // Another process attaches to a paused session: without auto-resume it asks
-// msb once (inspect) and refuses; Resume starts it; with auto-resume, a call
-// runs without asking.
+// msb (inspect) and refuses; Resume starts it, and the next call, asking
+// again, runs; a pause of the first process stops it again; with
+// auto-resume, a call on a state learned stale runs.
 func TestAttachedPausedSession(t *testing.T) {
 	ctx := context.Background()
 	env := fakemsbtest.New(t)
@@ -142,9 +144,24 @@ func TestAttachedPausedSession(t *testing.T) {
 	require.NotNil(t, st.CPUs)
 	assert.Equal(t, 1, *st.CPUs)
 
-	// The paused state other learned is stale now; a call still runs, as
-	// the call resumes (a start of a running sandbox changes nothing).
+	// The paused state other learned is stale now: before refusing a call
+	// it asks msb again, and the call runs.
+	env.ResetLog(t)
+	_, err = other.Shell(ctx, session.Command{Script: `true`}, session.ShellOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "inspect", commands(t, env)[0])
+	assert.NotContains(t, commands(t, env), "start")
+
+	// s paused it, and another resumed it: s's pause stops it again.
+	require.NoError(t, s.Pause(ctx))
+	assert.Equal(t, "Stopped", sandboxStatus(t, env, s.Name()))
+
+	// With auto-resume, a call on a state learned stale resumes: a start of
+	// a running sandbox changes nothing.
+	require.NoError(t, third.Resume(ctx))
 	other.SetAutoResume(true)
+	require.NoError(t, other.Pause(ctx))
+	require.NoError(t, third.Resume(ctx))
 	_, err = other.Shell(ctx, session.Command{Script: `true`}, session.ShellOptions{})
 	require.NoError(t, err)
 }
