@@ -116,7 +116,7 @@ func (t *Toolbox) Bash(ctx context.Context, command string, timeout time.Duratio
 		notes = append(notes, sessionNotes(res.Stderr)...)
 	}
 
-	if err != nil && !sessionOver(err) {
+	if err != nil && !nothingStarted(err) {
 		if cerr := t.killBash(ctx, call); cerr != nil {
 			return "", fmt.Errorf("bash: %w; %w", err, cerr)
 		}

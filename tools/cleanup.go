@@ -51,6 +51,16 @@ func (t *Toolbox) runCleanup(ctx context.Context, cmd session.Command, timeout t
 	return err
 }
 
+// nothingStarted reports an error of a call's Shell after which none of
+// the call's processes can be running, so there is nothing to kill or
+// poison: the session is over (sessionOver), or the backend refused the
+// call before starting it (a paused session that does not resume on use).
+// Cleaning up after a refusal would be sent to the same paused session,
+// fail the same way and poison a session whose processes are all fine.
+func nothingStarted(err error) bool {
+	return sessionOver(err) || errors.Is(err, session.ErrPaused)
+}
+
 // cleanupSends bounds how often runCleanup sends its command, and
 // cleanupPause is the pause before a send after a wordless status (the
 // pause grows with each send).

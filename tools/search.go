@@ -76,8 +76,9 @@ func (t *Toolbox) runSearch(ctx context.Context, s search) (*searchResult, error
 	endedByItself := err == nil && !capped && streamErr == nil
 
 	if !s.readiness.Ready() {
-		// A sandbox removed from outside leaves nothing unknown to poison.
-		if errors.Is(err, session.ErrGone) {
+		// A sandbox removed from outside, or a call refused before it
+		// started, leaves nothing unknown to poison.
+		if nothingStarted(err) {
 			return nil, fmt.Errorf("%s: %w", s.tool, err)
 		}
 		cause := s.readiness.Finish()

@@ -97,13 +97,22 @@ anything ran (unknown tool, malformed JSON, an invalid field).`)
 		return exitCode(exitFailure)
 	case errors.As(err, &editErr):
 		// The file was read: the edit ran and did not fit, a tool failure.
-		return fmt.Errorf("%s: %w", toolName, err)
+		return toolError(toolName, err)
 	case errors.Is(err, tools.ErrInvalidInput):
 		return &usageError{msg: err.Error()}
 	case interrupted(ctx) != nil:
 		return interrupted(ctx)
 	}
-	return fmt.Errorf("%s: %w", toolName, err)
+	return toolError(toolName, err)
+}
+
+// toolError names the tool in err's message, unless the message (what
+// the tool says to a model) names it first already.
+func toolError(tool string, err error) error {
+	if strings.HasPrefix(err.Error(), tool+": ") {
+		return err
+	}
+	return fmt.Errorf("%s: %w", tool, err)
 }
 
 func readInput(r io.Reader) (json.RawMessage, error) {
