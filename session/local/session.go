@@ -22,7 +22,10 @@ import (
 )
 
 const (
-	recordFile   = "session.json"
+	recordFile = "session.json"
+	// removingFile marks a session whose removal has begun, in any
+	// process (removeSession).
+	removingFile = "removing"
 	recordV1     = 1
 	closeTimeout = 10 * time.Second
 	// DefaultMaxOutput caps stdout+stderr of a call when neither the call
@@ -452,6 +455,7 @@ func (s *Session) shutdown(ctx context.Context, why error) error {
 	if done {
 		return nil
 	}
+	markRemoving(s.dirs.Root)
 	s.stopResident()
 	waited := make(chan struct{})
 	go func() { s.wg.Wait(); close(waited) }()
@@ -475,11 +479,35 @@ func (s *Session) shutdown(ctx context.Context, why error) error {
 	return nil
 }
 
+// removedElsewhere reports whether the session's removal has begun or
+// ended, in this process or another.
+func (s *Session) removedElsewhere() bool {
+	if _, err := os.Lstat(filepath.Join(s.dirs.Root, removingFile)); err == nil {
+		return true
+	}
+	_, err := os.Lstat(filepath.Join(s.dirs.Root, recordFile))
+	return errors.Is(err, fs.ErrNotExist)
+}
+
+// markRemoving says that the session's removal has begun, before any of
+// its processes is stopped: a call of another process then ends with
+// ErrGone, rather than as a broken call or by starting a sandbox over a
+// box being removed. The directory is the host's; an error here is one
+// the removal meets too.
+func markRemoving(root string) {
+	_ = os.WriteFile(filepath.Join(root, removingFile), nil, 0o600)
+}
+
+func (s *Session) gone() error {
+	return fmt.Errorf("local sandbox %s: %w", s.rec.Name, session.ErrGone)
+}
+
 // removeSession stops whatever still runs for the session, in any
 // process, removes its cgroups, then the box the guest wrote, and only
 // then the record: a removal that fails leaves the session listed, so
 // Close, `session rm` or Reap can finish it later.
 func removeSession(root string) error {
+	markRemoving(root)
 	// A paused session's processes are frozen: thawed, they can die.
 	thawCgroups(root)
 	if err := stopSessionProcesses(dirsOf(root)); err != nil {

@@ -66,7 +66,19 @@ type launched struct {
 // (ErrHostTimeout when it fires). A timeout,
 // cancellation or output overflow kills the whole tree and returns the
 // output captured so far with ExitCode 137 and the matching error.
+//
+// A session removed by another process (session rm, the reaper) while a
+// call runs, or before one starts, fails it with ErrGone: its sandbox was
+// ended under it, and no other is started over a box being removed.
 func (s *Session) Shell(ctx context.Context, cmd session.Command, opts session.ShellOptions) (*session.Result, error) {
+	res, err := s.shell(ctx, cmd, opts)
+	if err != nil && !errors.Is(err, session.ErrGone) && !errors.Is(err, session.ErrClosed) && s.removedElsewhere() {
+		return res, s.gone()
+	}
+	return res, err
+}
+
+func (s *Session) shell(ctx context.Context, cmd session.Command, opts session.ShellOptions) (*session.Result, error) {
 	cctx, end, err := s.begin(ctx)
 	if err != nil {
 		return nil, err
@@ -77,6 +89,9 @@ func (s *Session) Shell(ctx context.Context, cmd session.Command, opts session.S
 		return nil, err
 	}
 	defer release()
+	if s.removedElsewhere() {
+		return nil, s.gone()
+	}
 	if opts.GuestTimeout <= 0 {
 		// Every guest operation has a deadline: the operation timeout, as
 		// a host deadline, for calls that name none (glob, grep, outputs).
