@@ -125,6 +125,18 @@ func TestSearchCleanupFailurePoisons(t *testing.T) {
 	workspaceKept(t, env, s)
 }
 
+// Ready, capped, and the cleanup finds the session removed from elsewhere:
+// nothing runs on, so nothing is poisoned, and the matches found stand.
+func TestSearchCleanupOfAGoneSession(t *testing.T) {
+	gone := func(context.Context) (*session.Result, error) { return nil, session.ErrGone }
+	_, s, tb := msbSession(t, gone, agentwire.BuiltinSearchKill)
+	sh(t, s, `mkdir many && cd many && for i in $(seq 1 150); do : > "f$i"; done`)
+	text, err := tb.Call(context.Background(), "glob", []byte(`{"pattern": "many/*"}`), nil)
+	require.NoError(t, err)
+	assert.Contains(t, text, "many/f")
+	assert.False(t, s.Poisoned())
+}
+
 // A caller that gives up before the guest is ready poisons the session too,
 // and that keeps the workspace as well.
 func TestSearchAbortBeforeReadinessPoisons(t *testing.T) {

@@ -212,6 +212,8 @@ func (t *Toolbox) cleanupSearch(ctx context.Context, s search) error {
 	switch err := t.runCleanup(ctx, s.cleanup, max(searchCleanupTimeout, t.opTimeout)); {
 	case errors.As(err, &exit):
 		return fmt.Errorf("%s cleanup: guest processes survived (exit %d): %s", s.tool, exit.code, exit.stderr)
+	case sessionOver(err):
+		return nil // nothing of the session runs on to clean up
 	case err != nil:
 		return fmt.Errorf("%s cleanup: %w", s.tool, err)
 	}
