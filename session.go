@@ -68,8 +68,11 @@ type Options struct {
 
 	// Msb is the msb binary; "" means $OMA_MSB, else msb on PATH.
 	Msb string
-	// Image, CPUs and Memory shape an msb session (Memory such as "2G").
-	Image  string
+	// Image is an msb session's OCI image.
+	Image string
+	// CPUs and Memory (such as "2G") size a session: an msb session's VM,
+	// or a local session's CPU quota (that many CPUs) and memory limit, as
+	// Resize sets them; Limits may not give those too.
 	CPUs   int
 	Memory string
 	// IdleTimeout, a duration such as "30m", makes msb stop (pause) an idle
@@ -217,6 +220,15 @@ func open(ctx context.Context, o Options) (*Session, error) {
 			return nil, invalidf("%v", err)
 		}
 		o.Policy.Network, o.Policy.Allow, o.Policy.Secrets = local.Network(o.Network.Effective()), o.Network.Allow, o.Network.Secrets
+		if o.CPUs != 0 && o.Limits.CPUQuota != 0 {
+			return nil, invalidf("cpus %d and Limits.CPUQuota %s both size the local session: give one", o.CPUs, o.Limits.CPUQuota)
+		}
+		if o.Memory != "" && o.Limits.MemoryBytes != 0 {
+			return nil, invalidf("memory %q and Limits.MemoryBytes %d both size the local session: give one", o.Memory, o.Limits.MemoryBytes)
+		}
+		if o.Limits, err = o.Limits.Sized(o.CPUs, o.Memory); err != nil {
+			return nil, invalidf("%v", err)
+		}
 		var ls *local.Session
 		if ls, err = local.Create(ctx, local.Options{
 			StateDir: o.StateDir, NamePrefix: LocalPrefix, WorkspaceID: o.WorkspaceID, SessionID: o.SessionID,

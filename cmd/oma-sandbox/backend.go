@@ -53,8 +53,10 @@ func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 var (
-	msbOnlyFlags   = []string{"image", "cpus", "memory", "idle-timeout", "port"}
+	msbOnlyFlags   = []string{"image", "idle-timeout", "port"}
 	localOnlyFlags = []string{"mode", "limit", "allow-dangerous"}
+	// sizeFlags size a session of either backend.
+	sizeFlags = []string{"cpus", "memory"}
 )
 
 func (f *createFlags) register(fs *flag.FlagSet) {
@@ -62,8 +64,8 @@ func (f *createFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.workspaceID, "workspace-id", "cli", "workspace `id` (labels and name)")
 	fs.StringVar(&f.sessionID, "session-id", "", "session `id` (default a fresh short uuid)")
 	fs.StringVar(&f.image, "image", "", "msb: OCI image `ref` (default "+microvm.DefaultImage+")")
-	fs.IntVar(&f.cpus, "cpus", 0, fmt.Sprintf("msb: virtual CPUs (default %d)", microvm.DefaultCPUs))
-	fs.StringVar(&f.memory, "memory", "", "msb: guest memory `size` such as 512M or 2G (default "+microvm.DefaultMemory+")")
+	fs.IntVar(&f.cpus, "cpus", 0, fmt.Sprintf("virtual CPUs (msb: default %d; local: a CPU quota of that many CPUs, default none)", microvm.DefaultCPUs))
+	fs.StringVar(&f.memory, "memory", "", "memory `size` such as 512M or 2G (msb: the guest's, default "+microvm.DefaultMemory+"; local: the session's memory limit, default none)")
 	fs.StringVar(&f.idleTimeout, "idle-timeout", "", "msb: stop (pause) the session after this `duration` without activity, such as 30m; the next call resumes it (default never)")
 	fs.Var(&f.ports, "port", "msb: forward the host's `[ADDR:]HOST:GUEST[/udp]` to the guest's port GUEST, on 127.0.0.1 unless ADDR is given (IPv6 in brackets); repeatable")
 	fs.StringVar(&f.mode, "mode", "", "local: filesystem `mode`: workspace-write (default), read-only or danger-full-access")
@@ -101,7 +103,7 @@ func (c *cli) resolve(ctx context.Context, f *createFlags, set map[string]bool) 
 			if f.backend == backendAuto {
 				how = "was picked by --backend auto"
 			}
-			return nil, &usageError{msg: fmt.Sprintf("--%s does not apply to the %s backend, which %s (msb takes --image, --cpus, --memory, --idle-timeout, --port; local takes --mode, --limit)", name, p.backend, how)}
+			return nil, &usageError{msg: fmt.Sprintf("--%s does not apply to the %s backend, which %s (msb takes --image, --idle-timeout, --port; local takes --mode, --limit)", name, p.backend, how)}
 		}
 	}
 	if f.workspaceID == "" {
@@ -116,10 +118,10 @@ func (c *cli) resolve(ctx context.Context, f *createFlags, set map[string]bool) 
 	}
 	p.opts = omasandbox.Options{
 		Backend: p.backend, WorkspaceID: f.workspaceID, SessionID: f.sessionID, Network: network,
-		Msb: c.msbPath, StateDir: c.stateDir, Logger: c.logger,
+		Msb: c.msbPath, StateDir: c.stateDir, Logger: c.logger, CPUs: f.cpus, Memory: f.memory,
 	}
 	if p.backend == backendMsb {
-		p.opts.Image, p.opts.CPUs, p.opts.Memory, p.opts.IdleTimeout = f.image, f.cpus, f.memory, f.idleTimeout
+		p.opts.Image, p.opts.IdleTimeout = f.image, f.idleTimeout
 		for _, spec := range f.ports {
 			fw, err := msb.ParsePortForward(spec)
 			if err != nil {
@@ -147,6 +149,17 @@ func (c *cli) resolve(ctx context.Context, f *createFlags, set map[string]bool) 
 	lim, err := local.ParseLimits(f.limits...)
 	if err != nil {
 		return nil, &usageError{msg: "--limit: " + err.Error()}
+	}
+	for _, size := range []struct {
+		flag, limit string
+		limited     bool
+	}{{"cpus", "cpu", lim.CPUQuota != 0}, {"memory", "memory", lim.MemoryBytes != 0}} {
+		if set[size.flag] && size.limited {
+			return nil, &usageError{msg: fmt.Sprintf("--%s and --limit %s= both size the local session: give one", size.flag, size.limit)}
+		}
+	}
+	if _, err := lim.Sized(f.cpus, f.memory); err != nil {
+		return nil, &usageError{msg: "--" + err.Error()}
 	}
 	p.opts.Policy, p.opts.Limits = pol, lim
 	return p, nil

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -66,7 +67,7 @@ session or the server failed, 2 on a usage error.`)
 	}
 	set := setFlags(fs)
 	if *attach != "" {
-		for _, name := range append(append([]string{"backend", "workspace-id", "session-id"}, msbOnlyFlags...), localOnlyFlags...) {
+		for _, name := range slices.Concat([]string{"backend", "workspace-id", "session-id"}, sizeFlags, msbOnlyFlags, localOnlyFlags) {
 			if set[name] {
 				return &usageError{msg: fmt.Sprintf("--%s shapes a new session and cannot go with --attach", name)}
 			}

@@ -187,24 +187,14 @@ func (s *Session) Resize(ctx context.Context, r session.Resize) error {
 	}
 	s.resizeMu.Lock()
 	defer s.resizeMu.Unlock()
-	l := s.limits()
 	if r.CPUs == 0 && r.Memory == "" {
 		return fmt.Errorf("local sandbox %s: resize needs CPUs or memory: %w", s.rec.Name, session.ErrInvalid)
 	}
-	if r.CPUs != 0 {
-		if r.CPUs < 0 || r.CPUs > maxResizeCPUs {
-			return fmt.Errorf("local sandbox %s: resize: cpus %d: want 1 to %d: %w", s.rec.Name, r.CPUs, maxResizeCPUs, session.ErrInvalid)
-		}
-		l.CPUQuota, l.CPUPeriod = time.Duration(r.CPUs)*defaultCPUPeriod, defaultCPUPeriod
+	l, err := s.limits().Sized(r.CPUs, r.Memory)
+	if err == nil {
+		err = l.validate()
 	}
-	if r.Memory != "" {
-		mib, err := msb.ParseSize(r.Memory)
-		if err != nil {
-			return fmt.Errorf("local sandbox %s: resize: memory: %w: %w", s.rec.Name, err, session.ErrInvalid)
-		}
-		l.MemoryBytes = int64(mib * (1 << 20))
-	}
-	if err := l.validate(); err != nil {
+	if err != nil {
 		return fmt.Errorf("local sandbox %s: resize: %w: %w", s.rec.Name, err, session.ErrInvalid)
 	}
 	// The limits this session opened with may not have needed the
@@ -229,5 +219,26 @@ func (s *Session) Resize(ctx context.Context, r session.Resize) error {
 	return nil
 }
 
-// maxResizeCPUs bounds Resize's CPUs as msb bounds a VM's.
-const maxResizeCPUs = 255
+// maxSizeCPUs bounds a session's CPUs as msb bounds a VM's.
+const maxSizeCPUs = 255
+
+// Sized returns l with a VM's size applied, as Resize applies it: cpus (1
+// to 255) as a CPU quota of that many CPUs, memory (msb's grammar: 512M,
+// 2G) as the memory limit. A zero cpus or empty memory leaves that limit
+// as it is.
+func (l Limits) Sized(cpus int, memory string) (Limits, error) {
+	if cpus != 0 {
+		if cpus < 0 || cpus > maxSizeCPUs {
+			return l, fmt.Errorf("cpus %d: want 1 to %d", cpus, maxSizeCPUs)
+		}
+		l.CPUQuota, l.CPUPeriod = time.Duration(cpus)*defaultCPUPeriod, defaultCPUPeriod
+	}
+	if memory != "" {
+		mib, err := msb.ParseSize(memory)
+		if err != nil {
+			return l, fmt.Errorf("memory: %w", err)
+		}
+		l.MemoryBytes = int64(mib * (1 << 20))
+	}
+	return l, nil
+}
