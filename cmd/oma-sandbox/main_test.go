@@ -87,9 +87,13 @@ func TestScripts(t *testing.T) {
 			return nil
 		},
 		Condition: func(cond string) (bool, error) {
-			if cond == "agent" { // this build bundles the guest agent (make agent)
+			switch cond {
+			case "agent": // this build bundles the guest agent (make agent)
 				_, ok := bundle.Binary(bundle.GuestArch())
 				return ok, nil
+			case "cgroups": // the local backend enforces memory and CPU limits here
+				limits := local.Probe(context.Background()).Limits
+				return limits[local.LimitMemory].Evidence == local.EvidenceFull && limits[local.LimitCPU].Evidence == local.EvidenceFull, nil
 			}
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
