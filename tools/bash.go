@@ -198,6 +198,14 @@ func sessionOver(err error) bool {
 // local backend).
 type callScoped interface{ ProcessesEndWithCall() bool }
 
+// NoteSessionLimit and NoteNetwork begin the notes of a bash result that
+// carry the session's own reports: a limit of the session that fired, and
+// a destination its network policy refused.
+const (
+	NoteSessionLimit = "Session limit: "
+	NoteNetwork      = "Network: "
+)
+
 // sessionNotes are the backend's reports of session limits that fired
 // ("oma-sandbox: memory limit ... reached"), which the supervisor's stderr
 // never carries on its own.
@@ -208,9 +216,9 @@ func sessionNotes(stderr []byte) []string {
 		switch {
 		case !ok:
 		case strings.HasPrefix(n, "egress refused "):
-			notes = append(notes, "Network: "+n)
+			notes = append(notes, NoteNetwork+n)
 		case strings.Contains(n, "limit"):
-			notes = append(notes, "Session limit: "+n)
+			notes = append(notes, NoteSessionLimit+n)
 		}
 	}
 	return notes

@@ -89,6 +89,11 @@ for a usage error, with nothing created; 128+N after signal N.`)
 	// The session's own bash tool, so the call has its audit record and
 	// span like any other.
 	ran, runErr := s.Bash(ctx, shellJoin(argv), omasandbox.BashOptions{Timeout: *timeout, Progress: out.write})
+	// What the session itself did to the command (a limit that killed a
+	// process of it, a destination refused) is not in its output.
+	for _, n := range out.sessionNotes(ran.Text) {
+		fmt.Fprintf(c.stderr, "oma-sandbox: %s\n", n)
+	}
 	status := exitOK
 	switch {
 	case ran.TimedOut:

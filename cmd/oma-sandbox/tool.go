@@ -160,18 +160,38 @@ func (s *streamed) write(p []byte) {
 }
 
 // finish writes text without the output already streamed, and a final
-// newline if text lacks one. text starts with the output's end as its tail
-// shows it (all of it when nothing was cut), so that is what is left off.
+// newline if text lacks one.
 func (s *streamed) finish(text string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
 		return fmt.Errorf("write result: %w", s.err)
 	}
-	rest := strings.TrimPrefix(text, string(s.tail.Show(tools.BashMaxLines).Text))
+	rest := s.after(text)
 	if !strings.HasSuffix(text, "\n") {
 		rest += "\n"
 	}
 	_, err := io.WriteString(s.w, rest)
 	return err
+}
+
+// sessionNotes are the notes of result text that carry the session's own
+// reports (tools.NoteSessionLimit, tools.NoteNetwork).
+func (s *streamed) sessionNotes(text string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var notes []string
+	for _, n := range strings.Split(s.after(text), "\n\n") {
+		if strings.HasPrefix(n, tools.NoteSessionLimit) || strings.HasPrefix(n, tools.NoteNetwork) {
+			notes = append(notes, n)
+		}
+	}
+	return notes
+}
+
+// after is what text adds to the output streamed: text starts with the
+// output's end as its tail shows it (all of it when nothing was cut), so
+// that is what is left off. s.mu must be held.
+func (s *streamed) after(text string) string {
+	return strings.TrimPrefix(text, string(s.tail.Show(tools.BashMaxLines).Text))
 }
