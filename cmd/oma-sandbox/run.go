@@ -92,7 +92,7 @@ for a usage error, with nothing created; 128+N after signal N.`)
 	// What the session itself did to the command (a limit that killed a
 	// process of it, a destination refused) is not in its output.
 	for _, n := range out.sessionNotes(ran.Text) {
-		fmt.Fprintf(c.stderr, "oma-sandbox: %s\n", n)
+		fmt.Fprintf(c.stderr, "oma-sandbox: %s\n", printable(n))
 	}
 	status := exitOK
 	switch {

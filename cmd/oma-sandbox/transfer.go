@@ -324,6 +324,16 @@ func collect(ctx context.Context, s *omasandbox.Session, dest string, o transfer
 // textField writes a path as one unambiguous field of a text line: as it is
 // when it has only printable characters other than space, quote and
 // backslash, else double-quoted with Go escapes.
+// printable is s as it is when every rune of it prints, else quoted: a
+// note may carry a guest's bytes (a destination it asked for), which must
+// not reach a terminal raw.
+func printable(s string) string {
+	if !utf8.ValidString(s) || strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
 func textField(s string) string {
 	for _, r := range s {
 		if r == ' ' || r == '"' || r == '\\' || !unicode.IsPrint(r) {
