@@ -449,9 +449,16 @@ func (g *callGroups) freeze(ctx context.Context, frozen bool) error {
 	} else if frozen {
 		value, want = "FROZEN", "FROZEN"
 	}
-	if err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0); err != nil {
-		return fmt.Errorf("cannot write %s in %s: %w", file, dir, err)
+	set := func() error {
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0); err != nil {
+			return fmt.Errorf("cannot write %s in %s: %w", file, dir, err)
+		}
+		return nil
 	}
+	if err := set(); err != nil {
+		return err
+	}
+	again := time.Now().Add(refreezeAfter)
 	for {
 		data, err := os.ReadFile(filepath.Join(dir, state))
 		if err != nil {
@@ -461,6 +468,19 @@ func (g *callGroups) freeze(ctx context.Context, frozen bool) error {
 			if strings.TrimSpace(line) == want {
 				return nil
 			}
+		}
+		if frozen && time.Now().After(again) {
+			// The v1 freezer has been seen to stay FREEZING with every
+			// task of the group frozen (one freeze in twenty to a hundred
+			// while calls start processes); a thaw and a freeze again
+			// settle it (TestPauseFreezesUnderLoad).
+			if err := thaw(dir); err != nil {
+				return err
+			}
+			if err := set(); err != nil {
+				return err
+			}
+			again = time.Now().Add(refreezeAfter)
 		}
 		select {
 		case <-ctx.Done():
@@ -475,6 +495,9 @@ func (g *callGroups) freeze(ctx context.Context, frozen bool) error {
 		}
 	}
 }
+
+// refreezeAfter is how long a freeze may take before it is asked again.
+const refreezeAfter = 250 * time.Millisecond
 
 // thaw lets a group's frozen processes run again, which they must before
 // a SIGKILL can end them on cgroup v1; a group that was not frozen is
