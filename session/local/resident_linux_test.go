@@ -1027,9 +1027,7 @@ func TestPauseFreezesUnderLoad(t *testing.T) {
 	s := newResidentSession(t, Options{WorkspaceID: "ws", SessionID: "freeze-load"})
 	ctx := context.Background()
 	advances := startTicker(t, s, "oma-bg-load")
-	a, err := Attach(ctx, filepath.Dir(s.dirs.Root), s.Name())
-	require.NoError(t, err)
-	a.agent = s.agent
+	a := attachWithThisAgent(t, s)
 	stop := make(chan struct{})
 	var load sync.WaitGroup
 	for range 3 {
