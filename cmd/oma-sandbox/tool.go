@@ -107,9 +107,9 @@ anything ran (unknown tool, malformed JSON, an invalid field).`)
 }
 
 // toolError names the tool in err's message, unless the message (what
-// the tool says to a model) names it first already.
+// the tool says to a model) begins with it already ("read a.txt: ...").
 func toolError(tool string, err error) error {
-	if strings.HasPrefix(err.Error(), tool+": ") {
+	if msg := err.Error(); strings.HasPrefix(msg, tool+": ") || strings.HasPrefix(msg, tool+" ") {
 		return err
 	}
 	return fmt.Errorf("%s: %w", tool, err)
