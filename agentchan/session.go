@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
@@ -29,8 +30,21 @@ func SessionError(err error) error {
 	}
 	for _, m := range sessionErrors {
 		if errors.Is(err, m.from) {
-			return fmt.Errorf("%w: guest agent: %w", m.to, err)
+			return &sessionError{kind: m.to, err: err}
 		}
 	}
 	return err
 }
+
+// sessionError is an error of Run that also matches the session error it
+// means (kind), whose words its text says once.
+type sessionError struct{ kind, err error }
+
+func (e *sessionError) Error() string {
+	if msg := e.err.Error(); strings.HasPrefix(msg, e.kind.Error()) {
+		return msg // "guest agent channel broken: ...", not that twice
+	}
+	return fmt.Sprintf("%v: guest agent: %v", e.kind, e.err)
+}
+
+func (e *sessionError) Unwrap() []error { return []error{e.kind, e.err} }
