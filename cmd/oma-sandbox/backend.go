@@ -118,10 +118,10 @@ func (c *cli) resolve(ctx context.Context, f *createFlags, set map[string]bool) 
 	}
 	p.opts = omasandbox.Options{
 		Backend: p.backend, WorkspaceID: f.workspaceID, SessionID: f.sessionID, Network: network,
-		Msb: c.msbPath, StateDir: c.stateDir, Logger: c.logger, CPUs: f.cpus, Memory: f.memory,
+		Msb: c.msbPath, StateDir: c.stateDir, Logger: c.logger,
 	}
 	if p.backend == backendMsb {
-		p.opts.Image, p.opts.IdleTimeout = f.image, f.idleTimeout
+		p.opts.Image, p.opts.CPUs, p.opts.Memory, p.opts.IdleTimeout = f.image, f.cpus, f.memory, f.idleTimeout
 		for _, spec := range f.ports {
 			fw, err := msb.ParsePortForward(spec)
 			if err != nil {
@@ -158,7 +158,7 @@ func (c *cli) resolve(ctx context.Context, f *createFlags, set map[string]bool) 
 			return nil, &usageError{msg: fmt.Sprintf("--%s and --limit %s= both size the local session: give one", size.flag, size.limit)}
 		}
 	}
-	if _, err := lim.Sized(f.cpus, f.memory); err != nil {
+	if lim, err = lim.Sized(f.cpus, f.memory); err != nil {
 		return nil, &usageError{msg: "--" + err.Error()}
 	}
 	p.opts.Policy, p.opts.Limits = pol, lim

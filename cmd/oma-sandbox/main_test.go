@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -92,8 +93,7 @@ func TestScripts(t *testing.T) {
 				_, ok := bundle.Binary(bundle.GuestArch())
 				return ok, nil
 			case "cgroups": // the local backend enforces memory and CPU limits here
-				limits := local.Probe(context.Background()).Limits
-				return limits[local.LimitMemory].Evidence == local.EvidenceFull && limits[local.LimitCPU].Evidence == local.EvidenceFull, nil
+				return enforcesSize(), nil
 			}
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
@@ -109,6 +109,13 @@ func TestScripts(t *testing.T) {
 		},
 	})
 }
+
+// enforcesSize reports whether the local backend enforces a session's
+// memory and CPU limits here; one probe serves every script.
+var enforcesSize = sync.OnceValue(func() bool {
+	limits := local.Probe(context.Background()).Limits
+	return limits[local.LimitMemory].Evidence == local.EvidenceFull && limits[local.LimitCPU].Evidence == local.EvidenceFull
+})
 
 func cmdStatus(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) < 2 {

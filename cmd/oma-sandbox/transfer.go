@@ -321,9 +321,6 @@ func collect(ctx context.Context, s *omasandbox.Session, dest string, o transfer
 	return res, nil
 }
 
-// textField writes a path as one unambiguous field of a text line: as it is
-// when it has only printable characters other than space, quote and
-// backslash, else double-quoted with Go escapes.
 // printable is s as it is when every rune of it prints, else quoted: a
 // note may carry a guest's bytes (a destination it asked for), which must
 // not reach a terminal raw.
@@ -334,6 +331,9 @@ func printable(s string) string {
 	return s
 }
 
+// textField writes a path as one unambiguous field of a text line: as it is
+// when it has only printable characters other than space, quote and
+// backslash, else double-quoted with Go escapes.
 func textField(s string) string {
 	for _, r := range s {
 		if r == ' ' || r == '"' || r == '\\' || !unicode.IsPrint(r) {
