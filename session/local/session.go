@@ -479,10 +479,17 @@ func (s *Session) shutdown(ctx context.Context, why error) error {
 	return nil
 }
 
+// removing reports whether a removal of the session has begun and not
+// ended, in this process or another (its mark is there).
+func (s *Session) removing() bool {
+	_, err := os.Lstat(filepath.Join(s.dirs.Root, removingFile))
+	return err == nil
+}
+
 // removedElsewhere reports whether the session's removal has begun or
 // ended, in this process or another.
 func (s *Session) removedElsewhere() bool {
-	if _, err := os.Lstat(filepath.Join(s.dirs.Root, removingFile)); err == nil {
+	if s.removing() {
 		return true
 	}
 	_, err := os.Lstat(filepath.Join(s.dirs.Root, recordFile))

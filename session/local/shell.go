@@ -89,7 +89,8 @@ func (s *Session) shell(ctx context.Context, cmd session.Command, opts session.S
 		return nil, err
 	}
 	defer release()
-	if s.removedElsewhere() {
+	// One removed already has no workspace, which workdir finds.
+	if s.removing() {
 		return nil, s.gone()
 	}
 	if opts.GuestTimeout <= 0 {
