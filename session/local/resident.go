@@ -2,6 +2,8 @@ package local
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"sync"
 	"time"
@@ -297,6 +299,9 @@ func (s *Session) runResident(ctx context.Context, cur *resident, c call, cmd se
 		err = ctxError(ctx)
 	} else {
 		err = agentchan.SessionError(err)
+		if errors.Is(err, session.ErrChannelBroken) && resizedUnder(s.dirs.Root, cur.procs.Init) {
+			err = fmt.Errorf("local sandbox %s: a resize of the session ended its sandbox under the call: %w", s.rec.Name, err)
+		}
 	}
 	if res == nil {
 		return nil, err
