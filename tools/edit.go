@@ -203,19 +203,23 @@ func editsOf(p string, a args) ([]edit, error) {
 	if len(edits) == 0 {
 		return nil, inputErrorf("edit", "Could not edit file: %s. No edits given.", p)
 	}
+	for i, e := range edits {
+		// Refused as input, before the file is read: an empty oldText
+		// fits no file.
+		if e.OldText == "" {
+			return nil, inputErrorf("edit", "Could not edit file: %s. Edit %d: oldText must not be empty.", p, i+1)
+		}
+	}
 	return edits, nil
 }
 
-// applyEdits replaces each edit's oldText, which must occur exactly once in
+// applyEdits replaces each edit's oldText (never empty: editsOf), which must occur exactly once in
 // the original, with its newText; overlapping edits are refused. All edits
 // are located in the original, so their order does not matter.
 func applyEdits(original string, edits []edit) (string, error) {
 	type span struct{ start, end, index int }
 	spans := make([]span, 0, len(edits))
 	for i, e := range edits {
-		if e.OldText == "" {
-			return "", fmt.Errorf("Edit %d: oldText must not be empty.", i+1)
-		}
 		at := strings.Index(original, e.OldText)
 		if at < 0 {
 			return "", fmt.Errorf("Edit %d: oldText was not found. It must match the file exactly, including whitespace and newlines.", i+1)

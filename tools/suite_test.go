@@ -149,7 +149,16 @@ func TestEdit(t *testing.T) {
 		}
 		assert.Equal(t, "beta\ng\nbeta2\n", mustCall(t, tb, "read", obj{"path": "e.txt"}), "failed edits change nothing")
 
-		_, err := call(t, tb, "edit", obj{"path": "none.txt", "edits": []obj{{"oldText": "a", "newText": "b"}}})
+		// An empty oldText is bad input, refused before the file is read.
+		before = calls()
+		_, err := call(t, tb, "edit", obj{"path": "e.txt", "edits": []obj{{"oldText": "g", "newText": "x"}, {"oldText": "", "newText": "x"}}})
+		assert.EqualError(t, err, "Could not edit file: e.txt. Edit 2: oldText must not be empty.")
+		var editErr *tools.EditError
+		assert.ErrorIs(t, err, tools.ErrInvalidInput)
+		assert.False(t, errors.As(err, &editErr), "an empty oldText is not an edit that did not fit the file")
+		assert.Equal(t, before, calls(), "an empty oldText reaches no guest")
+
+		_, err = call(t, tb, "edit", obj{"path": "none.txt", "edits": []obj{{"oldText": "a", "newText": "b"}}})
 		assert.EqualError(t, err, "Could not edit file: none.txt. File not found: none.txt")
 	})
 }
