@@ -39,15 +39,7 @@ func TestRemovedUnderACall(t *testing.T) {
 		_, err := tb.Call(ctx, "bash", json.RawMessage(`{"command":"touch started; sleep 30"}`), nil)
 		done <- err
 	}()
-	started := filepath.Join(s.dirs.Workspace, "started")
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := os.Lstat(started); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the call did not start")
-		}
-	}
+	awaitFile(t, filepath.Join(s.dirs.Workspace, "started"))
 	if err := other.Close(ctx); err != nil {
 		t.Fatalf("session rm from another process: %v", err)
 	}
@@ -90,5 +82,19 @@ func TestCallOfASessionBeingRemoved(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(s.dirs.Workspace, "ran")); err == nil {
 		t.Error("the call ran")
+	}
+}
+
+// awaitFile waits for path to exist: the file a call under test makes
+// once it runs.
+func awaitFile(t *testing.T, path string) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Lstat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the call did not start")
+		}
 	}
 }

@@ -145,14 +145,7 @@ func TestResizedUnderACall(t *testing.T) {
 			_, err := tb.Call(ctx, "bash", json.RawMessage(`{"command":"touch started; sleep 30"}`), nil)
 			done <- err
 		}()
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			if _, err := os.Lstat(started); err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the call did not start")
-			}
-		}
+		awaitFile(t, started)
 		interrupt()
 		select {
 		case err := <-done:
