@@ -44,7 +44,8 @@ type Resizer interface {
 const (
 	StateRunning = "running"
 	StatePaused  = "paused"
-	// StateIdle is a local session between calls: nothing of it runs.
+	// StateIdle is a local session of which nothing runs: no call, no
+	// sandbox (before its first call, or once its sandbox ended).
 	StateIdle = "idle"
 )
 

@@ -131,7 +131,7 @@ and the guest paths.`)
 type listed struct {
 	Name        string    `json:"name"`
 	Backend     string    `json:"backend"`
-	Status      string    `json:"status,omitempty"` // msb only
+	Status      string    `json:"status,omitempty"` // msb's, or the local session's state
 	CreatedAt   time.Time `json:"created_at"`
 	WorkspaceID string    `json:"workspace_id,omitempty"` // local only: msb's listing has no labels
 	SessionID   string    `json:"session_id,omitempty"`
@@ -141,8 +141,9 @@ func runSessionList(ctx context.Context, c *cli, args []string) error {
 	fs := c.flagSet("session list", "[--backend all|msb|local] [--json]", `Lists the sessions of both backends: msb sandboxes that carry the owner
 labels and a session name, and the local sessions of the state directory.
 With --backend all (the default) msb is skipped when its binary is not
-found. Text output is one line per session: NAME BACKEND CREATED STATUS
-(STATUS is - for local sessions).`)
+found. Text output is one line per session: NAME BACKEND CREATED STATUS.
+STATUS is msb's for an msb session; for a local one paused, running (its
+sandbox runs) or idle (nothing of it runs until its next call).`)
 	backend := fs.String("backend", backendAll, "`backend` to list: all, msb or local")
 	asJSON := fs.Bool("json", false, "print a JSON array")
 	rest, err := c.parse(fs, args)
@@ -173,7 +174,7 @@ found. Text output is one line per session: NAME BACKEND CREATED STATUS
 			return fmt.Errorf("list local sessions: %w", err)
 		}
 		for _, in := range infos {
-			out = append(out, listed{Name: in.Name, Backend: backendLocal, CreatedAt: in.CreatedAt,
+			out = append(out, listed{Name: in.Name, Backend: backendLocal, Status: in.State, CreatedAt: in.CreatedAt,
 				WorkspaceID: in.WorkspaceID, SessionID: in.SessionID})
 		}
 	}

@@ -96,8 +96,12 @@ func (s *Session) resume(ctx context.Context) error {
 func (s *Session) SetAutoResume(on bool) { s.manual.Store(!on) }
 
 // paused reports whether the session is paused, by any process.
-func (s *Session) paused() bool {
-	_, err := os.Lstat(filepath.Join(s.dirs.Root, pausedFile))
+func (s *Session) paused() bool { return pausedIn(s.dirs.Root) }
+
+// pausedIn reports whether the session whose state directory is root is
+// paused, by whichever process.
+func pausedIn(root string) bool {
+	_, err := os.Lstat(filepath.Join(root, pausedFile))
 	return err == nil
 }
 
@@ -134,8 +138,9 @@ func (s *Session) wake(ctx context.Context) (release func(), err error) {
 	}
 }
 
-// Stats reports the session's state (paused, running while this process
-// has calls in flight, else idle), the disk use of its workspace, uploads
+// Stats reports the session's state (paused; running while its resident
+// sandbox runs, whichever process started it, or this process has calls
+// in flight; else idle), the disk use of its workspace, uploads
 // and outputs (regular files, symlinks not followed), and, while its resident
 // sandbox runs, how long it has and, under a memory limit, the memory all
 // in it uses (its group's) and the limit. A sandbox of one call has no
@@ -144,9 +149,10 @@ func (s *Session) Stats(ctx context.Context) (*session.Stats, error) {
 	if err := s.ready(); err != nil {
 		return nil, err
 	}
+	res, resident := runningResident(s.dirs.Root)
 	s.mu.Lock()
 	state := session.StateIdle
-	if len(s.calls) > 0 {
+	if resident || len(s.calls) > 0 {
 		state = session.StateRunning
 	}
 	s.mu.Unlock()
@@ -162,7 +168,9 @@ func (s *Session) Stats(ctx context.Context) (*session.Stats, error) {
 		return nil, fmt.Errorf("local sandbox %s: stats: %w", s.rec.Name, err)
 	}
 	st := &session.Stats{Backend: "local", State: state, Sampled: time.Now().UTC(), DiskUsedBytes: &used}
-	residentStats(s.dirs.Root, s.limits(), st)
+	if resident {
+		residentStats(s.dirs.Root, res, s.limits(), st)
+	}
 	return st, nil
 }
 

@@ -14,12 +14,16 @@ import (
 )
 
 // Write, pause, resume on use: the file is read back; stats report the
-// workspace's disk use without following a guest's symlink out of it;
-// closing a paused session removes everything.
+// state (idle before any call, paused, running once a call started the
+// sandbox) and the workspace's disk use without following a guest's
+// symlink out of it; closing a paused session removes everything.
 func TestPauseResumeAndStats(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	s := newTestSession(t, Options{StateDir: dir})
+	if st, err := s.Stats(ctx); err != nil || st.State != session.StateIdle || st.Uptime != nil {
+		t.Fatalf("stats before any call (nothing runs): %+v, %v", st, err)
+	}
 	big := filepath.Join(t.TempDir(), "big")
 	if err := os.WriteFile(big, make([]byte, 2<<20), 0o644); err != nil {
 		t.Fatal(err)
@@ -43,8 +47,8 @@ func TestPauseResumeAndStats(t *testing.T) {
 	if got := string(sh(t, s, `cat note.txt`).Stdout); got != "0123456789" {
 		t.Fatalf("read back %q after pause", got)
 	}
-	if st, err := s.Stats(ctx); err != nil || st.State != session.StateIdle {
-		t.Fatalf("stats after a call resumed the session: %+v, %v", st, err)
+	if st, err := s.Stats(ctx); err != nil || st.State != session.StateRunning || st.Uptime == nil {
+		t.Fatalf("stats after a call resumed the session (its sandbox runs): %+v, %v", st, err)
 	}
 	if err := s.Resume(ctx); err != nil {
 		t.Fatal(err)

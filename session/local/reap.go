@@ -22,6 +22,11 @@ type Info struct {
 	Policy      Policy
 	Limits      Limits
 	Dir         string // the session's state directory on the host
+	// State is session.StatePaused (session pause), StateRunning (its
+	// resident sandbox runs: the agent and what calls left running) or
+	// StateIdle (nothing of it runs; the next call starts its sandbox),
+	// whichever process made it so.
+	State string
 }
 
 // List returns the sessions of a state directory, oldest first. Entries
@@ -49,10 +54,22 @@ func List(stateDir string) ([]Info, error) {
 			continue
 		}
 		out = append(out, Info{Name: rec.Name, WorkspaceID: rec.WorkspaceID, SessionID: rec.SessionID,
-			CreatedAt: rec.CreatedAt, Policy: rec.Policy, Limits: rec.Limits, Dir: dir})
+			CreatedAt: rec.CreatedAt, Policy: rec.Policy, Limits: rec.Limits, Dir: dir, State: stateOf(dir)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out, nil
+}
+
+// stateOf is the state of the session whose state directory is root, as
+// List reports it.
+func stateOf(root string) string {
+	if pausedIn(root) {
+		return session.StatePaused
+	}
+	if _, ok := runningResident(root); ok {
+		return session.StateRunning
+	}
+	return session.StateIdle
 }
 
 // ReapReport says what Reap removed (or, in a dry run, would remove).

@@ -439,14 +439,17 @@ func freezeResident(ctx context.Context, root string, frozen bool, timeout time.
 	return err == nil, err
 }
 
-// residentStats adds to st what the session's running resident sandbox
+// runningResident is the session's resident sandbox as its record names
+// it, and whether it runs, whichever process started it.
+func runningResident(root string) (residentProcs, bool) {
+	r := readResident(root)
+	return r, r.Init.PID != 0 && procOf(r.Init.PID) == r.Init
+}
+
+// residentStats adds to st what the session's running resident sandbox r
 // shows: its uptime, from its init's start, and its memory group's use
 // and limit.
-func residentStats(root string, lim Limits, st *session.Stats) {
-	r := readResident(root)
-	if r.Init.PID == 0 || procOf(r.Init.PID) != r.Init {
-		return
-	}
+func residentStats(root string, r residentProcs, lim Limits, st *session.Stats) {
 	if up, ok := uptimeOf(r.Init); ok {
 		st.Uptime = &up
 	}

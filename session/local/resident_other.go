@@ -26,7 +26,9 @@ func logTail(string) string { return "" }
 
 func readResident(string) residentProcs { return residentProcs{} }
 
-func residentStats(string, Limits, *session.Stats) {}
+func runningResident(string) (residentProcs, bool) { return residentProcs{}, false }
+
+func residentStats(string, residentProcs, Limits, *session.Stats) {}
 
 func freezeResident(context.Context, string, bool, time.Duration, func() bool) (bool, error) {
 	return false, nil
