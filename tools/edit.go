@@ -213,9 +213,10 @@ func editsOf(p string, a args) ([]edit, error) {
 	return edits, nil
 }
 
-// applyEdits replaces each edit's oldText (never empty: editsOf), which must occur exactly once in
-// the original, with its newText; overlapping edits are refused. All edits
-// are located in the original, so their order does not matter.
+// applyEdits replaces each edit's oldText (never empty: editsOf refuses
+// that), which must occur exactly once in the original, with its newText;
+// overlapping edits are refused. All edits are located in the original, so
+// their order does not matter.
 func applyEdits(original string, edits []edit) (string, error) {
 	type span struct{ start, end, index int }
 	spans := make([]span, 0, len(edits))
