@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/tools"
 )
@@ -82,6 +84,81 @@ func TestCallOfASessionBeingRemoved(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(s.dirs.Workspace, "ran")); err == nil {
 		t.Error("the call ran")
+	}
+}
+
+// TestEndedUnderACall: another process resizes or poisons the session
+// while a bash call runs in its resident sandbox, which that ends. The
+// call says what ended it (a broken channel still, to errors.Is), the
+// session stays usable, and the next call runs in a new sandbox; a
+// sandbox that dies on its own says nothing of the host ending it.
+func TestEndedUnderACall(t *testing.T) {
+	ctx := context.Background()
+	s := newTestSession(t, Options{})
+	other, err := Attach(ctx, filepath.Dir(s.dirs.Root), s.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := tools.New(s, tools.Options{})
+	interrupted := func(interrupt func()) error {
+		t.Helper()
+		started := filepath.Join(s.dirs.Workspace, "started")
+		_ = os.Remove(started)
+		done := make(chan error, 1)
+		go func() {
+			_, err := tb.Call(ctx, "bash", json.RawMessage(`{"command":"touch started; sleep 30"}`), nil)
+			done <- err
+		}()
+		awaitFile(t, started)
+		interrupt()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(20 * time.Second):
+			t.Fatal("the call outlived its sandbox")
+			return nil
+		}
+	}
+	for _, c := range []struct {
+		name, said string
+		end        func() error
+	}{
+		{"resize", "a resize of the session ended its sandbox under the call", func() error {
+			if !hostEnforces(t, s, Limits{MemoryBytes: 96 << 20}) {
+				return errors.ErrUnsupported
+			}
+			return other.Resize(ctx, session.Resize{Memory: "96M"})
+		}},
+		{"poison", "the poisoning of the session (a call left the guest's state unknown) ended its sandbox under the call", func() error {
+			return other.Poison(ctx, errors.New("a test's"))
+		}},
+	} {
+		var endErr error
+		err := interrupted(func() { endErr = c.end() })
+		if errors.Is(endErr, errors.ErrUnsupported) {
+			t.Logf("%s: skipped, this host cannot enforce a cgroup memory limit", c.name)
+			continue
+		}
+		if endErr != nil {
+			t.Fatalf("%s from another process: %v", c.name, endErr)
+		}
+		if !errors.Is(err, session.ErrChannelBroken) || !strings.Contains(err.Error(), c.said) {
+			t.Errorf("the call under the %s: %v, want a broken channel that says %q", c.name, err, c.said)
+		}
+		if s.Poisoned() || other.Poisoned() {
+			t.Errorf("the %s left the session unusable", c.name)
+		}
+		if out, err := tb.Call(ctx, "bash", json.RawMessage(`{"command":"echo after"}`), nil); err != nil || out != "after\n" {
+			t.Fatalf("the call after the %s: %q, %v", c.name, out, err)
+		}
+	}
+	err = interrupted(func() {
+		if err := unix.Kill(readResident(s.dirs.Root).Init.PID, unix.SIGKILL); err != nil {
+			t.Fatalf("killing the sandbox: %v", err)
+		}
+	})
+	if !errors.Is(err, session.ErrChannelBroken) || strings.Contains(err.Error(), "ended its sandbox") {
+		t.Errorf("the call in a sandbox that died: %v, want a broken channel that says nothing of the host ending it", err)
 	}
 }
 

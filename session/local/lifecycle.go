@@ -2,10 +2,8 @@ package local
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -67,7 +65,7 @@ func (s *Session) Pause(ctx context.Context) error {
 		s.log.Warn("local sandbox: the resident sandbox did not freeze; ending it", "err", err)
 	}
 	if !frozen {
-		s.stopResident()
+		s.stopResident("a pause of the session (the sandbox could not be frozen)")
 	}
 	return nil
 }
@@ -96,14 +94,7 @@ func (s *Session) resume(ctx context.Context) error {
 func (s *Session) SetAutoResume(on bool) { s.manual.Store(!on) }
 
 // paused reports whether the session is paused, by any process.
-func (s *Session) paused() bool { return pausedIn(s.dirs.Root) }
-
-// pausedIn reports whether the session whose state directory is root is
-// paused, by whichever process.
-func pausedIn(root string) bool {
-	_, err := os.Lstat(filepath.Join(root, pausedFile))
-	return err == nil
-}
+func (s *Session) paused() bool { return marked(s.dirs.Root, pausedFile) }
 
 func (s *Session) markPaused(paused bool) error {
 	path := filepath.Join(s.dirs.Root, pausedFile)
@@ -225,38 +216,8 @@ func (s *Session) Resize(ctx context.Context, r session.Resize) error {
 	s.mu.Unlock()
 	// The resident sandbox runs under the limits it started with: it ends,
 	// with what runs in it, and the next call starts one under these.
-	markResized(s.dirs.Root, readResident(s.dirs.Root).Init)
-	s.stopResident()
+	s.stopResident("a resize of the session")
 	return nil
-}
-
-// resizedFile, in a session's state directory, names the resident
-// sandbox the session's last resize ended (its init, as the resident's
-// record names it), so that a call of any process that was running in it
-// says why it ended.
-const resizedFile = "resized"
-
-// markResized records that a resize ends the resident sandbox whose init
-// is init. Best effort: without it such a call ends as a broken channel.
-func markResized(root string, init proc) {
-	if init.PID == 0 {
-		return
-	}
-	if data, err := json.Marshal(init); err == nil {
-		_ = os.WriteFile(filepath.Join(root, resizedFile), data, 0o600)
-	}
-}
-
-// resizedUnder reports whether a resize ended the resident sandbox whose
-// init is init.
-func resizedUnder(root string, init proc) bool {
-	f, err := openOwned(filepath.Join(root, resizedFile))
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	var ended proc
-	return json.NewDecoder(io.LimitReader(f, 256)).Decode(&ended) == nil && ended == init
 }
 
 // maxSizeCPUs bounds a session's CPUs as msb bounds a VM's.

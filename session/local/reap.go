@@ -63,7 +63,7 @@ func List(stateDir string) ([]Info, error) {
 // stateOf is the state of the session whose state directory is root, as
 // List reports it.
 func stateOf(root string) string {
-	if pausedIn(root) {
+	if marked(root, pausedFile) {
 		return session.StatePaused
 	}
 	if _, ok := runningResident(root); ok {

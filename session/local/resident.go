@@ -2,9 +2,12 @@ package local
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -246,8 +249,12 @@ func (r *residency) leave() {
 
 // stopResident ends the session's resident sandbox, whichever process
 // started it, and everything in it; the next call that can use one starts
-// another.
-func (s *Session) stopResident() {
+// another. why, when given, says what ended it to the calls of any process
+// that were running in it (markEnded).
+func (s *Session) stopResident(why string) {
+	if why != "" {
+		markEnded(s.dirs.Root, readResident(s.dirs.Root).Init, why)
+	}
 	r := &s.res
 	r.mu.Lock()
 	// A start under way ends first (within residentHelloTimeout), so the
@@ -265,6 +272,43 @@ func (s *Session) stopResident() {
 		cur.stop()
 	}
 	s.endAnyResident()
+}
+
+// endedFile, in a session's state directory, says what the host last
+// ended the session's resident sandbox for, and which sandbox that was
+// (its init, as the resident's record names it).
+const endedFile = "ended"
+
+type endedMark struct {
+	Init proc   `json:"init"`
+	Why  string `json:"why"`
+}
+
+// markEnded records that the host ends the resident sandbox whose init is
+// init, for why. Best effort: without it a call that was running there
+// ends as a broken channel, saying nothing of why.
+func markEnded(root string, init proc, why string) {
+	if init.PID == 0 {
+		return
+	}
+	if data, err := json.Marshal(endedMark{Init: init, Why: why}); err == nil {
+		_ = os.WriteFile(filepath.Join(root, endedFile), data, 0o600)
+	}
+}
+
+// endedFor is what the host ended the resident sandbox whose init is init
+// for, or "" when it did not end that one.
+func endedFor(root string, init proc) string {
+	f, err := openOwned(filepath.Join(root, endedFile))
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	var m endedMark
+	if json.NewDecoder(io.LimitReader(f, 1024)).Decode(&m) != nil || m.Init != init {
+		return ""
+	}
+	return m.Why
 }
 
 // runResident runs one call on the resident sandbox's channel.
@@ -299,8 +343,8 @@ func (s *Session) runResident(ctx context.Context, cur *resident, c call, cmd se
 		err = ctxError(ctx)
 	} else {
 		err = agentchan.SessionError(err)
-		if errors.Is(err, session.ErrChannelBroken) && resizedUnder(s.dirs.Root, cur.procs.Init) {
-			err = fmt.Errorf("local sandbox %s: a resize of the session ended its sandbox under the call: %w", s.rec.Name, err)
+		if why := endedFor(s.dirs.Root, cur.procs.Init); why != "" && errors.Is(err, session.ErrChannelBroken) {
+			err = fmt.Errorf("local sandbox %s: %s ended its sandbox under the call: %w", s.rec.Name, why, err)
 		}
 	}
 	if res == nil {

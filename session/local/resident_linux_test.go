@@ -887,7 +887,7 @@ func TestResidentSandboxHoldsTheSessionsLimits(t *testing.T) {
 	assert.Equal(t, 1, a.Served().Resident, "the attached session's call ran outside the resident sandbox")
 	assert.Equal(t, first, readResident(s.dirs.Root).Cgroup, "the sandbox died of its call's memory")
 
-	s.stopResident()
+	s.stopResident("")
 	assert.Empty(t, groups(first), "the resident sandbox's groups outlived it")
 	st, err = s.Stats(context.Background())
 	require.NoError(t, err)
@@ -926,7 +926,7 @@ func TestResidentEgressProxyEndsWithTheSandbox(t *testing.T) {
 	assert.Equal(t, "oma-sandbox: egress refused 127.0.0.1:2: not in the allowlist\n", string(res.Stderr))
 	assert.Equal(t, 1, a.Served().Resident)
 
-	s.stopResident()
+	s.stopResident("")
 	assert.True(t, first.Proxy.exitsWithin(0), "the proxy outlived its sandbox's end")
 
 	rsh(t, s, `true`)

@@ -4,7 +4,6 @@ package local
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -12,10 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/oma-sandbox/oma-sandbox/session"
-	"github.com/oma-sandbox/oma-sandbox/tools"
 )
 
 // TestResizeBindsLaterCalls: Resize rewrites the session's limits (and
@@ -118,64 +114,4 @@ func runningCallLimits(t *testing.T, s *Session) map[string]string {
 		}
 	}
 	return out
-}
-
-// TestResizedUnderACall: another process resizes the session while a bash
-// call runs in its resident sandbox, which the resize ends. The call says
-// that a resize ended it (a broken channel still, to errors.Is), nothing
-// is poisoned, and the next call runs in a new sandbox; a sandbox that
-// dies later on its own says nothing of a resize.
-func TestResizedUnderACall(t *testing.T) {
-	ctx := context.Background()
-	s := newTestSession(t, Options{})
-	if !hostEnforces(t, s, Limits{MemoryBytes: 96 << 20}) {
-		t.Skip("this host cannot enforce a cgroup memory limit")
-	}
-	other, err := Attach(ctx, filepath.Dir(s.dirs.Root), s.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tb := tools.New(s, tools.Options{})
-	interrupted := func(interrupt func()) error {
-		t.Helper()
-		started := filepath.Join(s.dirs.Workspace, "started")
-		_ = os.Remove(started)
-		done := make(chan error, 1)
-		go func() {
-			_, err := tb.Call(ctx, "bash", json.RawMessage(`{"command":"touch started; sleep 30"}`), nil)
-			done <- err
-		}()
-		awaitFile(t, started)
-		interrupt()
-		select {
-		case err := <-done:
-			return err
-		case <-time.After(20 * time.Second):
-			t.Fatal("the call outlived its sandbox")
-			return nil
-		}
-	}
-	const said = "a resize of the session ended its sandbox under the call"
-	err = interrupted(func() {
-		if err := other.Resize(ctx, session.Resize{Memory: "96M"}); err != nil {
-			t.Fatalf("resize from another process: %v", err)
-		}
-	})
-	if !errors.Is(err, session.ErrChannelBroken) || !strings.Contains(err.Error(), said) {
-		t.Errorf("the call under the resize: %v, want a broken channel that says %q", err, said)
-	}
-	if s.Poisoned() {
-		t.Error("a resize poisoned the session")
-	}
-	if out, err := tb.Call(ctx, "bash", json.RawMessage(`{"command":"echo after"}`), nil); err != nil || out != "after\n" {
-		t.Fatalf("the call after the resize: %q, %v", out, err)
-	}
-	err = interrupted(func() {
-		if err := unix.Kill(readResident(s.dirs.Root).Init.PID, unix.SIGKILL); err != nil {
-			t.Fatalf("killing the sandbox: %v", err)
-		}
-	})
-	if !errors.Is(err, session.ErrChannelBroken) || strings.Contains(err.Error(), "resize") {
-		t.Errorf("the call in a sandbox that died: %v, want a broken channel that names no resize", err)
-	}
 }

@@ -423,7 +423,7 @@ func (s *Session) begin(ctx context.Context) (context.Context, func(), error) {
 // killed. The workspace is kept either way; only Close removes it.
 func (s *Session) Poison(ctx context.Context, cause error) error {
 	if runtime.GOOS == "linux" {
-		s.stopResident()
+		s.stopResident("the poisoning of the session (a call left the guest's state unknown)")
 		s.log.Info("local sandbox: the call's processes ended with its sandbox; nothing to poison", "cause", cause)
 		return nil
 	}
@@ -456,7 +456,7 @@ func (s *Session) shutdown(ctx context.Context, why error) error {
 		return nil
 	}
 	markRemoving(s.dirs.Root)
-	s.stopResident()
+	s.stopResident("")
 	waited := make(chan struct{})
 	go func() { s.wg.Wait(); close(waited) }()
 	timer := time.NewTimer(closeTimeout)
@@ -469,7 +469,7 @@ func (s *Session) shutdown(ctx context.Context, why error) error {
 		return fmt.Errorf("local sandbox %s: calls still running %s after close", s.rec.Name, closeTimeout)
 	}
 	// A call that passed begin before the close may have started one.
-	s.stopResident()
+	s.stopResident("")
 	if err := removeSession(s.dirs.Root); err != nil {
 		return fmt.Errorf("local sandbox %s: removing state: %w", s.rec.Name, err)
 	}
@@ -481,8 +481,12 @@ func (s *Session) shutdown(ctx context.Context, why error) error {
 
 // removing reports whether a removal of the session has begun and not
 // ended, in this process or another (its mark is there).
-func (s *Session) removing() bool {
-	_, err := os.Lstat(filepath.Join(s.dirs.Root, removingFile))
+func (s *Session) removing() bool { return marked(s.dirs.Root, removingFile) }
+
+// marked reports whether the state directory root holds the mark name (a
+// file of the host's that any process of it may have left).
+func marked(root, name string) bool {
+	_, err := os.Lstat(filepath.Join(root, name))
 	return err == nil
 }
 
