@@ -52,7 +52,11 @@ anything ran (unknown tool, malformed JSON, an invalid field).`)
 		return &usageError{msg: "--json goes with --list", usage: usage(fs)}
 	}
 	if len(rest) < 2 || len(rest) > 3 {
-		return &usageError{msg: "tool needs NAME TOOL [JSON|-]", usage: usage(fs)}
+		msg := fmt.Sprintf("tool needs NAME TOOL [JSON|-], got %q", rest)
+		if len(rest) > 3 {
+			msg += " (the JSON input is one argument: quote it)"
+		}
+		return &usageError{msg: msg, usage: usage(fs)}
 	}
 	name, toolName := rest[0], rest[1]
 	if !slices.Contains(tools.Names(), toolName) {

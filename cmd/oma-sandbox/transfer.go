@@ -44,7 +44,7 @@ array of {path, size, sha256}.`)
 		return err
 	}
 	if len(rest) < 2 || len(rest) > 3 {
-		return &usageError{msg: "upload needs NAME HOSTPATH [GUESTPATH]", usage: usage(fs)}
+		return &usageError{msg: fmt.Sprintf("upload needs NAME HOSTPATH [GUESTPATH], got %q", rest), usage: usage(fs)}
 	}
 	name, host := rest[0], rest[1]
 	files, err := hostFiles(host)
@@ -213,7 +213,11 @@ non-printing characters is double-quoted with Go escapes), or with --json
 		return err
 	}
 	if len(rest) != 1 {
-		return &usageError{msg: "outputs needs exactly one NAME", usage: usage(fs)}
+		msg := fmt.Sprintf("outputs needs exactly one NAME, got %q", rest)
+		if len(rest) == 2 && *dest == "" {
+			msg += " (the destination is --dest DIR)"
+		}
+		return &usageError{msg: msg, usage: usage(fs)}
 	}
 	if *dest == "" {
 		return &usageError{msg: "outputs needs --dest DIR", usage: usage(fs)}
