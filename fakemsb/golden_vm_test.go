@@ -5,8 +5,10 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -24,10 +26,12 @@ var knownVMDifferences = map[string]string{
 }
 
 // TestMatchesRealVM replays the cases captured in a booted microVM, in
-// order, with their stdin, against one fakemsb state directory, and
-// requires the real msb's exit code, stdout and stderr for each case
-// marked "fake": what fakemsb's guests answer where the project's tests use
-// them in place of a VM.
+// order, with their stdin and the capture's pauses between them (a case
+// that asks whether the processes an earlier one left have done their
+// work must not come sooner than it came in the VM), against one fakemsb
+// state directory, and requires the real msb's exit code, stdout and
+// stderr for each case marked "fake": what fakemsb's guests answer where
+// the project's tests use them in place of a VM.
 func TestMatchesRealVM(t *testing.T) {
 	f := newFx(t)
 	f.guestImage = true
@@ -39,6 +43,12 @@ func TestMatchesRealVM(t *testing.T) {
 	compared := 0
 	for _, line := range strings.Split(strings.TrimSpace(string(list)), "\n") {
 		name, compare, _ := strings.Cut(line, " ")
+		if name == "pause" {
+			seconds, err := strconv.Atoi(compare)
+			require.NoError(t, err, "cases: %q", line)
+			time.Sleep(time.Duration(seconds) * time.Second)
+			continue
+		}
 		read := func(ext string) string {
 			b, err := os.ReadFile(filepath.Join(vmDir, name+"."+ext))
 			require.NoError(t, err)

@@ -41,6 +41,13 @@ capture() {
   echo "capture-msb-vm: $name: exit $code"
 }
 
+# pause SECONDS: waits between two cases, and says so in the list, so that
+# a replay waits as long before the next.
+pause() {
+  sleep "$1"
+  printf 'pause %s\n' "$1" >>"$out/cases"
+}
+
 "$msb" load --quiet --tag capture/vm:1 --input "$archive"
 printf 'line one\nline two' >"$work/stdin.txt"
 
@@ -76,7 +83,7 @@ capture exec-timeout-not-reached fake - exec --timeout 30s capvm -- echo in-time
 capture exec-leaves-background fake - exec capvm -- /bin/sh -c '(sleep 3; echo kept >/tmp/bg-plain) >/dev/null 2>&1 </dev/null & echo started'
 capture exec-leaves-setsid fake - exec capvm -- /bin/sh -c 'setsid /bin/sh -c "sleep 3; echo kept >/tmp/bg-setsid" >/dev/null 2>&1 </dev/null & echo started'
 capture exec-leaves-on-pipe fake - exec capvm -- /bin/sh -c '(sleep 3; echo kept >/tmp/bg-pipe; echo late) & echo started'
-sleep 8
+pause 8
 capture exec-background-survivors fake - exec capvm -- /bin/sh -c 'for f in plain setsid pipe; do printf "%s: " $f; cat /tmp/bg-$f 2>/dev/null || echo gone; done'
 # copy, both ways; a missing guest file.
 capture copy-in fake - copy "$work/scratch/in.txt" capvm:/tmp/in.txt
