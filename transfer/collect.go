@@ -49,20 +49,9 @@ type Result struct {
 	Partial  bool              `json:"partial"`
 }
 
-// Deadlines of the two guest commands of a collection. The fetch gets a
-// fixed part plus time in proportion to the bytes listed: on fakemsb on a
-// loaded 2-core machine, listing and fetching 100 MiB take 2.3 to 4.1 s
-// (TestCollect100MiBFitsItsDeadline), so the 25 s a full 100 MiB gets
-// leaves a sixfold margin for a slower VM transport.
-const (
-	listTimeout      = time.Minute
-	fetchBaseTimeout = 15 * time.Second
-	fetchBytesPerSec = 10 << 20
-)
-
-func fetchTimeout(bytes int64) time.Duration {
-	return fetchBaseTimeout + time.Duration(bytes/fetchBytesPerSec+1)*time.Second
-}
+// listTimeout is the deadline of the listing; a fetch has those of a
+// transfer (withDeadlines).
+const listTimeout = time.Minute
 
 // tarOverhead bounds what tar adds per file (headers, pax records, padding).
 const tarOverhead = 8 << 10
@@ -164,11 +153,8 @@ func Fetch(ctx context.Context, s session.Session, records []outputs.Record, sin
 		names.WriteByte(0)
 		budget += r.Size + tarOverhead
 	}
-	timeout := fetchTimeout(budget)
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	ctx, cancelCause := context.WithCancelCause(ctx)
-	defer cancelCause(nil)
+	dl, ctx, cancel := withDeadlines(ctx, "the outputs' fetch", budget)
+	defer cancel(nil)
 	pr, pw := io.Pipe()
 	type outcome struct {
 		files   []File
@@ -179,7 +165,7 @@ func Fetch(ctx context.Context, s session.Session, records []outputs.Record, sin
 	go func() {
 		files, refused, err := readArchive(pr, records, sink)
 		if err != nil {
-			cancelCause(err)
+			cancel(err)
 		}
 		pr.CloseWithError(err) // unblocks the writer below if we stopped early
 		done <- outcome{files, refused, err}
@@ -187,17 +173,23 @@ func Fetch(ctx context.Context, s session.Session, records []outputs.Record, sin
 	cmd := session.Command{Builtin: agentwire.BuiltinOutputsFetch, Args: []string{s.Paths().Outputs}}
 	res, err := s.Shell(ctx, cmd, session.ShellOptions{
 		Stdin:        &names,
-		Stdout:       func(p []byte) { _, _ = pw.Write(p) },
+		Stdout:       func(p []byte) { dl.relay(pw, p) },
 		MaxOutput:    budget + tarOverhead,
-		GuestTimeout: timeout,
+		GuestTimeout: dl.guestTimeout(),
 	})
+	// Whichever failed first is the cause: a bad archive makes the reader
+	// cancel the call, and a call that ended early cuts the archive short.
+	cause := context.Cause(ctx) // before the reader sees the stream end
 	pw.Close()
 	got := <-done
+	if dl.ended(cause) {
+		return nil, nil, fmt.Errorf("fetch outputs: %w", cause)
+	}
+	if err != nil && (got.err == nil || !errors.Is(cause, got.err)) {
+		return nil, nil, fmt.Errorf("fetch outputs: %w", err)
+	}
 	if got.err != nil {
 		return nil, nil, fmt.Errorf("fetch outputs: %w", got.err)
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("fetch outputs: %w", err)
 	}
 	// The archive, complete and checked entry by entry, says which files
 	// vanished or changed; a fetch that stopped short fails as a whole.

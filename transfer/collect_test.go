@@ -374,7 +374,7 @@ func TestCollect100MiBFitsItsDeadline(t *testing.T) {
 }
 
 // Over the guest agent's channel the archive travels as base64 in JSON
-// frames: 10 MiB of outputs fit the deadline Collect sets for them (16 s)
+// frames: 10 MiB of outputs fit the deadline Collect sets for them (3 minutes)
 // even under the race detector, whose instrumentation of the frame codec
 // makes it many times slower than a real run (100 MiB: about 4 s without
 // it, 24 s with it; one exec per call: 2 s either way).

@@ -190,11 +190,20 @@ func place(ctx context.Context, s session.Session, k Kind, root string, files []
 	if k == Skill {
 		kind, user = "skills", agentUser
 	}
+	var size int64
+	for _, f := range files {
+		size += f.size + tarOverhead
+	}
+	dl, ctx, cancel := withDeadlines(ctx, "the "+kind+"' upload", size)
+	defer cancel(nil)
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(writeTar(pw, files)) }()
 	defer pr.Close() // unblocks the writer if the guest stopped reading
 	res, err := s.Shell(ctx, session.Command{Builtin: agentwire.BuiltinExtract, Args: []string{kind, root}},
-		session.ShellOptions{Stdin: pr, User: user})
+		session.ShellOptions{Stdin: &progressReader{r: pr, d: dl}, User: user, GuestTimeout: dl.guestTimeout()})
+	if cause := context.Cause(ctx); dl.ended(cause) {
+		return fmt.Errorf("materialize %d %s files: %w", len(files), k, cause)
+	}
 	if err != nil {
 		return fmt.Errorf("materialize %d %s files: %w", len(files), k, err)
 	}
