@@ -202,8 +202,11 @@ func (x *extraction) dir(rootFD int, name string) error {
 	return err
 }
 
-// file writes one regular file under a temporary name in its directory,
-// then renames it over name.
+// file writes one regular file into an unnamed file in its directory
+// (O_TMPFILE, where the file system has it), gives it a temporary name
+// once whole and renames that over name. A call killed outright (a
+// sandbox of its own is SIGKILLed at its deadline) leaves no partial
+// file: an unnamed one goes with its last descriptor.
 func (x *extraction) file(rootFD int, name string, content io.Reader) error {
 	dir, base := splitDir(name)
 	dirFD, err := x.last.open(dir, func() (int, error) { return x.dirs(rootFD, dir) })
@@ -211,7 +214,11 @@ func (x *extraction) file(rootFD int, name string, content io.Reader) error {
 		return err
 	}
 	tmp := fmt.Sprintf(".oma-extract-%016x", rand.Uint64())
-	fd, err := unix.Openat(dirFD, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	fd, err := unix.Openat(dirFD, ".", unix.O_WRONLY|unix.O_TMPFILE|unix.O_CLOEXEC, 0o600)
+	unnamed := err == nil
+	if !unnamed {
+		fd, err = unix.Openat(dirFD, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	}
 	if err != nil {
 		return fmt.Errorf("cannot create %s below %s: %s", name, x.root, errText(err))
 	}
@@ -219,6 +226,11 @@ func (x *extraction) file(rootFD int, name string, content io.Reader) error {
 	_, err = io.Copy(f, content)
 	if err == nil {
 		err = f.Chmod(x.mode(name))
+	}
+	if err == nil && unnamed {
+		// The descriptor's magic link names the unnamed file, never a
+		// path the guest could have swapped.
+		err = unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", fd), dirFD, tmp, unix.AT_SYMLINK_FOLLOW)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
