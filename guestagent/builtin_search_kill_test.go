@@ -4,6 +4,7 @@ package guestagent
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -102,34 +103,34 @@ func TestSearchKillNothingToDo(t *testing.T) {
 	}
 }
 
-// Tagged processes that keep coming (an untagged parent outside their
-// groups starts new ones) make it give up and fail, naming them, rather
-// than claim success.
+// Tagged processes that outlast every scan (ones an untagged parent
+// outside their groups keeps starting) make it give up after its
+// patience and fail, naming them, rather than claim success.
 func TestSearchKillReportsSurvivors(t *testing.T) {
 	token := "oma-test-survive"
-	// Four loops, so that on a loaded machine one has started another
-	// by every scan.
-	spawner := exec.Command("/bin/sh", "-c", `for i in 1 2 3 4; do (while :; do `+glob.OwnerEnv+`=`+token+` setsid sleep 60 & sleep 0.02; done) & done; wait`)
-	spawner.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := spawner.Start(); err != nil {
+	survivor := exec.Command("/bin/sh", "-c", `exec setsid sleep 60`)
+	survivor.Env = append(os.Environ(), glob.OwnerEnv+"="+token)
+	if err := survivor.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		syscall.Kill(-spawner.Process.Pid, syscall.SIGKILL)
-		spawner.Wait()
-		for _, pid := range taggedWith(glob.OwnerEnv + "=" + token) {
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
-	})
+	t.Cleanup(func() { survivor.Process.Kill(); survivor.Wait() })
 	for deadline := time.Now().Add(5 * time.Second); len(taggedWith(glob.OwnerEnv+"="+token)) == 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("no tagged process started")
 		}
 	}
+	searchKillSignal = func(int, uint64, syscall.Signal) {}
+	t.Cleanup(func() { searchKillSignal = signalSame })
+
 	var stdout, stderr bytes.Buffer
+	began := time.Now()
 	code, err := RunBuiltin(agentwire.BuiltinSearchKill, glob.CleanupArgs(glob.OwnerEnv, token), nil, &stdout, &stderr)
-	if err != nil || code != 1 || !strings.Contains(stderr.String(), "remain") {
-		t.Fatalf("exit %d (%v), stderr %q; want exit 1 naming the processes that remain", code, err, stderr.String())
+	want := fmt.Sprintf("processes tagged %s remain: [%d]", token, survivor.Process.Pid)
+	if err != nil || code != 1 || !strings.Contains(stderr.String(), want) {
+		t.Fatalf("exit %d (%v), stderr %q; want exit 1 and %q", code, err, stderr.String(), want)
+	}
+	if took := time.Since(began); took < searchKillPatience {
+		t.Errorf("gave up after %v, before its patience of %v", took, searchKillPatience)
 	}
 }
 
