@@ -13,8 +13,8 @@ import (
 // transport that hangs), and as a whole after baseTimeout plus its bytes
 // at minRate, which only a guest that trickles reaches: a real msb
 // microVM under software emulation, the slowest transport measured,
-// fetches 1 MiB of outputs in 4.6 to 6.3 s and 8 MiB in 23 to 34 s (and
-// half as fast again under load); fakemsb on a loaded 2-core machine
+// fetches 1 MiB of outputs in 4.6 to 6.3 s and 8 MiB in 23 to 34 s (up to
+// twice as long under CI's load); fakemsb on a loaded 2-core machine
 // 100 MiB in 2.3 to 4.1 s (TestCollect100MiBFitsItsDeadline).
 var (
 	stallTimeout = 30 * time.Second

@@ -247,11 +247,22 @@ names its session on stderr. Removed names are printed on stdout.`)
 
 var errNoSession = errors.New("no such session")
 
-// remove closes one session by name.
+// remove closes one session by name. A local session not found says
+// which state directory was searched.
 func (c *cli) remove(ctx context.Context, name string) error {
 	s, err := c.open(ctx, name)
 	if errors.Is(err, session.ErrNotFound) {
-		return errNoSession
+		if backendOf(name) != backendLocal {
+			return errNoSession
+		}
+		dir, derr := c.stateDir, error(nil)
+		if dir == "" {
+			dir, derr = local.DefaultStateDir()
+		}
+		if derr != nil {
+			return errNoSession
+		}
+		return fmt.Errorf("%w in %s (one made with another --state-dir or XDG_STATE_HOME is not seen here)", errNoSession, dir)
 	}
 	if err != nil {
 		return err
