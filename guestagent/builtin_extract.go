@@ -227,10 +227,12 @@ func (x *extraction) file(rootFD int, name string, content io.Reader) error {
 	if err == nil {
 		err = f.Chmod(x.mode(name))
 	}
+	named := !unnamed // tmp names this file, to be removed on failure
 	if err == nil && unnamed {
 		// The descriptor's magic link names the unnamed file, never a
 		// path the guest could have swapped.
 		err = unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", fd), dirFD, tmp, unix.AT_SYMLINK_FOLLOW)
+		named = err == nil
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -239,7 +241,9 @@ func (x *extraction) file(rootFD int, name string, content io.Reader) error {
 		err = unix.Renameat(dirFD, tmp, dirFD, base)
 	}
 	if err != nil {
-		_ = unix.Unlinkat(dirFD, tmp, 0)
+		if named {
+			_ = unix.Unlinkat(dirFD, tmp, 0)
+		}
 		if x.c.ending() {
 			return errCallEnding
 		}
