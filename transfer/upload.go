@@ -194,7 +194,7 @@ func place(ctx context.Context, s session.Session, k Kind, root string, files []
 	for _, f := range files {
 		size += f.size + tarOverhead
 	}
-	dl, ctx, cancel := withDeadlines(ctx, "the "+kind+"' upload", size)
+	dl, ctx, cancel := withDeadlines(ctx, "the upload", size)
 	defer cancel(nil)
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(writeTar(pw, files)) }()
