@@ -17,7 +17,9 @@
 #                  oma-sandbox/real-vm under the user's cache directory)
 #   OMA_VM_MEM     each L1's memory (default 6G)
 #   OMA_VM_TIMEOUT seconds L1 may run, all its boots together, before it is
-#                  killed (default 3000: with make check, inside CI's 90 minutes)
+#                  killed (default 3600: a lane's part took up to 2,813 s
+#                  in a green run on a 2-core host, and a chunk that fails
+#                  runs again; with make check, inside CI's 90 minutes)
 #   OMA_VM_BOOTS   how many times L1 may be booted to finish the suite (20)
 #   OMA_VM_SILENCE seconds L1's console may stay silent (it beats every 30)
 #                  before L1 is taken for frozen, killed and booted again (300)
@@ -38,7 +40,7 @@ esac
 
 vm_dir=${OMA_VM_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/oma-sandbox/real-vm}
 vm_mem=${OMA_VM_MEM:-6G}
-vm_timeout=${OMA_VM_TIMEOUT:-3000}
+vm_timeout=${OMA_VM_TIMEOUT:-3600}
 msb=$root/.tools/msb/bin/msb
 # Debian 13's kernel (6.12) in L1: 6.1's (Debian 12) dies within minutes
 # under two microVMs at once (a stack guard page hit in msb's vCPU thread).

@@ -34,6 +34,9 @@ func lifecycle(t *testing.T, tg target) {
 	ctx := context.Background()
 	client := tg.client
 	require.NoError(t, client.VolumeCreate(ctx, msb.VolumeCreateOptions{Name: foreignVolume}))
+	// Removed below once the reaper has left it; here too, so that a
+	// failure before that does not leave it to the next test's listing.
+	t.Cleanup(func() { _ = client.VolumeRemove(context.WithoutCancel(ctx), foreignVolume) })
 
 	s, err := microvm.Create(ctx, tg.options("lifecycle"))
 	require.NoError(t, err, "create a session on %s", microvm.DefaultImage)
