@@ -73,13 +73,6 @@ func TestCopyTreeRefusesSymlinkedRoots(t *testing.T) {
 	}
 }
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
 // allocated is the disk space the files below root take, each inode once.
 func allocated(t *testing.T, root string) int64 {
 	t.Helper()

@@ -73,3 +73,10 @@ func openFDs(t *testing.T) int {
 	must(t, err)
 	return len(ents)
 }
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
