@@ -149,6 +149,16 @@ func (q *Quota) Materialize(ctx context.Context, s session.Session, mounts []Mou
 			total = math.MaxInt64
 		}
 	}
+	// A file where another mount needs a directory would be replaced by
+	// that directory in the guest, and the call would still succeed.
+	for i, guest := range guests {
+		root := rootOf(mounts[i].Kind, paths)
+		for dir := path.Dir(guest); dir != root && len(dir) > len(root); dir = path.Dir(dir) {
+			if seen[dir] {
+				return fmt.Errorf("mount %d: %w: %s is below %s, which is given as a file", i, ErrPath, guest, dir)
+			}
+		}
+	}
 	if err := q.reserve(total); err != nil {
 		return fmt.Errorf("materialize %d files: %w", len(mounts), err)
 	}
