@@ -120,31 +120,38 @@ func (st *stage) sink(r outputs.Record) (io.Writer, func(ok bool) error, error) 
 	}, nil
 }
 
-// undo reverses one step of install.
-type undo func() error
+// undo reverses one step of install, acting in the directory rel below
+// dest (the cursor's, once moved there).
+type undo struct {
+	rel string
+	do  func(dir int) error
+}
 
 // install moves the staged files into dest in order. A file is refused
 // (and the others placed) when a directory on its way is a symlink or not a
 // directory on the host, or when its place is taken by something that is
 // not a regular file, or by a regular file with other bytes and overwrite
 // is off. A file already there with the same bytes counts as collected. Any
-// other failure undoes every step taken and returns the error.
+// other failure undoes every step taken and returns the error. However deep
+// the files, it holds one directory descriptor besides dest's (a cursor).
 func (st *stage) install(files []File, overwrite bool) (placed []File, refused []outputs.Refusal, err error) {
-	dirs := map[string]int{".": int(st.destDir.Fd())}
+	c := &cursor{st: st, root: int(st.destDir.Fd()), ids: map[string]fileID{}}
+	c.fd, c.rel = c.root, "."
 	var undos []undo
 	defer func() {
-		// The undo steps act through the directory descriptors: close after.
-		defer func() {
-			for rel, fd := range dirs {
-				if rel != "." {
-					unix.Close(fd)
-				}
-			}
-		}()
+		defer c.release()
 		if err != nil {
 			var errs []error
 			for i := len(undos) - 1; i >= 0; i-- {
-				if uerr := undos[i](); uerr != nil {
+				u := undos[i]
+				reason, uerr := c.moveTo(u.rel, nil)
+				if uerr == nil && reason != "" {
+					uerr = errors.New(reason)
+				}
+				if uerr == nil {
+					uerr = u.do(c.fd)
+				}
+				if uerr != nil {
 					errs = append(errs, uerr)
 				}
 			}
@@ -159,12 +166,13 @@ func (st *stage) install(files []File, overwrite bool) (placed []File, refused [
 			refused = append(refused, outputs.Refusal{Path: f.Path, Reason: "its name is the collection's staging directory"})
 			continue
 		}
-		parent, reason, err := st.openDir(path.Dir(f.Path), dirs, &undos)
+		dir := path.Dir(f.Path)
+		reason, err := c.moveTo(dir, &undos)
 		if err != nil {
 			return nil, nil, err
 		}
 		if reason == "" {
-			reason, err = st.place(parent, path.Base(f.Path), f, overwrite, &undos)
+			reason, err = st.place(c.fd, dir, path.Base(f.Path), f, overwrite, &undos)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -179,44 +187,118 @@ func (st *stage) install(files []File, overwrite bool) (placed []File, refused [
 	return placed, refused, nil
 }
 
-// openDir opens dest/rel one segment at a time without following links,
-// creating what is missing. reason is set when the host has a symlink or a
-// non-directory on the way.
-func (st *stage) openDir(rel string, dirs map[string]int, undos *[]undo) (fd int, reason string, err error) {
-	if fd, ok := dirs[rel]; ok {
-		return fd, "", nil
+// fileID is a directory's identity.
+type fileID struct{ dev, ino uint64 }
+
+// cursor is the one directory below dest that install holds open. It moves
+// up through "..", checked against the identity each directory had when
+// first opened, and down one segment at a time without following links, so
+// a directory moved meanwhile fails the move rather than lead elsewhere.
+type cursor struct {
+	st   *stage
+	root int    // dest's descriptor, not the cursor's to close
+	fd   int    // the directory at rel
+	rel  string // "." for dest
+	ids  map[string]fileID
+}
+
+func (c *cursor) release() {
+	if c.fd != c.root {
+		unix.Close(c.fd)
 	}
-	parent, reason, err := st.openDir(path.Dir(rel), dirs, undos)
-	if err != nil || reason != "" {
-		return -1, reason, err
+	c.fd, c.rel = c.root, "."
+}
+
+// enter makes the cursor hold fd, the directory at rel, checking that it is
+// the directory that was there before.
+func (c *cursor) enter(fd int, rel string) error {
+	var s unix.Stat_t
+	if err := unix.Fstat(fd, &s); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("inspect directory %s: %w", c.st.hostPath(rel), err)
 	}
-	seg := path.Base(rel)
+	id := fileID{uint64(s.Dev), uint64(s.Ino)}
+	if want, ok := c.ids[rel]; ok && want != id {
+		unix.Close(fd)
+		return fmt.Errorf("directory %s moved during the collection", c.st.hostPath(rel))
+	}
+	c.ids[rel] = id
+	if c.fd != c.root {
+		unix.Close(c.fd)
+	}
+	c.fd, c.rel = fd, rel
+	return nil
+}
+
+// moveTo moves the cursor to dest/rel. Given undos, it creates what is
+// missing (recording how to remove it); without, a missing directory is an
+// error. reason is set, and the cursor left on the way, when the host has a
+// symlink or a non-directory there.
+func (c *cursor) moveTo(rel string, undos *[]undo) (reason string, err error) {
+	if _, ok := c.ids["."]; !ok {
+		var s unix.Stat_t
+		if err := unix.Fstat(c.root, &s); err != nil {
+			return "", fmt.Errorf("inspect %s: %w", c.st.dest, err)
+		}
+		c.ids["."] = fileID{uint64(s.Dev), uint64(s.Ino)}
+	}
+	for c.rel != "." && rel != c.rel && !strings.HasPrefix(rel, c.rel+"/") {
+		up := path.Dir(c.rel)
+		if up == "." {
+			c.release()
+			break
+		}
+		fd, err := unix.Openat(c.fd, "..", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return "", fmt.Errorf("open directory %s: %w", c.st.hostPath(up), err)
+		}
+		if err := c.enter(fd, up); err != nil {
+			return "", err
+		}
+	}
+	for c.rel != rel {
+		rest := rel
+		if c.rel != "." {
+			rest = rel[len(c.rel)+1:]
+		}
+		seg, _, _ := strings.Cut(rest, "/")
+		reason, err := c.down(seg, undos)
+		if err != nil || reason != "" {
+			return reason, err
+		}
+	}
+	return "", nil
+}
+
+// down moves the cursor into its directory seg, without following a link.
+func (c *cursor) down(seg string, undos *[]undo) (reason string, err error) {
+	parent, parentRel := c.fd, c.rel
+	rel := path.Join(parentRel, seg)
 	flags := unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
-	fd, err = unix.Openat(parent, seg, flags, 0)
-	if errors.Is(err, unix.ENOENT) {
+	fd, err := unix.Openat(parent, seg, flags, 0)
+	if errors.Is(err, unix.ENOENT) && undos != nil {
 		if err = unix.Mkdirat(parent, seg, 0o755); err == nil {
-			*undos = append(*undos, func() error { return unix.Unlinkat(parent, seg, unix.AT_REMOVEDIR) })
+			*undos = append(*undos, undo{parentRel, func(dir int) error { return unix.Unlinkat(dir, seg, unix.AT_REMOVEDIR) }})
 		} else if !errors.Is(err, unix.EEXIST) {
-			return -1, "", fmt.Errorf("make directory %s: %w", st.hostPath(rel), err)
+			return "", fmt.Errorf("make directory %s: %w", c.st.hostPath(rel), err)
 		}
 		fd, err = unix.Openat(parent, seg, flags, 0)
 	}
 	switch {
 	case err == nil:
-		dirs[rel] = fd
-		return fd, "", nil
+		return "", c.enter(fd, rel)
 	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.EMLINK), errors.Is(err, unix.ENOTDIR):
 		var fi unix.Stat_t
 		if unix.Fstatat(parent, seg, &fi, unix.AT_SYMLINK_NOFOLLOW) == nil && fi.Mode&unix.S_IFMT == unix.S_IFLNK {
-			return -1, fmt.Sprintf("%s is a symbolic link on the host; not followed", st.hostPath(rel)), nil
+			return fmt.Sprintf("%s is a symbolic link on the host; not followed", c.st.hostPath(rel)), nil
 		}
-		return -1, fmt.Sprintf("%s is not a directory on the host", st.hostPath(rel)), nil
+		return fmt.Sprintf("%s is not a directory on the host", c.st.hostPath(rel)), nil
 	}
-	return -1, "", fmt.Errorf("open directory %s: %w", st.hostPath(rel), err)
+	return "", fmt.Errorf("open directory %s: %w", c.st.hostPath(rel), err)
 }
 
-// place moves f's staged file to base in parent.
-func (st *stage) place(parent int, base string, f File, overwrite bool, undos *[]undo) (reason string, err error) {
+// place moves f's staged file to base in parent, the directory dir.
+func (st *stage) place(parent int, dir, base string, f File, overwrite bool, undos *[]undo) (reason string, err error) {
 	staged := st.staged[f.Path]
 	host := st.hostPath(f.Path)
 	var existing unix.Stat_t
@@ -237,7 +319,7 @@ func (st *stage) place(parent int, base string, f File, overwrite bool, undos *[
 			return "", fmt.Errorf("set aside %s: %w", host, err)
 		}
 		st.leftover = append(st.leftover, old)
-		*undos = append(*undos, func() error { return unix.Renameat(st.dirFD(), old, parent, base) })
+		*undos = append(*undos, undo{dir, func(dir int) error { return unix.Renameat(st.dirFD(), old, dir, base) }})
 	}
 	// link(2) never replaces: a file that appeared meanwhile is kept.
 	err = unix.Linkat(st.dirFD(), staged, parent, base, 0)
@@ -252,7 +334,7 @@ func (st *stage) place(parent int, base string, f File, overwrite bool, undos *[
 	if err != nil {
 		return "", fmt.Errorf("place %s: %w", host, err)
 	}
-	*undos = append(*undos, func() error { return unix.Unlinkat(parent, base, 0) })
+	*undos = append(*undos, undo{dir, func(dir int) error { return unix.Unlinkat(dir, base, 0) }})
 	return "", nil
 }
 
