@@ -140,3 +140,35 @@ func TestRemoveAllRefusesMountCrossings(t *testing.T) {
 		t.Fatalf("file on the mount removed: %v", err)
 	}
 }
+
+// Two removals of one tree at once (`session rm` beside the reaper) both
+// succeed: a directory the other one removed while this one read it is
+// gone, not a failure.
+func TestRemoveAllTwiceAtOnce(t *testing.T) {
+	for round := range 10 {
+		dir := filepath.Join(t.TempDir(), "tree")
+		for i := range 8 {
+			sub := filepath.Join(dir, strconv.Itoa(i), "a", "b", "c")
+			if err := os.MkdirAll(sub, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for j := range 10 {
+				if err := os.WriteFile(filepath.Join(sub, strconv.Itoa(j)), nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		errs := make(chan error, 3)
+		for range cap(errs) {
+			go func() { errs <- RemoveAll(dir) }()
+		}
+		for range cap(errs) {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+			t.Fatalf("round %d: tree still there: %v", round, err)
+		}
+	}
+}

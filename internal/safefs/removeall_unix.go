@@ -131,6 +131,11 @@ func emptyDir(parent int, name string) error {
 	fresh := true // cur was just opened: its offset is at the start
 	for rounds := 0; ; {
 		ents, err := readEntries(cur, buf, !fresh)
+		if errors.Is(err, unix.ENOENT) {
+			// cur was removed meanwhile, by another removal of the same
+			// tree: removeAt looks at the top again.
+			return nil
+		}
 		if err != nil {
 			return err
 		}
