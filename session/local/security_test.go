@@ -406,3 +406,23 @@ func TestHostDeadlineAndAbortKillTheTree(t *testing.T) {
 		t.Fatalf("session unusable after kills: %q", got)
 	}
 }
+
+// TestCopyInNeverHangsOnAGuestFIFO: the guest keeps exchanging CopyIn's
+// target with a FIFO. CopyIn checked the target and then opened it to
+// write, without O_NONBLOCK, which blocks forever on a FIFO no one reads.
+// Each CopyIn must end, copying or refusing.
+func TestCopyInNeverHangsOnAGuestFIFO(t *testing.T) {
+	s := newTestSession(t, Options{})
+	ctx := context.Background()
+	src := filepath.Join(t.TempDir(), "src")
+	if err := os.WriteFile(src, []byte("host data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(s.dirs.Workspace, "a.txt")
+	if err := os.WriteFile(target, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	neverBlocksOnFIFO(t, target, "CopyIn", func() error {
+		return s.CopyIn(ctx, src, s.paths.Workspace+"/a.txt")
+	})
+}

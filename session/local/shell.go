@@ -331,29 +331,33 @@ func (c copier) file(src, rel string, perm fs.FileMode) error {
 	if err := c.ctx.Err(); err != nil {
 		return ctxError(c.ctx)
 	}
-	if fi, err := c.root.Lstat(rel); err == nil && !fi.Mode().IsRegular() {
+	fi, err := c.root.Lstat(rel)
+	switch {
+	case err == nil && !fi.Mode().IsRegular():
 		return &EscapeError{Path: rel, Root: c.hostRoot, Reason: "target exists and is not a regular file"}
+	case os.IsNotExist(err):
+		fi = nil
+	case err != nil:
+		return err
 	}
 	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	out, err := c.root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
+	// The file checked, never a FIFO or another file put in its place.
+	out, err := openToReplace(c.root, rel, fi, perm)
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
+	_, err = io.Copy(out, in)
+	if err == nil {
+		err = out.Chmod(perm)
 	}
-	if err := out.Close(); err != nil {
-		return err
+	if uid, gid, ok := c.own(filepath.Join(c.hostRoot, rel)); ok && err == nil {
+		err = out.Chown(uid, gid)
 	}
-	if err := c.root.Chmod(rel, perm); err != nil {
-		return err
-	}
-	return c.chown(rel)
+	return errors.Join(err, out.Close())
 }
 
 func (c copier) tree(src, rel string) error {

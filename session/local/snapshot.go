@@ -93,9 +93,12 @@ func (s *Session) Restore(ctx context.Context, snaps ...Snapshot) error {
 		if !created && !fi.Mode().IsRegular() {
 			return &EscapeError{Path: sn.Path, Root: s.paths.Workspace, Reason: "not a regular file"}
 		}
-		f, err := r.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		if created {
+			fi = nil
+		}
+		f, err := openToReplace(r, rel, fi, 0o644)
 		if err != nil {
-			return err
+			return fmt.Errorf("local sandbox: restore %s: %w", sn.Path, err)
 		}
 		_, werr := f.Write(data)
 		if err := errors.Join(werr, f.Close()); err != nil {
@@ -108,6 +111,33 @@ func (s *Session) Restore(ctx context.Context, snaps ...Snapshot) error {
 		}
 	}
 	return nil
+}
+
+// openToReplace opens rel to be written and emptied: made anew with perm
+// (never through a link) when Lstat found nothing there (fi nil), else the
+// very regular file Lstat saw as fi. It opens without blocking, so a FIFO
+// the guest put in the file's place meanwhile cannot hang the host, and
+// nothing is truncated before the file is known to be that one.
+func openToReplace(r *os.Root, rel string, fi os.FileInfo, perm os.FileMode) (*os.File, error) {
+	if fi == nil {
+		return r.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NONBLOCK, perm)
+	}
+	f, err := r.OpenFile(rel, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	got, err := f.Stat()
+	if err == nil && (!got.Mode().IsRegular() || !os.SameFile(fi, got)) {
+		err = &EscapeError{Path: rel, Root: r.Name(), Reason: "replaced while it was written"}
+	}
+	if err == nil {
+		err = f.Truncate(0)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // snapshotPath jails p to the workspace and refuses any symlink on the

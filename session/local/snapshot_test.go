@@ -7,7 +7,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/oma-sandbox/oma-sandbox/session"
 )
@@ -79,5 +83,71 @@ func TestSnapshotRefusals(t *testing.T) {
 	forged.Path = "/workspace/../../etc/x"
 	if err := s.Restore(ctx, forged); !errors.Is(err, ErrPathEscape) {
 		t.Fatalf("restore outside: %v", err)
+	}
+}
+
+// TestRestoreNeverHangsOnAGuestFIFO: the guest keeps exchanging a
+// restored file with a FIFO while Restore runs. Restore checked the path
+// and then opened it to write, without O_NONBLOCK: an open for writing of
+// a FIFO no one reads blocks forever, and with it the host's call. Each
+// Restore must end, writing the file or refusing.
+func TestRestoreNeverHangsOnAGuestFIFO(t *testing.T) {
+	s := newTestSession(t, Options{})
+	ctx := context.Background()
+	sh(t, s, `printf one > a.txt`)
+	snaps, err := s.Snapshot(ctx, "a.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	neverBlocksOnFIFO(t, filepath.Join(s.dirs.Workspace, "a.txt"), "Restore", func() error {
+		return s.Restore(ctx, snaps...)
+	})
+}
+
+// neverBlocksOnFIFO calls write for 5 s while a racer, as the guest,
+// keeps exchanging path with a FIFO (renameat2 RENAME_EXCHANGE), and
+// fails if a call blocks.
+func neverBlocksOnFIFO(t *testing.T, path, what string, write func() error) {
+	t.Helper()
+	fifo := filepath.Join(filepath.Dir(path), "fifo")
+	if err := unix.Mkfifo(fifo, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	raced := make(chan struct{})
+	go func() {
+		defer close(raced)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_ = unix.Renameat2(unix.AT_FDCWD, path, unix.AT_FDCWD, fifo, unix.RENAME_EXCHANGE)
+		}
+	}()
+	// The FIFO is always at one of the two names: a reader there lets a
+	// blocked open for writing return.
+	halt := sync.OnceFunc(func() {
+		close(stop)
+		<-raced
+		for _, p := range []string{path, fifo} {
+			if fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NONBLOCK, 0); err == nil {
+				unix.Close(fd)
+			}
+		}
+	})
+	defer halt()
+	deadline := time.Now().Add(5 * time.Second)
+	for i := 0; time.Now().Before(deadline); i++ {
+		done := make(chan error, 1)
+		go func() { done <- write() }()
+		select {
+		case <-done:
+		case <-time.After(3 * time.Second):
+			halt()
+			<-done
+			t.Fatalf("%s %d blocked on a FIFO the guest put in the file's place", what, i)
+		}
 	}
 }
