@@ -6,8 +6,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -172,6 +175,84 @@ func awaitFile(t *testing.T, path string) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the call did not start")
+		}
+	}
+}
+
+// TestNoResidentSandboxStartsUnderARemoval: a call of another process
+// that passed its look at the removal mark just before the removal began
+// reaches its resident sandbox's start while the box is being removed,
+// after the removal's scan for the session's sandboxes. It must start
+// nothing there: a sandbox started then outlives the session, its bwrap
+// and agent running on with no record left to end them.
+func TestNoResidentSandboxStartsUnderARemoval(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := Create(ctx, Options{StateDir: dir})
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	defer s.Close(ctx)
+	other, err := Attach(ctx, dir, s.Name())
+	if err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	// A box that takes a while to remove.
+	many := filepath.Join(s.dirs.Workspace, "many")
+	if err := os.Mkdir(many, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const n = 60000
+	for i := range n {
+		if err := os.WriteFile(filepath.Join(many, strconv.Itoa(i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	workdir, err := other.workdir("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := call{name: other.rec.Name, dirs: other.dirs, policy: other.rec.Policy, limits: other.limits(),
+		env: other.env, workdir: workdir, argv: []string{"/bin/bash", "-c", "true", "bash"}}
+	// The session's groups, wherever this process's are.
+	l := latestCgroups()
+	var groups []string
+	for _, base := range append(slices.Collect(maps.Values(l.v1)), l.v2) {
+		if base != "" {
+			groups = append(groups, filepath.Join(base, "oma-"+s.Name()))
+		}
+	}
+	// Whatever was left running is ended at the end, found by its bind,
+	// and its groups removed.
+	defer func() {
+		_ = stopSessionProcesses(hostDirs{Workspace: s.dirs.Workspace})
+		for _, g := range groups {
+			_ = emptyAndRemove(g)
+		}
+	}()
+	removed := make(chan error, 1)
+	go func() { removed <- removeSession(s.dirs.Root) }()
+	// The removal is in the box once some of its files are gone.
+	for inBox := false; !inBox; {
+		for i := 0; i < n && !inBox; i += n / 100 {
+			_, err := os.Lstat(filepath.Join(many, strconv.Itoa(i)))
+			inBox = err != nil
+		}
+	}
+	cur, err := other.residentSandbox(ctx, c)
+	if cur != nil {
+		other.res.leave()
+	}
+	if err := <-removed; err != nil {
+		t.Fatalf("removal: %v", err)
+	}
+	if _, err := os.Lstat(s.dirs.Root); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the session's directory is left: %v", err)
+	}
+	noProcs(t, s.Name())
+	for _, g := range groups {
+		if exists(g) {
+			t.Errorf("the session's group %s is left", g)
 		}
 	}
 }

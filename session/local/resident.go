@@ -223,6 +223,10 @@ func (s *Session) residentSandbox(ctx context.Context, c call) (*resident, error
 	defer r.mu.Unlock()
 	r.starting = nil
 	close(starting)
+	if errors.Is(err, session.ErrGone) {
+		// The session is being removed: nothing is started over its box.
+		return nil, err
+	}
 	if err != nil {
 		// Only a cancelled call tries again on the next one.
 		if ctx.Err() == nil {

@@ -350,6 +350,11 @@ func (s *Session) launchResident(ctx context.Context, c call) (net.Conn, error) 
 		return nil, err
 	}
 	c.agent = agent
+	// A removal marks the session before it takes this lock to stop its
+	// sandboxes: one started once it is marked would outlive the session.
+	if marked(root, removingFile) {
+		return nil, s.gone()
+	}
 	if err := endRecorded(root); err != nil {
 		return nil, err
 	}

@@ -2,8 +2,10 @@ package local
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -27,10 +29,35 @@ const stopTimeout = 5 * time.Second
 // it cloned its namespace's init, before that child asked for its parent's
 // death signal, leaves the child (with the same command line) running and
 // unknown to the scan that killed the parent.
+//
+// It holds the session's resident lock meanwhile: a resident sandbox
+// starting in another process is then either started before the scan,
+// which ends it, or sees the removal's mark and starts nothing
+// (launchResident).
 func stopSessionProcesses(d hostDirs) error {
+	if d.Root == "" {
+		return stopWorkspaceBinders(d.Workspace)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), residentHelloTimeout+stopTimeout)
+	unlock, err := lockResident(ctx, d.Root)
+	cancel()
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		// No directory: nothing can start there.
+	case err != nil:
+		return fmt.Errorf("waiting for the resident lock (a sandbox starting or being ended): %w", err)
+	default:
+		defer unlock()
+	}
+	return stopWorkspaceBinders(d.Workspace)
+}
+
+// stopWorkspaceBinders kills the processes binding ws until a scan finds
+// none.
+func stopWorkspaceBinders(ws string) error {
 	deadline := time.Now().Add(stopTimeout)
 	for {
-		killed, err := killWorkspaceBinders(d.Workspace, deadline)
+		killed, err := killWorkspaceBinders(ws, deadline)
 		if err != nil || killed == 0 {
 			return err
 		}
