@@ -2,6 +2,7 @@ package local
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -118,4 +119,31 @@ func openOwned(path string) (*os.File, error) {
 		return nil, errNotOwned
 	}
 	return os.NewFile(uintptr(fd), path), nil
+}
+
+// privateStateDir refuses a state directory another user may write in
+// (owned by another user than this one or root, or writable by its group
+// or by all, sticky or not): they could put a directory of theirs under a
+// session's name, or in the place of one, whose links the host would
+// write through. A missing directory is no refusal.
+func privateStateDir(dir string) error {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return fmt.Errorf("local sandbox: state directory %s: %w", dir, err)
+	}
+	refuse := func(reason string) error {
+		return &PolicyError{Field: "state directory", Value: dir, Reason: reason}
+	}
+	switch {
+	case st.Mode&syscall.S_IFMT != syscall.S_IFDIR:
+		return refuse("not a directory")
+	case int(st.Uid) != os.Geteuid() && st.Uid != 0:
+		return refuse(fmt.Sprintf("owned by uid %d, not this user (uid %d) or root", st.Uid, os.Geteuid()))
+	case st.Mode&0o022 != 0:
+		return refuse(fmt.Sprintf("writable by other users (mode %04o); chmod go-w it", st.Mode&0o7777))
+	}
+	return nil
 }

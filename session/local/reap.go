@@ -36,6 +36,9 @@ func List(stateDir string) ([]Info, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := privateStateDir(stateDir); err != nil {
+		return nil, err
+	}
 	ents, err := os.ReadDir(stateDir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -98,6 +101,9 @@ func Reap(ctx context.Context, stateDir string, olderThan time.Duration, now tim
 	}
 	stateDir, err := resolveStateDir(stateDir)
 	if err != nil {
+		return rep, err
+	}
+	if err := privateStateDir(stateDir); err != nil {
 		return rep, err
 	}
 	ents, err := os.ReadDir(stateDir)

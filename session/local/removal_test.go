@@ -181,3 +181,95 @@ func TestCloseStopsCallsOfOtherProcesses(t *testing.T) {
 		t.Fatalf("Close through the other handle: %v", err)
 	}
 }
+
+// TestTwoRemovalsAtOnce: two processes remove the same session at once
+// (session rm beside the reaper): both succeed, and nothing is left.
+func TestTwoRemovalsAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	for try := range 3 {
+		s, err := Create(ctx, Options{StateDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close(ctx) })
+		sh(t, s, `mkdir -p a/b/c d && for i in $(seq 500); do : > a/b/c/$i; : > d/$i; done; sleep 100 >/dev/null 2>&1 &`)
+		other, err := Attach(ctx, dir, s.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, 2)
+		go func() { errs <- s.Close(ctx) }()
+		go func() { errs <- other.Close(ctx) }()
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Errorf("try %d: a removal failed: %v", try, err)
+			}
+		}
+		if _, err := os.Lstat(s.dirs.Root); !os.IsNotExist(err) {
+			t.Fatalf("try %d: session directory left: %v", try, err)
+		}
+		noProcs(t, s.Name())
+	}
+}
+
+// TestStateDirOthersCanWriteIsRefused: in a state directory another user
+// can write in (theirs, or open to all, sticky or not) they can put a
+// directory of theirs under a session's name, holding links to host files
+// where the host writes its marks: a Reap (root's cron) removing it wrote
+// through such a link, emptying the host file. (Where the directory is not
+// sticky they can also put it in the place of a session of the host's.)
+// Create, List and Reap refuse such a directory.
+func TestStateDirOthersCanWriteIsRefused(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to make a directory of another user's")
+	}
+	ctx := context.Background()
+	const other = 4242
+	for _, tc := range []struct {
+		name string
+		uid  int
+		mode os.FileMode
+	}{{"another user's", other, 0o755}, {"writable by all", 0, 0o777}, {"sticky, writable by all", 0, 0o777 | os.ModeSticky}} {
+		victim := filepath.Join(t.TempDir(), "victim")
+		if err := os.WriteFile(victim, []byte("host"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(t.TempDir(), "state")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dir, tc.uid, tc.uid); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, tc.mode); err != nil {
+			t.Fatal(err)
+		}
+		// The other user's directory, under a session's name.
+		planted := filepath.Join(dir, "oma-local-x-x-mxdehqay-abcdef")
+		if err := os.Mkdir(planted, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(victim, filepath.Join(planted, removingFile)); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{planted, filepath.Join(planted, removingFile)} {
+			if err := os.Lchown(p, other, other); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := Reap(ctx, dir, time.Minute, time.Now().Add(time.Hour), false); err == nil {
+			t.Errorf("Reap of a state directory %s: no error", tc.name)
+		}
+		if data, _ := os.ReadFile(victim); string(data) != "host" {
+			t.Errorf("Reap of a state directory %s left the host file %q", tc.name, data)
+		}
+		if _, err := List(dir); err == nil {
+			t.Errorf("List of a state directory %s: no error", tc.name)
+		}
+		if s, err := Create(ctx, Options{StateDir: dir}); err == nil {
+			_ = s.Close(ctx)
+			t.Errorf("Create in a state directory %s: no error", tc.name)
+		}
+	}
+}

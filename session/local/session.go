@@ -221,6 +221,9 @@ func Create(ctx context.Context, o Options) (*Session, error) {
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("local sandbox: state directory: %w", err)
 	}
+	if err := privateStateDir(stateDir); err != nil {
+		return nil, err
+	}
 	dirs := dirsOf(filepath.Join(stateDir, rec.Name))
 	if err := os.Mkdir(dirs.Root, 0o700); err != nil {
 		return nil, fmt.Errorf("local sandbox: session directory: %w", err)
@@ -284,6 +287,9 @@ func Attach(ctx context.Context, stateDir, name string) (*Session, error) {
 	}
 	stateDir, err := resolveStateDir(stateDir)
 	if err != nil {
+		return nil, err
+	}
+	if err := privateStateDir(stateDir); err != nil {
 		return nil, err
 	}
 	dirs := dirsOf(filepath.Join(stateDir, name))
