@@ -89,7 +89,8 @@ type ReapFailure struct {
 }
 
 // Reap removes the sessions of a state directory created more than
-// olderThan before now, with their cgroups, and the leftovers of sessions
+// olderThan before now (paused ones: paused more than olderThan before
+// now, as the msb reaper ages a stopped sandbox), with their cgroups, and the leftovers of sessions
 // whose creation failed half-way (aged by their directory's time). It is
 // the local counterpart of reaping stale msb sandboxes; a session still in
 // use by another process has its running calls killed and loses its state.
@@ -140,15 +141,22 @@ func Reap(ctx context.Context, stateDir string, olderThan time.Duration, now tim
 	return rep, errors.Join(errs...)
 }
 
-// sessionTime is a session's creation time from its record, or its
-// directory's time when the record is missing or unreadable.
+// sessionTime is when a session was last active, as the msb reaper ages
+// a sandbox: its creation from its record (its directory's time when the
+// record is missing or unreadable), or, when it is paused, its pause if
+// later, since a paused session runs nothing. The mark is the host's,
+// in a directory no guest reaches.
 func sessionTime(dir string) (time.Time, bool) {
+	var t time.Time
 	if rec, err := readRecord(dir); err == nil {
-		return rec.CreatedAt, true
-	}
-	fi, err := os.Stat(dir)
-	if err != nil {
+		t = rec.CreatedAt
+	} else if fi, err := os.Stat(dir); err == nil {
+		t = fi.ModTime()
+	} else {
 		return time.Time{}, false
 	}
-	return fi.ModTime(), true
+	if fi, err := os.Lstat(filepath.Join(dir, pausedFile)); err == nil && fi.ModTime().After(t) {
+		t = fi.ModTime()
+	}
+	return t, true
 }

@@ -80,3 +80,37 @@ func TestListAndReap(t *testing.T) {
 	}
 	_ = old.Close(ctx) // already reaped: nothing left to remove
 }
+
+// A paused session is aged from its pause, as the msb reaper ages a
+// stopped sandbox from its last activity: one created long ago but paused
+// just now is kept; one paused long ago goes.
+func TestReapAgesAPausedSessionFromItsPause(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	s, err := Create(ctx, Options{StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	rec, _ := readRecord(s.dirs.Root)
+	rec.CreatedAt = rec.CreatedAt.Add(-3 * time.Hour)
+	if err := createRecord(s.dirs.Root, rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	rep, err := Reap(ctx, dir, 2*time.Hour, now, false)
+	if err != nil || !slices.Equal(rep.Kept, []string{s.Name()}) || !exists(s.dirs.Root) {
+		t.Fatalf("a session created 3h ago and paused just now, reaped at 2h: %v %+v", err, rep)
+	}
+	long := now.Add(-150 * time.Minute)
+	if err := os.Chtimes(filepath.Join(s.dirs.Root, pausedFile), long, long); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = Reap(ctx, dir, 2*time.Hour, now, false)
+	if err != nil || !slices.Equal(rep.Removed, []string{s.Name()}) || exists(s.dirs.Root) {
+		t.Fatalf("a session paused 2.5h ago, reaped at 2h: %v %+v", err, rep)
+	}
+}
