@@ -15,7 +15,9 @@ import (
 // directories Codex keeps read-only (.git, .codex; .aws), and the other
 // shells' rc files and direnv's .envrc. Matching is by whole segment and
 // case-insensitive (Unicode simple folding, as case-insensitive host file
-// systems compare names), so "x/.GIT/config" is refused too.
+// systems compare names), and blind to trailing dots and spaces (which
+// Windows and vfat drop), so "x/.GIT/config" and ".git./config" are
+// refused too.
 var deniedNames = []string{
 	// version control: hooks, config (core.fsmonitor, aliases), submodules
 	".git", ".hg", ".svn", ".jj", ".gitconfig", ".gitmodules",
@@ -61,6 +63,9 @@ func (p Policy) denied(rel string) string {
 		}
 	}
 	for seg := range strings.SplitSeq(rel, "/") {
+		// Windows and vfat drop a name's trailing dots and spaces: ".git."
+		// lands as ".git" there.
+		seg = strings.TrimRight(seg, ". ")
 		for _, d := range deniedNames {
 			if strings.EqualFold(seg, d) {
 				return fmt.Sprintf("%q may make host programs run code (a VCS, editor, agent or shell file); allow it by name to collect it", d)

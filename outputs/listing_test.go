@@ -56,6 +56,8 @@ func TestParseListingDecidesPerEntry(t *testing.T) {
 		[5]string{"pipe", "p", "1", "0", ""},
 		file("proj/.GIT", "gitdir: /x"),
 		file("proj/.bashrc", "evil"),
+		file("proj/.bashrc.", "evil"),
+		file("proj/.git. /config", "evil"),
 		[5]string{"zz", "f", "1", "1", ""},
 	)
 	l, err := ParseListing(data, Policy{})
@@ -66,11 +68,13 @@ func TestParseListingDecidesPerEntry(t *testing.T) {
 	}, l.Records)
 	assert.Equal(t, 2, l.Unlisted)
 	got := reasons(l)
-	assert.Len(t, got, 11)
+	assert.Len(t, got, 13)
 	assert.Contains(t, got[".git/config"], `".git" may make host programs run code`)
 	assert.Contains(t, got[".vscode/tasks.json"], `".vscode"`)
 	assert.Contains(t, got["proj/.GIT"], `".git"`, "case-insensitive, a .git file too")
 	assert.Contains(t, got["proj/.bashrc"], `".bashrc"`)
+	assert.Contains(t, got["proj/.bashrc."], `".bashrc"`, "trailing dots, which Windows and vfat drop")
+	assert.Contains(t, got["proj/.git. /config"], `".git"`, "trailing dots and spaces")
 	assert.Equal(t, "26214401 bytes, more than the limit of 26214400 per file", got["big.bin"])
 	assert.Equal(t, "a hard link (2 names for one file)", got["hard1"])
 	assert.Equal(t, "a symbolic link (not followed)", got["link"])
