@@ -62,6 +62,11 @@ func newGuard(next http.Handler, addr *net.TCPAddr, token string, maxBody int64)
 	for _, name := range names {
 		g.hosts[name+":"+port] = true
 		g.origins["http://"+name+":"+port] = true
+		if addr.Port == 80 {
+			// HTTP's default port, which clients leave out.
+			g.hosts[name] = true
+			g.origins["http://"+name] = true
+		}
 	}
 	return g
 }

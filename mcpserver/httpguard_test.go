@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -172,4 +173,64 @@ func TestHTTPClosesIdleConnections(t *testing.T) {
 	require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
 	_, err = conn.Read(make([]byte, 1))
 	assert.ErrorIs(t, err, io.EOF, "the idle connection was not closed by the server")
+}
+
+// On port 80, clients (curl, browsers, Node's fetch) leave the default port
+// out of Host and Origin; the guard still knows its own names.
+func TestGuardDefaultPort(t *testing.T) {
+	token := NewToken()
+	next := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "served") })
+	g := newGuard(next, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 80}, token, MaxMessageBytes)
+	for _, tc := range []struct {
+		host, origin string
+		status       int
+	}{
+		{"127.0.0.1", "", http.StatusOK},
+		{"localhost", "http://localhost", http.StatusOK},
+		{"127.0.0.1:80", "http://127.0.0.1:80", http.StatusOK},
+		{"127.0.0.1", "http://127.0.0.1", http.StatusOK},
+		{"evil.example", "", http.StatusForbidden},
+		{"127.0.0.1", "http://evil.example", http.StatusForbidden},
+		{"127.0.0.1:8080", "", http.StatusForbidden},
+	} {
+		req := httptest.NewRequest(http.MethodGet, "http://"+tc.host+HTTPPath, nil)
+		req.Host = tc.host
+		if tc.origin != "" {
+			req.Header.Set("Origin", tc.origin)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		rec := httptest.NewRecorder()
+		g.ServeHTTP(rec, req)
+		assert.Equal(t, tc.status, rec.Code, "%+v: %s", tc, rec.Body)
+	}
+}
+
+// The guard passes a body of exactly its limit through whole, and refuses
+// one byte more.
+func TestGuardBodyLimitBoundary(t *testing.T) {
+	const limit = 1000
+	token := NewToken()
+	var got []byte
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, _ = io.ReadAll(r.Body)
+		_, _ = io.WriteString(w, "served")
+	})
+	g := newGuard(next, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1234}, token, limit)
+	post := func(size int) *httptest.ResponseRecorder {
+		body := `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"bash","arguments":{"command":"#"}}}`
+		body = strings.Replace(body, "#", strings.Repeat("x", size-len(body)+1), 1)
+		require.Len(t, body, size)
+		req := httptest.NewRequest(http.MethodPost, "http://127.0.0.1:1234"+HTTPPath, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		rec := httptest.NewRecorder()
+		got = nil
+		g.ServeHTTP(rec, req)
+		return rec
+	}
+	rec := post(limit)
+	assert.Equal(t, "served", rec.Body.String())
+	assert.Len(t, got, limit)
+	rec = post(limit + 1)
+	assert.Nil(t, got, "not passed on")
+	assert.Contains(t, rec.Body.String(), `{"jsonrpc":"2.0","id":5,"result":{"content":[{"type":"text","text":"Message refused: it is 1001 bytes, more than the 1000 bytes`)
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -43,13 +44,14 @@ var readOnly = map[string]bool{"read": true, "ls": true, "glob": true, "grep": t
 // registered under its own name, description and JSON Schema. Arguments
 // reach tools.Call untouched: the tools layer validates them.
 func NewServer(opts Options) *mcp.Server {
-	return newServer(opts, nil)
+	return newServer(opts, nil, nil)
 }
 
 // newServer is NewServer whose tool calls are also cancelled when stop
-// ends: the SDK waits for running calls before it closes a connection, so a
-// shutdown must end them.
-func newServer(opts Options, stop context.Context) *mcp.Server {
+// ends, and when ended ends their session: the SDK waits for running calls
+// before it closes a connection or a session, so a shutdown or a client's
+// end of its session must end them.
+func newServer(opts Options, stop context.Context, ended *sessionEnds) *mcp.Server {
 	if opts.Toolbox == nil {
 		panic("mcpserver: Options.Toolbox is nil")
 	}
@@ -73,12 +75,12 @@ func newServer(opts Options, stop context.Context) *mcp.Server {
 			Description: def.Description,
 			InputSchema: def.InputSchema,
 			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: readOnly[def.Name]},
-		}, toolHandler(opts, stop, def.Name))
+		}, toolHandler(opts, stop, ended, def.Name))
 	}
 	return server
 }
 
-func toolHandler(opts Options, stop context.Context, name string) mcp.ToolHandler {
+func toolHandler(opts Options, stop context.Context, ended *sessionEnds, name string) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		// The SDK cancels ctx on notifications/cancelled and when the client
 		// goes away; tools.Call then kills the guest work.
@@ -86,6 +88,9 @@ func toolHandler(opts Options, stop context.Context, name string) mcp.ToolHandle
 		defer cancel()
 		if stop != nil {
 			defer context.AfterFunc(stop, cancel)()
+		}
+		if ended != nil {
+			defer context.AfterFunc(ended.context(req.Session.ID()), cancel)()
 		}
 		var progress tools.Progress
 		if token := req.Params.GetProgressToken(); token != nil {
@@ -102,6 +107,61 @@ func toolHandler(opts Options, stop context.Context, name string) mcp.ToolHandle
 		}
 		return textResult(text, false), nil
 	}
+}
+
+// sessionEnds holds, per HTTP session, a context that ends when its client
+// ends the session (DELETE), so that the session's running calls end: the
+// SDK's session Close waits for them without cancelling them, which held
+// the DELETE, and left the command running, until the command ended. An
+// entry lives as the SDK's session does: until its DELETE, or, for a
+// client gone without one, as long as the server.
+type sessionEnds struct {
+	mu       sync.Mutex
+	sessions map[string]sessionEnd
+}
+
+type sessionEnd struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// context returns the context of session id, which never ends for "".
+func (e *sessionEnds) context(id string) context.Context {
+	if id == "" {
+		return context.Background()
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.sessions == nil {
+		e.sessions = map[string]sessionEnd{}
+	}
+	s, ok := e.sessions[id]
+	if !ok {
+		s.ctx, s.cancel = context.WithCancel(context.Background())
+		e.sessions[id] = s
+	}
+	return s.ctx
+}
+
+// handler ends the calls of the session a DELETE names, and any call that
+// starts before the session is closed, then lets next close it, and
+// forgets the session once closed (no call of it is running then).
+func (e *sessionEnds) handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("Mcp-Session-Id")
+		if r.Method != http.MethodDelete || id == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		_ = e.context(id)
+		e.mu.Lock()
+		e.sessions[id].cancel()
+		e.mu.Unlock()
+		next.ServeHTTP(w, r)
+		e.mu.Lock()
+		delete(e.sessions, id)
+		e.mu.Unlock()
+	})
 }
 
 // extractTrace returns ctx continuing the caller's trace when the request's

@@ -361,3 +361,77 @@ func TestMessageCut(t *testing.T) {
 	assert.Equal(t, 3, messageCut([]byte("abcé"), 4), "a character is not split")
 	assert.Equal(t, 4, messageCut([]byte("\x80\x80\x80\x80\x80\x80"), 4), "invalid input is cut at the bound")
 }
+
+// Malformed arguments of every kind are a tool error naming what is wrong,
+// run nothing, and leave the server serving.
+func TestMalformedArguments(t *testing.T) {
+	h, _, server := hostServer(t)
+	c := connect(t, server)
+	before := h.Calls()
+	for _, tc := range []struct {
+		tool, args, want string
+	}{
+		{"read", `null`, "read input must be a JSON object"},
+		{"read", `[]`, "read input must be a JSON object"},
+		{"read", `"a.txt"`, "read input must be a JSON object"},
+		{"read", `{"path": null}`, "read: path is required"},
+		{"read", `{"path": ["a"]}`, "read: path must be a string"},
+		{"read", `{"path": "a", "offset": -1}`, "read: offset must be an integer from 0 through"},
+		{"read", `{"path": "a", "offset": 1.5}`, "read: offset must be an integer"},
+		{"read", `{"path": "a", "offset": "3"}`, "read: offset must be an integer"},
+		{"read", `{"path": "a", "offset": 1e400}`, "read: offset must be an integer"},
+		{"read", `{"path": "a", "offset": 1e300}`, "read: offset must be an integer"},
+		{"read", `{"path": "a", "limit": 0}`, "read: limit must be an integer from 1 through"},
+		{"read", `{"path": "a", "limit": true}`, "read: limit must be an integer"},
+		{"ls", `{"limit": 99999999999999999999}`, "ls: limit must be an integer"},
+		{"ls", `{"limit": -5}`, "ls: limit must be an integer from 1 through"},
+		{"bash", `{"command": "true", "timeout": 3601}`, "bash timeout must be an integer from 0 through 3600 seconds"},
+		{"bash", `{"command": 7}`, "bash: command must be a string"},
+		{"bash", `{}`, "bash: command is required"},
+		{"edit", `{"path": "a", "edits": {"oldText": "a", "newText": "b"}}`, "edit: edits must be an array"},
+		{"edit", `{"path": "a", "edits": [{"oldText": "a"}]}`, "edit:"},
+		{"grep", `{"pattern": "x", "path": "/", "head_limit": 0}`, "grep head_limit must be an integer from 1 through 100"},
+		{"write", `{"path": "a", "content": "x", "Path": "b"}`, `write: unknown field "Path"`},
+	} {
+		text, isError := c.call(t, tc.tool, json.RawMessage(tc.args))
+		assert.True(t, isError, "%s %s: %s", tc.tool, tc.args, text)
+		assert.Contains(t, text, tc.want, "%s %s", tc.tool, tc.args)
+	}
+	assert.Equal(t, before, h.Calls(), "refused input reaches no sandbox")
+	assert.Equal(t, "ok\n", c.mustCall(t, "bash", obj{"command": "echo ok"}))
+}
+
+// Many calls in parallel run at once, each gets its own result, and each
+// call's progress carries its own output only.
+func TestParallelCalls(t *testing.T) {
+	_, _, server := hostServer(t)
+	c := connect(t, server)
+	const n = 16
+	begin := time.Now()
+	var wg sync.WaitGroup
+	texts := make([]string, n)
+	for i := range n {
+		wg.Go(func() {
+			params := &mcp.CallToolParams{Name: "bash", Arguments: obj{"command": fmt.Sprintf("echo start-%d; sleep 1; echo end-%d", i, i)}}
+			params.SetProgressToken(fmt.Sprintf("call-%d", i))
+			res, err := c.cs.CallTool(context.Background(), params)
+			if assert.NoError(t, err) && assert.False(t, res.IsError) {
+				texts[i] = res.Content[0].(*mcp.TextContent).Text
+			}
+		})
+	}
+	wg.Wait()
+	assert.Less(t, time.Since(begin), 8*time.Second, "the calls ran in parallel")
+	want := 0
+	for i := range n {
+		assert.Equal(t, fmt.Sprintf("start-%d\nend-%d\n", i, i), texts[i])
+		want += len(texts[i])
+	}
+	byToken := map[any]string{}
+	for _, p := range c.progressOf(want) {
+		byToken[p.ProgressToken] += p.Message
+	}
+	for i := range n {
+		assert.Equal(t, texts[i], byToken[fmt.Sprintf("call-%d", i)], "call %d's progress", i)
+	}
+}

@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -30,12 +32,20 @@ const MetricsPath = "/metrics"
 const httpShutdownTimeout = 5 * time.Second
 
 // ServeStdio serves one client on os.Stdin and os.Stdout. It returns nil
-// when the client disconnects or ctx ends. Either cancels the tool calls
-// still running, which kills their guest work; when ctx ends, the
-// connection closes without their results.
+// when the client disconnects (its stdin ends, or a write finds stdout
+// closed) or ctx ends. Either cancels the tool calls still running, which
+// kills their guest work; when ctx ends, the connection closes without
+// their results.
 // A line that is not a JSON-RPC message, or is longer than MaxMessageBytes,
 // is answered with an error and the next line is served.
 func ServeStdio(ctx context.Context, opts Options) error {
+	// A client that closed its end of stdout is gone. Go kills a process
+	// whose write to stdout meets a closed pipe with SIGPIPE, unless the
+	// signal is watched: then the write fails with EPIPE, which ends the
+	// connection like the end of stdin, and the caller's cleanup runs.
+	sigpipe := make(chan os.Signal, 1)
+	signal.Notify(sigpipe, syscall.SIGPIPE)
+	defer signal.Stop(sigpipe)
 	return serve(ctx, opts, &lineTransport{r: os.Stdin, w: nopCloser{os.Stdout}, maxLine: MaxMessageBytes})
 }
 
@@ -48,7 +58,7 @@ func (nopCloser) Close() error { return nil }
 // serve is Server.Run without its error-level record of a cancelled
 // context, which is an ordinary shutdown here.
 func serve(ctx context.Context, opts Options, t mcp.Transport) error {
-	ss, err := newServer(opts, ctx).Connect(ctx, t, nil)
+	ss, err := newServer(opts, ctx, nil).Connect(ctx, t, nil)
 	if err != nil {
 		return fmt.Errorf("mcpserver: %w", err)
 	}
@@ -120,10 +130,11 @@ func ServeHTTP(ctx context.Context, ln net.Listener, token string, opts Options)
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	server := newServer(opts, ctx)
+	ended := &sessionEnds{}
+	server := newServer(opts, ctx, ended)
 	mux := http.NewServeMux()
-	mux.Handle(HTTPPath, mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
-		&mcp.StreamableHTTPOptions{Logger: logger, MaxRequestBodyBytes: MaxMessageBytes}))
+	mux.Handle(HTTPPath, ended.handler(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
+		&mcp.StreamableHTTPOptions{Logger: logger, MaxRequestBodyBytes: MaxMessageBytes})))
 	if opts.Metrics != nil {
 		mux.Handle("GET "+MetricsPath, opts.Metrics)
 	}

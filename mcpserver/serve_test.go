@@ -325,3 +325,65 @@ func TestServeHTTPMetrics(t *testing.T) {
 	code, _ = get(http.MethodGet, token, "")
 	assert.Equal(t, http.StatusNotFound, code, "no metrics handler")
 }
+
+// Over HTTP, a client's cancellation kills the command, and a client that
+// ends its session (DELETE) with a call running ends the call too.
+func TestHTTPCancelAndCloseKillGuestWork(t *testing.T) {
+	_, tb, _ := hostServer(t)
+	url, token, _ := httpServer(t, tb)
+	gone := func(c *client, marker string) {
+		t.Helper()
+		assert.Equal(t, "0\n", c.mustCall(t, "bash", obj{"command": "ps -eo args | grep -c '[s]leep " + marker + "' || true"}),
+			"no guest process is left")
+	}
+	start := func(c *client, ctx context.Context) (string, chan error) {
+		marker := uniqueSleep()
+		params := &mcp.CallToolParams{Name: "bash", Arguments: obj{"command": "echo started; sleep " + marker, "timeout": 600}}
+		params.SetProgressToken("long")
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.cs.CallTool(ctx, params)
+			done <- err
+		}()
+		select {
+		case <-c.started:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the command did not start")
+		}
+		return marker, done
+	}
+
+	t.Run("cancel", func(t *testing.T) {
+		c := httpClient(t, url, token)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		marker, done := start(c, ctx)
+		cancel()
+		require.ErrorIs(t, <-done, context.Canceled)
+		time.Sleep(500 * time.Millisecond)
+		gone(c, marker)
+	})
+	// The SDK's client waits for its calls before it ends its session, but
+	// others (the TypeScript SDK's terminateSession) do not.
+	t.Run("DELETE", func(t *testing.T) {
+		c := httpClient(t, url, token)
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel) // before the client's Close, which waits for the call
+		marker, done := start(c, ctx)
+		req, err := http.NewRequest(http.MethodDelete, url, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Mcp-Session-Id", c.cs.ID())
+		req.Header.Set("Mcp-Protocol-Version", c.cs.InitializeResult().ProtocolVersion)
+		resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+		require.NoError(t, err, "the DELETE returns")
+		resp.Body.Close()
+		assert.Equal(t, http.StatusNoContent, resp.StatusCode)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the call did not end with its session")
+		}
+		gone(httpClient(t, url, token), marker)
+	})
+}

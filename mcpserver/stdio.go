@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"syscall"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -72,6 +73,11 @@ func (c *lineConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_, err = c.w.Write(append(data, '\n'))
+	if errors.Is(err, syscall.EPIPE) || errors.Is(err, io.ErrClosedPipe) {
+		// The client closed its end: a disconnect, as the end of stdin is,
+		// not a failure of the server.
+		err = fmt.Errorf("%w: the client stopped reading (%w)", io.EOF, err)
+	}
 	return err
 }
 

@@ -201,3 +201,120 @@ func TestOversizedMessageAnswers(t *testing.T) {
 	assert.False(t, isError, text)
 	assert.Equal(t, "ok\n", text)
 }
+
+// A client that stops reading (its end of stdout closed) while a call
+// streams progress is a disconnect: the server cancels the call, killing its
+// guest work, and returns nil; the process is not killed by SIGPIPE, which
+// would leave the CLI's session behind.
+func TestStdioClosedStdoutIsADisconnect(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestStdioChild$")
+	cmd.Env = append(os.Environ(), stdioChildEnv+"=1")
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	defer in.Close()
+	c := &rawClient{t: t, in: in, out: bufio.NewReader(out), cmd: cmd}
+	c.send(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	require.Contains(t, c.receive(), `"serverInfo"`)
+	c.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+
+	marker := uniqueSleep()
+	c.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"progressToken":"p"},"name":"bash","arguments":{"command":"while :; do echo tick; sleep 0.05; done & sleep ` + marker + `","timeout":600}}}`)
+	require.Contains(t, c.receive(), `"notifications/progress"`)
+	require.NoError(t, out.Close(), "the client stops reading")
+
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		require.NoError(t, err, "the server returns nil, not killed by SIGPIPE (%v)", cmd.ProcessState)
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exited
+		t.Fatal("the server went on with nobody reading its output")
+	}
+	ps, _ := exec.Command("ps", "-eo", "args").Output()
+	assert.NotContains(t, string(ps), "sleep "+marker, "no guest process is left")
+}
+
+// In process: a write that finds the client's end closed ends the
+// connection as a disconnect, so serve returns nil and the running call is
+// cancelled.
+func TestStdioWriteToClosedPipeIsADisconnect(t *testing.T) {
+	toServer, fromClient := io.Pipe()
+	toClient, fromServer := io.Pipe()
+	defer fromClient.Close()
+	_, tb, _ := hostServer(t)
+	served := make(chan error, 1)
+	go func() {
+		served <- serve(context.Background(), Options{Toolbox: tb}, &lineTransport{r: toServer, w: fromServer, maxLine: MaxMessageBytes})
+	}()
+	c := &rawClient{t: t, in: fromClient, out: bufio.NewReader(toClient)}
+	c.send(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	require.Contains(t, c.receive(), `"serverInfo"`)
+	c.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	marker := uniqueSleep()
+	c.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"progressToken":"p"},"name":"bash","arguments":{"command":"while :; do echo tick; sleep 0.05; done & sleep ` + marker + `","timeout":600}}}`)
+	require.Contains(t, c.receive(), `"notifications/progress"`)
+	require.NoError(t, toClient.Close(), "the client stops reading")
+	select {
+	case err := <-served:
+		require.NoError(t, err, "a client that stopped reading has disconnected")
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve went on with nobody reading")
+	}
+	ps, _ := exec.Command("ps", "-eo", "args").Output()
+	assert.NotContains(t, string(ps), "sleep "+marker, "no guest process is left")
+}
+
+// The end of stdin with a call running (the client exited) cancels the
+// call, killing its guest work, and serve returns nil promptly.
+func TestStdioEOFCancelsRunningCall(t *testing.T) {
+	toServer, fromClient := io.Pipe()
+	toClient, fromServer := io.Pipe()
+	defer toClient.Close()
+	_, tb, _ := hostServer(t)
+	served := make(chan error, 1)
+	go func() {
+		served <- serve(context.Background(), Options{Toolbox: tb}, &lineTransport{r: toServer, w: fromServer, maxLine: MaxMessageBytes})
+	}()
+	c := &rawClient{t: t, in: fromClient, out: bufio.NewReader(toClient)}
+	c.send(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	require.Contains(t, c.receive(), `"serverInfo"`)
+	c.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	marker := uniqueSleep()
+	c.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"progressToken":"p"},"name":"bash","arguments":{"command":"echo started; sleep ` + marker + `","timeout":600}}}`)
+	require.Contains(t, c.receive(), `started`)
+	go func() { _, _ = io.Copy(io.Discard, toClient) }()
+	begin := time.Now()
+	require.NoError(t, fromClient.Close())
+	select {
+	case err := <-served:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not return after the end of its input")
+	}
+	assert.Less(t, time.Since(begin), 10*time.Second)
+	ps, _ := exec.Command("ps", "-eo", "args").Output()
+	assert.NotContains(t, string(ps), "sleep "+marker, "no guest process is left")
+}
+
+// notifications/cancelled on stdio kills the command and the server goes on.
+func TestStdioCancelledNotification(t *testing.T) {
+	c := pipeServer(t, MaxMessageBytes)
+	marker := uniqueSleep()
+	c.send(`{"jsonrpc":"2.0","id":"c1","method":"tools/call","params":{"_meta":{"progressToken":"p"},"name":"bash","arguments":{"command":"echo started; sleep ` + marker + `","timeout":600}}}`)
+	require.Contains(t, c.receive(), `started`)
+	c.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"c1","reason":"user"}}`)
+	// The SDK still answers the cancelled call, which the client ignores.
+	line := c.receive()
+	t.Log(line)
+	assert.Contains(t, line, `"id":"c1"`)
+	c.alive(2)
+	text, isError := c.toolText(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"bash","arguments":{"command":"ps -eo args | grep -c '[s]leep `+marker+`' || true"}}}`, 3)
+	assert.False(t, isError)
+	assert.Equal(t, "0\n", text, "no guest process is left")
+}
