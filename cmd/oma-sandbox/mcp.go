@@ -167,12 +167,9 @@ func resolveToken(tokenFile string) (*httpEndpoint, error) {
 		}
 		return &httpEndpoint{token: token, source: "from $" + tokenEnv}, nil
 	}
-	data, err := os.ReadFile(tokenFile)
+	data, err := readPrivateFile(tokenFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return &httpEndpoint{token: mcpserver.NewToken(), source: "written to " + tokenFile, writeFile: tokenFile}, nil
-	}
-	if err == nil {
-		err = privateFile(tokenFile)
 	}
 	if err != nil {
 		return nil, &usageError{msg: fmt.Sprintf("--token-file: %v", err)}
@@ -184,21 +181,45 @@ func resolveToken(tokenFile string) (*httpEndpoint, error) {
 	return &httpEndpoint{token: token, source: "read from " + tokenFile}, nil
 }
 
-// privateFile refuses a token file other users could read or replace.
-func privateFile(path string) error {
-	info, err := os.Lstat(path)
+// readPrivateFile reads a token file, refusing one other users could
+// read, replace or have planted: a link, anything but a regular file (a
+// FIFO is opened without waiting for a writer), a file of another owner
+// than this user, one open to others, one longer than maxTokenFile.
+func readPrivateFile(path string) ([]byte, error) {
+	if info, err := os.Lstat(path); err != nil {
+		return nil, err
+	} else if info.Mode()&fs.ModeSymlink != 0 {
+		return nil, fmt.Errorf("%s is not a regular file (a symbolic link, not followed)", path)
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|tokenOpenFlags, 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if !info.Mode().IsRegular() {
-		return fmt.Errorf("%s is not a regular file", path)
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, err
 	}
+	switch uid, known := ownerOf(info); {
+	case info.IsDir():
+		return nil, fmt.Errorf("%s is a directory, not a regular file", path)
+	case !info.Mode().IsRegular():
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	case known && uid != os.Geteuid():
+		return nil, fmt.Errorf("%s is owned by uid %d, not this user (uid %d)", path, uid, os.Geteuid())
 	// Windows reports no owner-only modes; its ACLs are the user's to set.
-	if runtime.GOOS != "windows" && info.Mode().Perm()&0o077 != 0 {
-		return fmt.Errorf("%s is open to other users (mode %04o); chmod 600 it", path, info.Mode().Perm())
+	case runtime.GOOS != "windows" && info.Mode().Perm()&0o077 != 0:
+		return nil, fmt.Errorf("%s is open to other users (mode %04o); chmod 600 it", path, info.Mode().Perm())
 	}
-	return nil
+	data, err := io.ReadAll(io.LimitReader(f, maxTokenFile+1))
+	if err == nil && len(data) > maxTokenFile {
+		err = fmt.Errorf("%s is longer than %d bytes", path, maxTokenFile)
+	}
+	return data, err
 }
+
+// maxTokenFile is the most a token file may hold.
+const maxTokenFile = 4 << 10
 
 // announce writes a new token file if one is due, then says on stderr
 // where the server listens and where its token is; a generated token is

@@ -33,6 +33,7 @@ func TestResolveToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	fresh := filepath.Join(dir, "fresh")
+	long := write("long", strings.Repeat("k", 5000), 0o600)
 
 	for _, tc := range []struct {
 		file, env, token, source, err string
@@ -46,6 +47,7 @@ func TestResolveToken(t *testing.T) {
 		{file: weak, err: "must be at least 32 characters"},
 		{file: link, err: "is not a regular file"},
 		{file: dir, err: "is a directory"},
+		{file: long, err: "is longer than 4096 bytes"},
 		{env: "short", err: "$OMA_MCP_TOKEN: the MCP bearer token must be at least 32 characters"},
 	} {
 		t.Setenv(tokenEnv, tc.env)
