@@ -244,18 +244,8 @@ func TestStdioClosedStdoutIsADisconnect(t *testing.T) {
 // connection as a disconnect, so serve returns nil and the running call is
 // cancelled.
 func TestStdioWriteToClosedPipeIsADisconnect(t *testing.T) {
-	toServer, fromClient := io.Pipe()
-	toClient, fromServer := io.Pipe()
-	defer fromClient.Close()
-	_, tb, _ := hostServer(t)
-	served := make(chan error, 1)
-	go func() {
-		served <- serve(context.Background(), Options{Toolbox: tb}, &lineTransport{r: toServer, w: fromServer, maxLine: MaxMessageBytes})
-	}()
-	c := &rawClient{t: t, in: fromClient, out: bufio.NewReader(toClient)}
-	c.send(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
-	require.Contains(t, c.receive(), `"serverInfo"`)
-	c.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	c, toClient, served := servePipes(t)
+	defer c.in.Close()
 	marker := uniqueSleep()
 	c.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"progressToken":"p"},"name":"bash","arguments":{"command":"while :; do echo tick; sleep 0.05; done & sleep ` + marker + `","timeout":600}}}`)
 	require.Contains(t, c.receive(), `"notifications/progress"`)
@@ -273,24 +263,14 @@ func TestStdioWriteToClosedPipeIsADisconnect(t *testing.T) {
 // The end of stdin with a call running (the client exited) cancels the
 // call, killing its guest work, and serve returns nil promptly.
 func TestStdioEOFCancelsRunningCall(t *testing.T) {
-	toServer, fromClient := io.Pipe()
-	toClient, fromServer := io.Pipe()
+	c, toClient, served := servePipes(t)
 	defer toClient.Close()
-	_, tb, _ := hostServer(t)
-	served := make(chan error, 1)
-	go func() {
-		served <- serve(context.Background(), Options{Toolbox: tb}, &lineTransport{r: toServer, w: fromServer, maxLine: MaxMessageBytes})
-	}()
-	c := &rawClient{t: t, in: fromClient, out: bufio.NewReader(toClient)}
-	c.send(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
-	require.Contains(t, c.receive(), `"serverInfo"`)
-	c.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 	marker := uniqueSleep()
 	c.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"progressToken":"p"},"name":"bash","arguments":{"command":"echo started; sleep ` + marker + `","timeout":600}}}`)
 	require.Contains(t, c.receive(), `started`)
 	go func() { _, _ = io.Copy(io.Discard, toClient) }()
 	begin := time.Now()
-	require.NoError(t, fromClient.Close())
+	require.NoError(t, c.in.Close())
 	select {
 	case err := <-served:
 		require.NoError(t, err)
@@ -317,4 +297,21 @@ func TestStdioCancelledNotification(t *testing.T) {
 	text, isError := c.toolText(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"bash","arguments":{"command":"ps -eo args | grep -c '[s]leep `+marker+`' || true"}}}`, 3)
 	assert.False(t, isError)
 	assert.Equal(t, "0\n", text, "no guest process is left")
+}
+
+// servePipes serves this package's stdio transport over pipes in process,
+// initialized by a raw client; served gets what serve returns.
+func servePipes(t *testing.T) (c *rawClient, toClient *io.PipeReader, served <-chan error) {
+	toServer, fromClient := io.Pipe()
+	toClient, fromServer := io.Pipe()
+	_, tb, _ := hostServer(t)
+	done := make(chan error, 1)
+	go func() {
+		done <- serve(context.Background(), Options{Toolbox: tb}, &lineTransport{r: toServer, w: fromServer, maxLine: MaxMessageBytes})
+	}()
+	c = &rawClient{t: t, in: fromClient, out: bufio.NewReader(toClient)}
+	c.send(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	require.Contains(t, c.receive(), `"serverInfo"`)
+	c.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	return c, toClient, done
 }
