@@ -47,8 +47,13 @@ var (
 // timing is what a run's sessions and tools wait for, each operation's
 // deadline, and how far past it an operation may end.
 type timing struct {
-	opTimeout      time.Duration // session: the preparation exec and each removal
-	toolTimeout    time.Duration // tools: each guest command
+	opTimeout   time.Duration // session: the preparation exec and each removal
+	toolTimeout time.Duration // tools: each guest command
+	// forgedTimeout is the timeout a forged bash call asks for: the call
+	// must end by its command's own status within it, so it leaves room to
+	// start the command (an emulated VM under load took over 2 s), yet
+	// stays short of the 30 s the forged command that keeps running sleeps.
+	forgedTimeout  time.Duration
 	startupTimeout time.Duration
 	createDeadline time.Duration
 	toolDeadline   time.Duration
@@ -80,6 +85,7 @@ var hostTiming = func() timing {
 	return timing{
 		opTimeout:      opTimeout,
 		toolTimeout:    2 * time.Second,
+		forgedTimeout:  2 * time.Second,
 		startupTimeout: 3 * time.Second,
 		createDeadline: 10 * time.Second,
 		toolDeadline:   6 * time.Second,
@@ -106,11 +112,13 @@ var hostTiming = func() timing {
 	}
 }()
 
-// scaled is tm with every duration n times as long.
+// scaled is tm with every duration n times as long, but forgedTimeout at
+// most 4 times (see there).
 func (tm timing) scaled(n int) timing {
 	d := time.Duration(n)
 	out := timing{
 		opTimeout: tm.opTimeout * d, toolTimeout: tm.toolTimeout * d, startupTimeout: tm.startupTimeout * d,
+		forgedTimeout:  tm.forgedTimeout * min(d, 4),
 		createDeadline: tm.createDeadline * d, toolDeadline: tm.toolDeadline * d,
 		closeDeadline: tm.closeDeadline * d, reapDeadline: tm.reapDeadline * d,
 		cancelWithin: tm.cancelWithin * d, slack: tm.slack * d, hangGrace: tm.hangGrace * d,
@@ -467,7 +475,7 @@ func runSession(tg target, rec *recorder, k int, rng *rand.Rand) {
 		}
 		var wg sync.WaitGroup
 		for i := range calls {
-			name, input, forgedCall := toolCall(rng, i)
+			name, input, forgedCall := toolCall(rng, i, tm.forgedTimeout)
 			if !parallel {
 				call(rng, name, input, forgedCall)
 				continue
@@ -684,7 +692,7 @@ func wroteNotes(name string, input json.RawMessage) bool {
 // others work on; an error comes from a fault or from what a hostile
 // command did to the tree, and must be typed and timely all the same. A
 // forged call is returned with its expected status.
-func toolCall(rng *rand.Rand, i int) (string, json.RawMessage, *forgedCall) {
+func toolCall(rng *rand.Rand, i int, forgedTimeout time.Duration) (string, json.RawMessage, *forgedCall) {
 	var name string
 	var input any
 	var forgedCall *forgedCall
@@ -708,7 +716,7 @@ func toolCall(rng *rand.Rand, i int) (string, json.RawMessage, *forgedCall) {
 		name, input = "bash", map[string]any{"command": hostile[rng.IntN(len(hostile))], "timeout": 2}
 	case c == 8:
 		forgedCall = &forged[rng.IntN(len(forged))]
-		name, input = "bash", map[string]any{"command": forgedCall.command, "timeout": 2}
+		name, input = "bash", map[string]any{"command": forgedCall.command, "timeout": int(forgedTimeout / time.Second)}
 	default:
 		// A tool call aimed at what the hostile commands leave.
 		targets := []struct {

@@ -214,7 +214,7 @@ func localToolCall(rng *rand.Rand, i int, decoy string) (op, tool string, input 
 		raw, _ := json.Marshal(map[string]any{"command": cmds[op], "timeout": 10})
 		return op, "bash", raw, nil
 	}
-	tool, input, forgedCall = toolCall(rng, i)
+	tool, input, forgedCall = toolCall(rng, i, hostTiming.forgedTimeout)
 	return tool, tool, input, forgedCall
 }
 
