@@ -225,7 +225,7 @@ func TestNoResidentSandboxStartsUnderARemoval(t *testing.T) {
 	// Whatever was left running is ended at the end, found by its bind,
 	// and its groups removed.
 	defer func() {
-		_ = stopSessionProcesses(hostDirs{Workspace: s.dirs.Workspace})
+		_ = stopWorkspaceBinders(s.dirs.Workspace)
 		for _, g := range groups {
 			_ = emptyAndRemove(g)
 		}

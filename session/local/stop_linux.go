@@ -35,9 +35,6 @@ const stopTimeout = 5 * time.Second
 // which ends it, or sees the removal's mark and starts nothing
 // (launchResident).
 func stopSessionProcesses(d hostDirs) error {
-	if d.Root == "" {
-		return stopWorkspaceBinders(d.Workspace)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), residentHelloTimeout+stopTimeout)
 	unlock, err := lockResident(ctx, d.Root)
 	cancel()

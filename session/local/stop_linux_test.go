@@ -37,7 +37,7 @@ func TestStopKillsProcessesForkedDuringTheStop(t *testing.T) {
 			t.Fatal("the forking process did not start")
 		}
 	}
-	if err := stopSessionProcesses(hostDirs{Workspace: ws}); err != nil {
+	if err := stopWorkspaceBinders(ws); err != nil {
 		t.Fatal(err)
 	}
 	if left := procsWith(ws); len(left) > 0 {
