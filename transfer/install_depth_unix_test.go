@@ -59,3 +59,29 @@ func TestInstallDeepPathsHoldFewDescriptors(t *testing.T) {
 	st2.close()
 	assert.Equal(t, before, tree(t, dest))
 }
+
+// The cursor goes up only into the directory it came down through: a
+// directory moved out of dest while the cursor is below it fails the next
+// move, rather than let the cursor go on, and make directories, outside.
+func TestCursorRefusesToClimbOutOfAMovedDirectory(t *testing.T) {
+	dest, outside := t.TempDir(), t.TempDir()
+	st, err := openStage(dest)
+	require.NoError(t, err)
+	defer st.close()
+	c := &cursor{st: st, root: int(st.destDir.Fd())}
+	c.fd, c.rel = c.root, "."
+	defer c.release()
+	var undos []undo
+	reason, err := c.moveTo("p/a/b", &undos)
+	require.NoError(t, err)
+	require.Empty(t, reason)
+	require.NoError(t, os.Rename(filepath.Join(dest, "p", "a"), filepath.Join(outside, "a")))
+
+	_, err = c.moveTo("p/c", &undos)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "moved during the collection")
+	entries, err := os.ReadDir(outside)
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "nothing made outside dest")
+	assert.Equal(t, "a", entries[0].Name())
+}

@@ -135,7 +135,7 @@ type undo struct {
 // other failure undoes every step taken and returns the error. However deep
 // the files, it holds one directory descriptor besides dest's (a cursor).
 func (st *stage) install(files []File, overwrite bool) (placed []File, refused []outputs.Refusal, err error) {
-	c := &cursor{st: st, root: int(st.destDir.Fd()), ids: map[string]fileID{}}
+	c := &cursor{st: st, root: int(st.destDir.Fd())}
 	c.fd, c.rel = c.root, "."
 	var undos []undo
 	defer func() {
@@ -191,38 +191,45 @@ func (st *stage) install(files []File, overwrite bool) (placed []File, refused [
 type fileID struct{ dev, ino uint64 }
 
 // cursor is the one directory below dest that install holds open. It moves
-// up through "..", checked against the identity each directory had when
-// first opened, and down one segment at a time without following links, so
-// a directory moved meanwhile fails the move rather than lead elsewhere.
+// down one segment at a time without following links, and up through "..",
+// which must lead to the directory it came down through, so a directory
+// moved meanwhile fails the move rather than lead elsewhere. It keeps the
+// identities of the directories on its way down only (not of every one it
+// visited): memory grows with a path's depth, not with the outputs' total.
 type cursor struct {
-	st   *stage
-	root int    // dest's descriptor, not the cursor's to close
-	fd   int    // the directory at rel
-	rel  string // "." for dest
-	ids  map[string]fileID
+	st    *stage
+	root  int      // dest's descriptor, not the cursor's to close
+	fd    int      // the directory at rel
+	rel   string   // "." for dest
+	chain []fileID // the identities of the directories from dest's child to rel
 }
 
 func (c *cursor) release() {
 	if c.fd != c.root {
 		unix.Close(c.fd)
 	}
-	c.fd, c.rel = c.root, "."
+	c.fd, c.rel, c.chain = c.root, ".", c.chain[:0]
 }
 
-// enter makes the cursor hold fd, the directory at rel, checking that it is
-// the directory that was there before.
-func (c *cursor) enter(fd int, rel string) error {
+// enter makes the cursor hold fd, the directory at rel: a directory below
+// it, or (up) its parent reached through "..", which must be the directory
+// it came down through.
+func (c *cursor) enter(fd int, rel string, up bool) error {
 	var s unix.Stat_t
 	if err := unix.Fstat(fd, &s); err != nil {
 		unix.Close(fd)
 		return fmt.Errorf("inspect directory %s: %w", c.st.hostPath(rel), err)
 	}
 	id := fileID{uint64(s.Dev), uint64(s.Ino)}
-	if want, ok := c.ids[rel]; ok && want != id {
-		unix.Close(fd)
-		return fmt.Errorf("directory %s moved during the collection", c.st.hostPath(rel))
+	if up {
+		if id != c.chain[len(c.chain)-2] {
+			unix.Close(fd)
+			return fmt.Errorf("directory %s moved during the collection", c.st.hostPath(rel))
+		}
+		c.chain = c.chain[:len(c.chain)-1]
+	} else {
+		c.chain = append(c.chain, id)
 	}
-	c.ids[rel] = id
 	if c.fd != c.root {
 		unix.Close(c.fd)
 	}
@@ -235,13 +242,6 @@ func (c *cursor) enter(fd int, rel string) error {
 // error. reason is set, and the cursor left on the way, when the host has a
 // symlink or a non-directory there.
 func (c *cursor) moveTo(rel string, undos *[]undo) (reason string, err error) {
-	if _, ok := c.ids["."]; !ok {
-		var s unix.Stat_t
-		if err := unix.Fstat(c.root, &s); err != nil {
-			return "", fmt.Errorf("inspect %s: %w", c.st.dest, err)
-		}
-		c.ids["."] = fileID{uint64(s.Dev), uint64(s.Ino)}
-	}
 	for c.rel != "." && rel != c.rel && !strings.HasPrefix(rel, c.rel+"/") {
 		up := path.Dir(c.rel)
 		if up == "." {
@@ -252,7 +252,7 @@ func (c *cursor) moveTo(rel string, undos *[]undo) (reason string, err error) {
 		if err != nil {
 			return "", fmt.Errorf("open directory %s: %w", c.st.hostPath(up), err)
 		}
-		if err := c.enter(fd, up); err != nil {
+		if err := c.enter(fd, up, true); err != nil {
 			return "", err
 		}
 	}
@@ -286,7 +286,7 @@ func (c *cursor) down(seg string, undos *[]undo) (reason string, err error) {
 	}
 	switch {
 	case err == nil:
-		return "", c.enter(fd, rel)
+		return "", c.enter(fd, rel, false)
 	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.EMLINK), errors.Is(err, unix.ENOTDIR):
 		var fi unix.Stat_t
 		if unix.Fstatat(parent, seg, &fi, unix.AT_SYMLINK_NOFOLLOW) == nil && fi.Mode&unix.S_IFMT == unix.S_IFLNK {

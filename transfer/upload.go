@@ -153,7 +153,7 @@ func (q *Quota) Materialize(ctx context.Context, s session.Session, mounts []Mou
 	// that directory in the guest, and the call would still succeed.
 	for i, guest := range guests {
 		root := rootOf(mounts[i].Kind, paths)
-		for dir := path.Dir(guest); dir != root && len(dir) > len(root); dir = path.Dir(dir) {
+		for dir := path.Dir(guest); len(dir) > len(root); dir = path.Dir(dir) {
 			if seen[dir] {
 				return fmt.Errorf("mount %d: %w: %s is below %s, which is given as a file", i, ErrPath, guest, dir)
 			}
