@@ -132,6 +132,11 @@ func (e *sessionEnds) context(id string) context.Context {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	return e.entry(id).ctx
+}
+
+// entry is session id's entry, made on first use; e.mu is held.
+func (e *sessionEnds) entry(id string) sessionEnd {
 	if e.sessions == nil {
 		e.sessions = map[string]sessionEnd{}
 	}
@@ -140,7 +145,7 @@ func (e *sessionEnds) context(id string) context.Context {
 		s.ctx, s.cancel = context.WithCancel(context.Background())
 		e.sessions[id] = s
 	}
-	return s.ctx
+	return s
 }
 
 // handler ends the calls of the session a DELETE names, and any call that
@@ -153,9 +158,8 @@ func (e *sessionEnds) handler(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		_ = e.context(id)
 		e.mu.Lock()
-		e.sessions[id].cancel()
+		e.entry(id).cancel()
 		e.mu.Unlock()
 		next.ServeHTTP(w, r)
 		e.mu.Lock()
