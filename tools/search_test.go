@@ -30,6 +30,16 @@ func sh(t *testing.T, s session.Session, script string, args ...string) string {
 	return string(res.Stdout)
 }
 
+// deepFiles is a script making n empty files, named fN plus ext, 14
+// directories of 230 bytes below dir: each path over 3 KB, so that a few
+// hundred of them pass an enumeration's byte limit. Thousands of short
+// names did the same, but made on an msb volume under emulation they took
+// over three minutes.
+func deepFiles(dir string, n int, ext string) string {
+	return fmt.Sprintf(`seg=$(printf 'n%%.0s' $(seq 1 230)) && d=%q/$(printf "$seg/%%.0s" $(seq 1 14)) && mkdir -p "$d" && cd "$d" && for i in $(seq 1000 %d); do : > "f$i%s"; done`,
+		dir, 999+n, ext)
+}
+
 // tagged counts live processes whose environment carries a tool's owner tag.
 func tagged(t *testing.T, s session.Session, env string) string {
 	return sh(t, s, `n=0; for e in /proc/[0-9]*/environ; do tr '\0' '\n' < "$e" 2>/dev/null | grep -q "^$1=" && n=$((n+1)); done; echo $n`, env)
@@ -87,8 +97,8 @@ func TestGlobStopsAtHundred(t *testing.T) {
 func TestGlobByteLimits(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, s session.Session, calls func() int) {
 		tb := tools.New(s, tools.Options{})
-		// 5000 names of 220 bytes: over 1 MiB of enumeration, no match.
-		sh(t, s, `mkdir raw && cd raw && long=$(printf 'n%.0s' $(seq 1 210)); for i in $(seq 1000 5999); do : > "$long$i"; done`)
+		// 400 paths of about 3.5 KB: over 1 MiB of enumeration, no match.
+		sh(t, s, deepFiles("raw", 400, ""))
 		_, err := call(t, tb, "glob", obj{"pattern": "[z]*", "path": "raw"})
 		assert.EqualError(t, err, `Glob enumeration exceeds 1048576 raw bytes. Narrow the search: set path to the directory to search (e.g. {"path": "src"}), or end the pattern with a file name pattern such as *.py.`)
 		assert.ErrorIs(t, err, glob.ErrLimit)
