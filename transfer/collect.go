@@ -295,8 +295,11 @@ func copyVerified(tr io.Reader, rec outputs.Record, sink Sink) (reason string, e
 		return "", nil
 	case errors.Is(err, outputs.ErrChecksum):
 		return "changed after it was listed: its sha256 differs", nil
+	case src.err != nil:
+		return "", err
 	}
-	return "", err
+	// The sink failed (a full disk): its own error names no entry.
+	return "", fmt.Errorf("stage %q: %w", rec.Path, err)
 }
 
 // readErr remembers its reader's error, to tell a broken archive from a

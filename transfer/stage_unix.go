@@ -39,6 +39,7 @@ type stage struct {
 func openStage(dest string) (*stage, error) {
 	st := &stage{dest: dest, staged: map[string]string{}}
 	if err := st.makeDest(); err != nil {
+		st.close() // removes the parents made before the failure
 		return nil, err
 	}
 	d, err := os.Open(dest)
@@ -121,10 +122,12 @@ func (st *stage) sink(r outputs.Record) (io.Writer, func(ok bool) error, error) 
 }
 
 // undo reverses one step of install, acting in the directory rel below
-// dest (the cursor's, once moved there).
+// dest (the cursor's, once moved there); what names the step in an error,
+// which says what stays in dest.
 type undo struct {
-	rel string
-	do  func(dir int) error
+	rel  string
+	what string
+	do   func(dir int) error
 }
 
 // install moves the staged files into dest in order. A file is refused
@@ -149,7 +152,9 @@ func (st *stage) install(files []File, overwrite bool) (placed []File, refused [
 					uerr = errors.New(reason)
 				}
 				if uerr == nil {
-					uerr = u.do(c.fd)
+					if uerr = u.do(c.fd); uerr != nil {
+						uerr = fmt.Errorf("%s: %w", u.what, uerr)
+					}
 				}
 				if uerr != nil {
 					errs = append(errs, uerr)
@@ -278,7 +283,7 @@ func (c *cursor) down(seg string, undos *[]undo) (reason string, err error) {
 	fd, err := unix.Openat(parent, seg, flags, 0)
 	if errors.Is(err, unix.ENOENT) && undos != nil {
 		if err = unix.Mkdirat(parent, seg, 0o755); err == nil {
-			*undos = append(*undos, undo{parentRel, func(dir int) error { return unix.Unlinkat(dir, seg, unix.AT_REMOVEDIR) }})
+			*undos = append(*undos, undo{parentRel, "remove directory " + c.st.hostPath(rel), func(dir int) error { return unix.Unlinkat(dir, seg, unix.AT_REMOVEDIR) }})
 		} else if !errors.Is(err, unix.EEXIST) {
 			return "", fmt.Errorf("make directory %s: %w", c.st.hostPath(rel), err)
 		}
@@ -319,7 +324,7 @@ func (st *stage) place(parent int, dir, base string, f File, overwrite bool, und
 			return "", fmt.Errorf("set aside %s: %w", host, err)
 		}
 		st.leftover = append(st.leftover, old)
-		*undos = append(*undos, undo{dir, func(dir int) error { return unix.Renameat(st.dirFD(), old, dir, base) }})
+		*undos = append(*undos, undo{dir, "put back " + host, func(dir int) error { return unix.Renameat(st.dirFD(), old, dir, base) }})
 	}
 	// link(2) never replaces: a file that appeared meanwhile is kept.
 	err = unix.Linkat(st.dirFD(), staged, parent, base, 0)
@@ -334,7 +339,7 @@ func (st *stage) place(parent int, dir, base string, f File, overwrite bool, und
 	if err != nil {
 		return "", fmt.Errorf("place %s: %w", host, err)
 	}
-	*undos = append(*undos, undo{dir, func(dir int) error { return unix.Unlinkat(dir, base, 0) }})
+	*undos = append(*undos, undo{dir, "remove " + host, func(dir int) error { return unix.Unlinkat(dir, base, 0) }})
 	return "", nil
 }
 

@@ -3,11 +3,15 @@
 package transfer
 
 import (
+	"archive/tar"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -78,4 +82,61 @@ func TestStageCloseRemovesWhatItMade(t *testing.T) {
 	assert.Equal(t, os.FileMode(0o700), fi.Mode().Perm(), "private while it holds unverified bytes")
 	st.close()
 	assert.NoDirExists(t, filepath.Dir(dest))
+}
+
+// Parents made for dest before making dest itself failed are removed again.
+func TestOpenStageFailureRemovesWhatItMade(t *testing.T) {
+	root := t.TempDir()
+	_, err := openStage(filepath.Join(root, "new", strings.Repeat("x", 300)))
+	require.Error(t, err)
+	assert.NoDirExists(t, filepath.Join(root, "new"))
+}
+
+// A file that cannot be staged (a full disk; here a file size limit) fails
+// the fetch with an error naming it.
+func TestStagingFailureNamesTheFile(t *testing.T) {
+	var old syscall.Rlimit
+	require.NoError(t, syscall.Getrlimit(syscall.RLIMIT_FSIZE, &old))
+	lowered := old
+	lowered.Cur = 64 << 10
+	require.NoError(t, syscall.Setrlimit(syscall.RLIMIT_FSIZE, &lowered))
+	t.Cleanup(func() { _ = syscall.Setrlimit(syscall.RLIMIT_FSIZE, &old) })
+
+	st, err := openStage(t.TempDir())
+	require.NoError(t, err)
+	defer st.close()
+	big := strings.Repeat("x", 128<<10)
+	sum := sha256.Sum256([]byte(big))
+	rec := outputs.Record{Path: "big.bin", Size: int64(len(big)), SHA256: hex.EncodeToString(sum[:])}
+	var archive bytes.Buffer
+	tw := tar.NewWriter(&archive)
+	require.NoError(t, tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rec.Path, Size: rec.Size, Mode: 0o644}))
+	_, err = tw.Write([]byte(big))
+	require.NoError(t, err)
+	require.NoError(t, tw.Close())
+
+	_, _, err = readArchive(&archive, []outputs.Record{rec}, st.sink)
+	require.ErrorIs(t, err, syscall.EFBIG)
+	assert.Contains(t, err.Error(), `"big.bin"`)
+}
+
+// An undo step that fails (here in a directory the host made append-only)
+// names what it left in dest.
+func TestInstallUndoFailureNamesWhatStays(t *testing.T) {
+	dest := t.TempDir()
+	ao := filepath.Join(dest, "ao")
+	require.NoError(t, os.Mkdir(ao, 0o755))
+	if out, err := exec.Command("chattr", "+a", ao).CombinedOutput(); err != nil {
+		t.Skipf("no append-only directory here: %v %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("chattr", "-a", ao).Run() })
+
+	st, err := openStage(dest)
+	require.NoError(t, err)
+	defer st.close()
+	files := []File{stageFile(t, st, "ao/f", "f"), stageFile(t, st, "z", "z")}
+	require.NoError(t, os.Remove(filepath.Join(dest, st.name, st.staged["z"])))
+	_, _, err = st.install(files, false)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "undoing what was placed: remove "+filepath.Join(ao, "f")+": ")
 }
