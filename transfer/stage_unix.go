@@ -42,14 +42,12 @@ func openStage(dest string) (*stage, error) {
 		st.close() // removes the parents made before the failure
 		return nil, err
 	}
-	d, err := os.Open(dest)
-	if err == nil {
-		st.destDir = d
-		var fi os.FileInfo
-		if fi, err = d.Stat(); err == nil && !fi.IsDir() {
-			err = fmt.Errorf("%s is not a directory", dest)
-		}
+	// O_DIRECTORY: opening a FIFO to read would wait for a writer.
+	d, err := os.OpenFile(dest, os.O_RDONLY|unix.O_DIRECTORY, 0)
+	if errors.Is(err, unix.ENOTDIR) {
+		err = fmt.Errorf("%s is not a directory", dest)
 	}
+	st.destDir = d
 	if err == nil {
 		err = st.makeStagingDir()
 	}

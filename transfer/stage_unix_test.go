@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -139,4 +140,37 @@ func TestInstallUndoFailureNamesWhatStays(t *testing.T) {
 	_, _, err = st.install(files, false)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "undoing what was placed: remove "+filepath.Join(ao, "f")+": ")
+}
+
+// A dest that is not a directory is refused at once, a FIFO too (opening
+// one to read waited for a writer).
+func TestOpenStageRefusesADestThatIsNoDirectory(t *testing.T) {
+	root := t.TempDir()
+	fifo := filepath.Join(root, "fifo")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o644))
+	file := filepath.Join(root, "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	for _, dest := range []string{fifo, file} {
+		done := make(chan error, 1)
+		go func() {
+			st, err := openStage(dest)
+			if err == nil {
+				st.close()
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			assert.ErrorContains(t, err, dest+" is not a directory")
+		case <-time.After(5 * time.Second):
+			// Let the blocked open end before the test does.
+			if f, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+				f.Close()
+			}
+			t.Fatalf("openStage(%s) still waiting after 5s", dest)
+		}
+	}
+	entries, err := os.ReadDir(root)
+	require.NoError(t, err)
+	assert.Len(t, entries, 2, "nothing made beside them")
 }
