@@ -68,9 +68,7 @@ func (p *Proxy) Serve(l net.Listener) error {
 			}
 			continue // at maxConns: refuse this one, serve the rest
 		}
-		p.wg.Add(1)
 		go func() {
-			defer p.wg.Done()
 			defer p.track(c, false)
 			p.handle(c)
 		}()
@@ -96,12 +94,16 @@ func (p *Proxy) isClosed() bool {
 	return p.closed
 }
 
+// track adds c to the connections Close ends, or removes and closes it.
+// wg counts the tracked connections for Close to wait on; it is added to
+// under mu with closed unset, so no Add can race Close's Wait.
 func (p *Proxy) track(c net.Conn, add bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !add {
 		delete(p.conns, c)
 		c.Close()
+		p.wg.Done()
 		return true
 	}
 	if p.closed || len(p.conns) >= maxConns {
@@ -111,6 +113,7 @@ func (p *Proxy) track(c net.Conn, add bool) bool {
 		p.conns = map[net.Conn]struct{}{}
 	}
 	p.conns[c] = struct{}{}
+	p.wg.Add(1)
 	return true
 }
 
@@ -249,8 +252,9 @@ var specialPrefixes = []netip.Prefix{
 	netip.MustParsePrefix("192.0.0.0/24"),
 	netip.MustParsePrefix("198.18.0.0/15"),
 	netip.MustParsePrefix("240.0.0.0/4"),
-	netip.MustParsePrefix("64:ff9b::/96"), // NAT64 can reach any IPv4 address
-	netip.MustParsePrefix("2002::/16"),    // 6to4 likewise
+	netip.MustParsePrefix("64:ff9b::/96"),   // NAT64 can reach any IPv4 address
+	netip.MustParsePrefix("64:ff9b:1::/48"), // local-use NAT64 (RFC 8215) likewise
+	netip.MustParsePrefix("2002::/16"),      // 6to4 likewise
 }
 
 // http serves one request: CONNECT opens a tunnel, an absolute-form
@@ -358,21 +362,22 @@ func (p *Proxy) refuse(e *RefusedError) error {
 // requestTarget is the host and port a proxy request names.
 func requestTarget(req *http.Request) (string, uint16, error) {
 	if req.Method == http.MethodConnect {
-		return splitHostPort(req.RequestURI, 0)
+		return splitHostPort(req.RequestURI)
 	}
 	if req.URL == nil || req.URL.Scheme != "http" || req.URL.Host == "" {
 		return "", 0, errors.New("want CONNECT HOST:PORT or an absolute http:// URL")
 	}
-	return splitHostPort(req.URL.Host, 80)
+	if req.URL.Port() == "" {
+		// Hostname, not Host: an IPv6 address loses its brackets.
+		return req.URL.Hostname(), 80, nil
+	}
+	return splitHostPort(req.URL.Host)
 }
 
-func splitHostPort(hp string, defaultPort uint16) (string, uint16, error) {
+func splitHostPort(hp string) (string, uint16, error) {
 	host, ps, err := net.SplitHostPort(hp)
 	if err != nil {
-		if defaultPort == 0 {
-			return "", 0, fmt.Errorf("want HOST:PORT, got %q", hp)
-		}
-		return hp, defaultPort, nil
+		return "", 0, fmt.Errorf("want HOST:PORT, got %q", hp)
 	}
 	n, err := strconv.ParseUint(ps, 10, 16)
 	if err != nil || n == 0 {
