@@ -46,6 +46,8 @@ type Proxy struct {
 	conns  map[net.Conn]struct{}
 	closed bool
 	wg     sync.WaitGroup
+	ended  context.Context // ends at Close, and the lookups and dials under it
+	end    context.CancelFunc
 }
 
 // dialTimeout bounds resolving and connecting one destination.
@@ -81,11 +83,27 @@ func (p *Proxy) Serve(l net.Listener) error {
 func (p *Proxy) Close() {
 	p.mu.Lock()
 	p.closed = true
+	if p.end != nil {
+		p.end()
+	}
 	for c := range p.conns {
 		c.Close()
 	}
 	p.mu.Unlock()
 	p.wg.Wait()
+}
+
+// endedContext is a context that ends when Close is called.
+func (p *Proxy) endedContext() context.Context {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ended == nil {
+		p.ended, p.end = context.WithCancel(context.Background())
+		if p.closed {
+			p.end()
+		}
+	}
+	return p.ended
 }
 
 func (p *Proxy) isClosed() bool {
@@ -177,6 +195,8 @@ func (p *Proxy) connect(ctx context.Context, host string, port uint16) (net.Conn
 	}
 	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
+	// Close must not wait out a destination that never answers.
+	defer context.AfterFunc(p.endedContext(), cancel)()
 	var addrs []netip.Addr
 	if a, err := netip.ParseAddr(host); err == nil {
 		if a.Zone() != "" || !p.Policy.AllowsAddr(a, port) {

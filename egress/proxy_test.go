@@ -421,3 +421,53 @@ func TestProxySecretKeepAlive(t *testing.T) {
 	assert.Contains(t, string(got), `hello from A auth="Bearer s3cret"`)
 	assert.NotContains(t, string(got), "hello from C")
 }
+
+// TestProxyCloseEndsADialInProgress: Close does not wait out the dial of a
+// destination that never answers (its deadline is 30 s), nor its lookup.
+func TestProxyCloseEndsADialInProgress(t *testing.T) {
+	var pol Policy
+	for _, s := range []string{"192.0.2.1:80", "*.lookup.test"} {
+		target, err := ParseTarget(s)
+		require.NoError(t, err)
+		pol.Allow = append(pol.Allow, target)
+	}
+	waiting := make(chan string, 2)
+	p := &Proxy{
+		Policy: pol,
+		Resolve: func(ctx context.Context, _ string) ([]netip.Addr, error) {
+			waiting <- "lookup"
+			<-ctx.Done()
+			return nil, ctx.Err()
+		},
+		Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			waiting <- "dial"
+			<-ctx.Done()
+			return nil, ctx.Err()
+		},
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	go func() { _ = p.Serve(l) }()
+	for _, req := range []string{"CONNECT 192.0.2.1:80 HTTP/1.1\r\n\r\n", "CONNECT a.lookup.test:443 HTTP/1.1\r\n\r\n"} {
+		c, err := net.Dial("tcp", l.Addr().String())
+		require.NoError(t, err)
+		defer c.Close()
+		_, err = io.WriteString(c, req)
+		require.NoError(t, err)
+	}
+	for range 2 {
+		select {
+		case <-waiting:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the proxy never began to dial")
+		}
+	}
+	closed := make(chan struct{})
+	go func() { p.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close still waiting after 5s for a dial and a lookup")
+	}
+}
