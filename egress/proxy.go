@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/oma-sandbox/oma-sandbox/internal/netrelay"
@@ -55,14 +56,24 @@ const dialTimeout = 30 * time.Second
 
 // Serve accepts connections on l until l is closed or Close is called.
 func (p *Proxy) Serve(l net.Listener) error {
+	var pause time.Duration
 	for {
 		c, err := l.Accept()
 		if err != nil {
 			if p.isClosed() || errors.Is(err, net.ErrClosed) {
 				return nil
 			}
-			return err
+			if !acceptCanRecover(err) {
+				return err
+			}
+			// Out of descriptors (the process's, which other sessions
+			// share) or a connection aborted before it was taken: wait
+			// and go on, as net/http does, rather than stop serving.
+			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+			time.Sleep(pause)
+			continue
 		}
+		pause = 0
 		if !p.track(c, true) {
 			c.Close()
 			if p.isClosed() {
@@ -75,6 +86,16 @@ func (p *Proxy) Serve(l net.Listener) error {
 			p.handle(c)
 		}()
 	}
+}
+
+// acceptCanRecover tells an Accept error that passes, given time.
+func acceptCanRecover(err error) bool {
+	for _, e := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // Close ends every connection being served (both sides) and waits for

@@ -10,8 +10,11 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -470,4 +473,51 @@ func TestProxyCloseEndsADialInProgress(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close still waiting after 5s for a dial and a lookup")
 	}
+}
+
+// failingListener's Accept fails with err n times before it accepts.
+type failingListener struct {
+	net.Listener
+	err error
+	n   atomic.Int32
+}
+
+func (l *failingListener) Accept() (net.Conn, error) {
+	if l.n.Add(-1) >= 0 {
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", l.err)}
+	}
+	return l.Listener.Accept()
+}
+
+// TestProxyServesOnAfterRunningOutOfDescriptors: an Accept that fails for
+// want of descriptors (the host process's, shared by every session it
+// serves, which a guest's connections can use up) does not end Serve: the
+// proxy serves again once some are free. Another error still ends it.
+func TestProxyServesOnAfterRunningOutOfDescriptors(t *testing.T) {
+	port := testutil.LoopbackServer(t, "127.0.0.1:0", "A")
+	target, err := ParseTarget(fmt.Sprintf("127.0.0.1:%d", port))
+	require.NoError(t, err)
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	l := &failingListener{Listener: inner, err: syscall.EMFILE}
+	l.n.Store(5)
+	p := &Proxy{Policy: Policy{Allow: []Target{target}}}
+	served := make(chan error, 1)
+	go func() { served <- p.Serve(l) }()
+	c, err := net.DialTimeout("tcp", inner.Addr().String(), 5*time.Second)
+	require.NoError(t, err)
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "GET http://127.0.0.1:%d/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", port)
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	require.NoError(t, err, "the proxy stopped serving")
+	body, _ := io.ReadAll(res.Body)
+	assert.Equal(t, `hello from A auth=""`, string(body))
+	p.Close()
+	inner.Close()
+	require.NoError(t, <-served)
+
+	bad := &failingListener{Listener: inner, err: syscall.EINVAL}
+	bad.n.Store(1)
+	assert.ErrorIs(t, (&Proxy{}).Serve(bad), syscall.EINVAL)
 }
