@@ -4,8 +4,12 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/oma-sandbox/oma-sandbox/internal/fakemsbtest"
 	"github.com/oma-sandbox/oma-sandbox/msb"
@@ -146,4 +150,36 @@ func TestReapFakemsbPausedSession(t *testing.T) {
 	equal(t, "removed sandboxes", r.RemovedSandboxes, []string{pausedLongAgo.Sandbox})
 	equal(t, "sandboxes left", env.Sandboxes(t), []string{pausedNow.Sandbox})
 	equal(t, "volumes left", env.Volumes(t), []string{pausedNow.Volume})
+}
+
+// TestReapFakemsbOverlap: overlapping sweeps (cron runs without a lock)
+// are harmless: each resource goes once, and the sweeps that find it
+// already gone report no error (docs/reaper.md, "Run it on a schedule").
+func TestReapFakemsbOverlap(t *testing.T) {
+	env := fakemsbtest.New(t)
+	client := msb.NewClient(&msb.CLI{Path: env.Bin})
+	ctx := t.Context()
+	past := time.Now().Add(-3 * time.Hour)
+	env.SetKnob("FAKEMSB_NOW", past.UTC().Format(time.RFC3339))
+	for i := range 12 {
+		n := session.NewNames(session.DefaultPrefix, "ws-1", fmt.Sprintf("sess-%d", i), past, uint64(i))
+		require.NoError(t, client.Create(ctx, msb.CreateOptions{Image: "alpine", Name: n.Sandbox, Quiet: true,
+			Mounts: []msb.NamedMount{{Volume: n.Volume, Guest: "/workspace"}}, Labels: session.OwnerLabels()}))
+		if i%2 == 0 {
+			require.NoError(t, client.Stop(ctx, msb.StopOptions{Names: []string{n.Sandbox}}))
+		}
+	}
+	env.SetKnob("FAKEMSB_NOW", "")
+	var wg sync.WaitGroup
+	reps := make([]*Report, 3)
+	errs := make([]error, 3)
+	for i := range reps {
+		wg.Go(func() { reps[i], errs[i] = Reap(ctx, client, Options{OlderThan: 2 * time.Hour, Concurrency: 4}) })
+	}
+	wg.Wait()
+	for i := range reps {
+		assert.NoError(t, errs[i])
+	}
+	assert.Empty(t, env.Sandboxes(t))
+	assert.Empty(t, env.Volumes(t))
 }

@@ -91,7 +91,8 @@ type Options struct {
 	DryRun bool
 	// Concurrency bounds concurrent removals; 0 or less means DefaultConcurrency.
 	Concurrency int
-	// Now is the clock ages are measured against; nil means time.Now.
+	// Now is the clock ages are measured against, read once as a sweep
+	// starts; nil means time.Now.
 	Now func() time.Time
 	// Logger gets a line per removal and a summary; nil discards them.
 	Logger *slog.Logger
@@ -180,6 +181,10 @@ func reap(ctx context.Context, client *msb.Client, opts Options) (*Report, error
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	// One time for every age of the sweep: with a clock read at each step,
+	// a stopped sandbox too young to be inspected could be stale by the
+	// time the inspections of others are done, and go uninspected.
+	now := opts.Now()
 
 	var sandboxes []msb.Sandbox
 	var volumes []msb.Volume
@@ -213,6 +218,7 @@ func reap(ctx context.Context, client *msb.Client, opts Options) (*Report, error
 	s := &sweep{
 		client: client,
 		log:    opts.Logger,
+		now:    now,
 		report: &Report{
 			DryRun:           opts.DryRun,
 			RemovedSandboxes: []string{},
@@ -257,6 +263,7 @@ type removal struct{ sandbox, volume, snapshot string }
 type sweep struct {
 	client *msb.Client
 	log    *slog.Logger
+	now    time.Time // what every age is measured against
 
 	mu     sync.Mutex
 	report *Report
@@ -268,7 +275,6 @@ type sweep struct {
 // gets the zero time and an error in the report (plan keeps it); one that
 // is gone is left to its removal, which reports it.
 func (s *sweep) lastActivity(ctx context.Context, opts Options, sandboxes []msb.Sandbox) map[string]time.Time {
-	now := opts.Now()
 	var (
 		mu     sync.Mutex
 		active = map[string]time.Time{}
@@ -276,7 +282,7 @@ func (s *sweep) lastActivity(ctx context.Context, opts Options, sandboxes []msb.
 	)
 	g.SetLimit(opts.Concurrency)
 	for _, sb := range sandboxes {
-		if _, ok := session.SandboxStem(opts.Prefix, sb.Name); !ok || !msb.Stopped(sb.Status) || now.Sub(sb.CreatedAt) < opts.OlderThan {
+		if _, ok := session.SandboxStem(opts.Prefix, sb.Name); !ok || !msb.Stopped(sb.Status) || s.now.Sub(sb.CreatedAt) < opts.OlderThan {
 			continue
 		}
 		g.Go(func() error {
@@ -304,10 +310,9 @@ func (s *sweep) lastActivity(ctx context.Context, opts Options, sandboxes []msb.
 // plan decides from the listings and the last activities what goes, and
 // records what stays.
 func (s *sweep) plan(opts Options, sandboxes []msb.Sandbox, volumes []msb.Volume, active map[string]time.Time) []removal {
-	now := opts.Now()
 	// stale reports why a resource stays on age grounds, "" when it is stale.
 	stale := func(created time.Time) string {
-		if age := now.Sub(created); age < opts.OlderThan {
+		if age := s.now.Sub(created); age < opts.OlderThan {
 			return fmt.Sprintf("younger than %v (age %v)", opts.OlderThan, age.Round(time.Second))
 		}
 		return ""
@@ -329,10 +334,9 @@ func (s *sweep) plan(opts Options, sandboxes []msb.Sandbox, volumes []msb.Volume
 		}
 		if last, inspected := active[sb.Name]; inspected {
 			if last.IsZero() {
-				s.skip(KindSandbox, sb.Name, "its last activity could not be read")
-				continue
+				continue // kept, and counted failed with its error by lastActivity
 			}
-			if age := now.Sub(last); age < opts.OlderThan {
+			if age := s.now.Sub(last); age < opts.OlderThan {
 				s.skip(KindSandbox, sb.Name, fmt.Sprintf("%s, last active less than %v ago (%v)", strings.ToLower(sb.Status), opts.OlderThan, age.Round(time.Second)))
 				continue
 			}
@@ -374,7 +378,6 @@ func (s *sweep) plan(opts Options, sandboxes []msb.Sandbox, volumes []msb.Volume
 
 // planSnapshots picks the stale snapshots of ours.
 func (s *sweep) planSnapshots(opts Options, snapshots []msb.Snapshot) []removal {
-	now := opts.Now()
 	var removals []removal
 	for _, snap := range snapshots {
 		stem, ok := session.SnapshotStem(opts.Prefix, snap.Name)
@@ -382,7 +385,7 @@ func (s *sweep) planSnapshots(opts Options, snapshots []msb.Snapshot) []removal 
 			s.foreign(KindSnapshot)
 			continue
 		}
-		if age := now.Sub(snap.CreatedAt); age < opts.OlderThan {
+		if age := s.now.Sub(snap.CreatedAt); age < opts.OlderThan {
 			s.skip(KindSnapshot, snap.Name, fmt.Sprintf("younger than %v (age %v)", opts.OlderThan, age.Round(time.Second)))
 			continue
 		}
