@@ -162,6 +162,9 @@ func Reap(ctx context.Context, client *msb.Client, opts Options) (*Report, error
 	if client == nil {
 		return nil, errors.New("reaper: nil msb client")
 	}
+	if err := session.CheckPrefix(opts.Prefix); err != nil {
+		return nil, fmt.Errorf("reaper: %w", err)
+	}
 	rep, err := reap(ctx, client, opts)
 	Record(context.WithoutCancel(ctx), opts.MeterProvider, sweepOf(opts.DryRun, rep, err))
 	return rep, err

@@ -393,6 +393,15 @@ func TestReapOptions(t *testing.T) {
 	if r, err := Reap(t.Context(), msb.NewClient(f), options); err == nil || r != nil {
 		t.Errorf("failed listing: report %v, error %v", r, err)
 	}
+	// A dash in the prefix: "oma-ci-ws-…" would read as prefix oma too.
+	f = newFakeRunner()
+	f.addSession(1, stale)
+	bad := options
+	bad.Prefix = "oma-ci"
+	r, err := Reap(t.Context(), msb.NewClient(f), bad)
+	assert.Nil(t, r)
+	assert.ErrorContains(t, err, `reaper: prefix "oma-ci": want 1 to 16 characters`)
+	assert.Empty(t, f.log(), "msb was called")
 }
 
 func TestReportJSON(t *testing.T) {

@@ -3,6 +3,7 @@ package session
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -68,6 +69,21 @@ func NewNames(prefix, workspaceID, sessionID string, now time.Time, random uint6
 		randomPart(random),
 	}, "-")
 	return Names{Stem: stem, Sandbox: stem + sandboxSuffix, Volume: stem + volumeSuffix}
+}
+
+// prefixPattern is a prefix that names unchanged and that ends at the
+// first dash of a name: with a dash of its own, "oma-ci-ws-…" would read
+// as prefix oma, workspace ci-ws, and a reaper of either prefix would take
+// the other's sessions for its own.
+var prefixPattern = regexp.MustCompile(`^[a-z0-9_.]{1,16}$`)
+
+// CheckPrefix refuses a name prefix other than 1 to 16 of a-z, 0-9, _ and
+// . ("" means DefaultPrefix).
+func CheckPrefix(prefix string) error {
+	if prefix != "" && !prefixPattern.MatchString(prefix) {
+		return fmt.Errorf("prefix %q: want 1 to %d characters of a-z, 0-9, _ and . (no dash: a name's first dash ends its prefix)", prefix, maxPrefixLen)
+	}
+	return nil
 }
 
 func randomPart(r uint64) string {

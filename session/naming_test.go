@@ -16,6 +16,25 @@ import (
 
 var msbName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
+// A prefix is one that names keep unchanged and that no other prefix's
+// names can begin with: no dash, since a name's first dash ends its prefix.
+func TestCheckPrefix(t *testing.T) {
+	now := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
+	for _, ok := range []string{"", "oma", "ci", "a.b_c", "0123456789abcdef"} {
+		require.NoError(t, session.CheckPrefix(ok), ok)
+		n := session.NewNames(ok, "ws", "sess", now, 1)
+		stem, found := session.SandboxStem(ok, n.Sandbox)
+		assert.True(t, found, ok)
+		assert.Equal(t, n.Stem, stem)
+		if ok != "" {
+			assert.True(t, strings.HasPrefix(n.Stem, ok+"-"), "%q names %q", ok, n.Stem)
+		}
+	}
+	for _, bad := range []string{"oma-ci", "-", "OMA", "x!", "a b", "0123456789abcdefg"} {
+		assert.ErrorContains(t, session.CheckPrefix(bad), "want 1 to 16 characters of a-z, 0-9, _ and .", bad)
+	}
+}
+
 // Any ids of any length or charset yield valid msb names that pair up.
 func TestNamesAlwaysValid(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/oma-sandbox/oma-sandbox/reaper"
+	"github.com/oma-sandbox/oma-sandbox/session"
 	"github.com/oma-sandbox/oma-sandbox/session/local"
 )
 
@@ -59,6 +60,9 @@ file could not be written.`)
 		return &usageError{msg: "--prefix and --concurrency apply to the msb backend only"}
 	case set["metrics-file"] && *metricsPath == "":
 		return &usageError{msg: "--metrics-file needs a PATH"}
+	}
+	if err := session.CheckPrefix(*prefix); err != nil {
+		return &usageError{msg: "--" + err.Error()}
 	}
 	var metrics *metricsFile
 	if *metricsPath != "" {

@@ -222,6 +222,9 @@ func Create(ctx context.Context, o Options) (*Session, error) {
 	if o.WorkspaceID == "" || o.SessionID == "" {
 		return nil, fmt.Errorf("%w: workspace id and session id are required", session.ErrInvalid)
 	}
+	if err := session.CheckPrefix(o.Prefix); err != nil {
+		return nil, fmt.Errorf("%w: %w", session.ErrInvalid, err)
+	}
 	names := session.NewNames(o.Prefix, o.WorkspaceID, o.SessionID, o.Now(), o.Random())
 	createOpts, err := createOptions(o, names)
 	if err == nil {
@@ -335,6 +338,9 @@ func (s *Session) prepare(ctx context.Context) error {
 // and one that is stopped (as Poison left it, in another process) as
 // ErrPoisoned (see stoppedError).
 func Attach(client *msb.Client, prefix, sandbox string) (*Session, error) {
+	if err := session.CheckPrefix(prefix); err != nil {
+		return nil, fmt.Errorf("%w: %w", session.ErrInvalid, err)
+	}
 	if prefix == "" {
 		prefix = session.DefaultPrefix
 	}

@@ -493,6 +493,9 @@ func TestAttach(t *testing.T) {
 
 	_, err = microvm.Attach(client, "", "someone-elses-box")
 	assert.ErrorIs(t, err, session.ErrInvalid)
+	_, err = microvm.Attach(client, "oma-ci", created.Name())
+	assert.ErrorIs(t, err, session.ErrInvalid)
+	assert.ErrorContains(t, err, `prefix "oma-ci": want 1 to 16 characters`)
 
 	gone, err := microvm.Attach(client, "", created.Name())
 	require.NoError(t, err)
@@ -508,6 +511,7 @@ func TestCreateRefusesBadOptions(t *testing.T) {
 		func(o *microvm.Options) { o.Memory = "1Gi" },
 		func(o *microvm.Options) { o.Image = "-evil" },
 		func(o *microvm.Options) { o.MaxDuration = "1h30m" },
+		func(o *microvm.Options) { o.Prefix = "oma-ci" }, // its names would read as prefix oma's too
 	} {
 		o := options(env)
 		mod(&o)
