@@ -104,9 +104,9 @@ func TestReapFakemsb(t *testing.T) {
 		}
 		calls = append(calls, inv.Argv)
 	}
-	// The stopped one (a fork's source) is inspected for its last activity.
-	want := map[string]int{"list": 1, "volume list": 1, "snapshot list": 1, "inspect": 1, "remove": 3, "volume remove": 4, "snapshot remove": 1}
-	if got := count(calls); !maps.Equal(got, want) || len(calls) != 12 {
+	// Each stale sandbox is inspected for its last activity.
+	want := map[string]int{"list": 1, "volume list": 1, "snapshot list": 1, "inspect": 3, "remove": 3, "volume remove": 4, "snapshot remove": 1}
+	if got := count(calls); !maps.Equal(got, want) || len(calls) != 14 {
 		t.Errorf("invocations %v, want %v:\n%q", got, want, calls)
 	}
 	for _, argv := range calls {
@@ -182,4 +182,34 @@ func TestReapFakemsbOverlap(t *testing.T) {
 	}
 	assert.Empty(t, env.Sandboxes(t))
 	assert.Empty(t, env.Volumes(t))
+}
+
+// TestReapFakemsbResumedSession: a session made long ago, paused and
+// resumed a moment ago is in use again, as much as one paused a moment ago
+// that the sweep keeps: it is aged from its resume, not killed.
+func TestReapFakemsbResumedSession(t *testing.T) {
+	env := fakemsbtest.New(t)
+	client := msb.NewClient(&msb.CLI{Path: env.Bin})
+	ctx := t.Context()
+	past := time.Now().Add(-3 * time.Hour)
+	env.SetKnob("FAKEMSB_NOW", past.UTC().Format(time.RFC3339))
+	var made []session.Names
+	for i := range 3 {
+		n := session.NewNames(session.DefaultPrefix, "ws-1", fmt.Sprintf("sess-%d", i), past, uint64(i))
+		require.NoError(t, client.Create(ctx, msb.CreateOptions{Image: "alpine", Name: n.Sandbox, Quiet: true,
+			Mounts: []msb.NamedMount{{Volume: n.Volume, Guest: "/workspace"}}, Labels: session.OwnerLabels()}))
+		made = append(made, n)
+	}
+	runningLongAgo, pausedNow, resumedNow := made[0], made[1], made[2]
+	env.SetKnob("FAKEMSB_NOW", "")
+	for _, n := range []session.Names{pausedNow, resumedNow} {
+		require.NoError(t, client.Stop(ctx, msb.StopOptions{Names: []string{n.Sandbox}}))
+	}
+	require.NoError(t, client.Start(ctx, resumedNow.Sandbox))
+
+	r, err := Reap(ctx, client, Options{OlderThan: 2 * time.Hour})
+	require.NoError(t, err)
+	assert.Equal(t, []string{runningLongAgo.Sandbox}, r.RemovedSandboxes)
+	equal(t, "sandboxes left", env.Sandboxes(t), []string{pausedNow.Sandbox, resumedNow.Sandbox})
+	equal(t, "volumes left", env.Volumes(t), []string{pausedNow.Volume, resumedNow.Volume})
 }

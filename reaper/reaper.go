@@ -19,12 +19,12 @@
 // they are paired by name alone.
 //
 // What is removed: a sandbox of ours at least Options.OlderThan old, with
-// --force; then its volume when that is stale too. A running sandbox's age
-// counts from its creation. A stopped (paused) or crashed one's counts from
-// its last activity: the later of its creation and the updated_at of `msb
-// inspect`, which msb moves on every start, stop (a pause, an idle stop)
-// and applied modify, and never on a guest's say; a stopped sandbox runs
-// nothing, so nothing happened in it since. A volume whose paired
+// --force; then its volume when that is stale too. A sandbox's age counts
+// from its last activity: the later of its creation and the updated_at of
+// `msb inspect`, which msb moves on every start (a resume), stop (a pause,
+// an idle stop) and applied modify, and never on a guest's say: a stopped
+// sandbox runs nothing, so nothing happened in it since, and a running one
+// resumed a moment ago is in use again. A volume whose paired
 // sandbox is listed and kept stays, and so does the volume of a sandbox whose
 // removal failed (msb would refuse it while the sandbox lives). A stale volume
 // with no listed sandbox is an orphan and goes, and so does a snapshot of
@@ -42,7 +42,7 @@
 // the label filter, `volume list --format json` and `snapshot list --format
 // json`, run concurrently; their created_at fields give every age; a failed
 // snapshot listing, as on a backend without snapshots, is an error in the
-// report and the rest of the sweep goes on), one `inspect` per stopped sandbox of
+// report and the rest of the sweep goes on), one `inspect` per sandbox of
 // ours that is stale by its creation (its last activity may be recent),
 // and one msb call per removal. A dry run makes the listings and the
 // inspections only. A sandbox whose inspection fails is kept, with an
@@ -272,9 +272,10 @@ type sweep struct {
 	report *Report
 }
 
-// lastActivity inspects each stopped sandbox of ours that is stale by its
+// lastActivity inspects each sandbox of ours that is stale by its
 // creation and returns its updated_at by name (its creation when msb shows
-// none). One whose inspection fails
+// none): a running one too, since one resumed a moment ago is in use
+// again, as much as one paused a moment ago. One whose inspection fails
 // gets the zero time and an error in the report (plan keeps it); one that
 // is gone is left to its removal, which reports it.
 func (s *sweep) lastActivity(ctx context.Context, opts Options, sandboxes []msb.Sandbox) map[string]time.Time {
@@ -285,7 +286,7 @@ func (s *sweep) lastActivity(ctx context.Context, opts Options, sandboxes []msb.
 	)
 	g.SetLimit(opts.Concurrency)
 	for _, sb := range sandboxes {
-		if _, ok := session.SandboxStem(opts.Prefix, sb.Name); !ok || !msb.Stopped(sb.Status) || s.now.Sub(sb.CreatedAt) < opts.OlderThan {
+		if _, ok := session.SandboxStem(opts.Prefix, sb.Name); !ok || s.now.Sub(sb.CreatedAt) < opts.OlderThan {
 			continue
 		}
 		g.Go(func() error {

@@ -509,10 +509,11 @@ func TestReapCounts(t *testing.T) {
 	}
 }
 
-// TestReapPausedByLastActivity: a stopped (paused) sandbox's age counts
-// from its last activity (inspect's updated_at), a running one's from its
-// creation; only stale stopped ones are inspected, and one whose last
-// activity cannot be read is kept, with an error.
+// TestReapPausedByLastActivity: a sandbox's age counts from its last
+// activity (inspect's updated_at, moved by every start and stop): a
+// stopped (paused) one, and a running one resumed a moment ago, are kept
+// however old; only sandboxes stale by their creation are inspected, and
+// one whose last activity cannot be read is kept, with an error.
 func TestReapPausedByLastActivity(t *testing.T) {
 	f := newFakeRunner()
 	pausedRecently := f.addSession(1, stale)
@@ -521,8 +522,10 @@ func TestReapPausedByLastActivity(t *testing.T) {
 	f.setActivity(pausedLongAgo.Sandbox, "Stopped", now.Add(-150*time.Minute))
 	crashedRecently := f.addSession(3, stale)
 	f.setActivity(crashedRecently.Sandbox, "Crashed", now.Add(-time.Minute))
-	running := f.addSession(4, stale)
-	f.setActivity(running.Sandbox, "Running", now.Add(-time.Minute))
+	resumed := f.addSession(4, stale)
+	f.setActivity(resumed.Sandbox, "Running", now.Add(-time.Minute))
+	running := f.addSession(8, stale)
+	f.setActivity(running.Sandbox, "Running", stale)
 	unreadable := f.addSession(5, stale)
 	f.fail["inspect "+unreadable.Sandbox] = "database is locked"
 	youngPaused := f.addSession(6, young)
@@ -535,15 +538,18 @@ func TestReapPausedByLastActivity(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "inspect sandbox "+unreadable.Sandbox+" for its last activity") {
 		t.Errorf("err = %v, want the failed inspection", err)
 	}
-	equal(t, "removed sandboxes", r.RemovedSandboxes, []string{pausedLongAgo.Sandbox, running.Sandbox, noUpdate.Sandbox})
-	equal(t, "sandboxes left", f.sandboxNames(), []string{pausedRecently.Sandbox, crashedRecently.Sandbox, unreadable.Sandbox, youngPaused.Sandbox})
-	equal(t, "volumes left", f.volumeNames(), []string{pausedRecently.Volume, crashedRecently.Volume, unreadable.Volume, youngPaused.Volume})
+	equal(t, "removed sandboxes", r.RemovedSandboxes, []string{pausedLongAgo.Sandbox, noUpdate.Sandbox, running.Sandbox})
+	equal(t, "sandboxes left", f.sandboxNames(), []string{pausedRecently.Sandbox, crashedRecently.Sandbox, resumed.Sandbox, unreadable.Sandbox, youngPaused.Sandbox})
+	equal(t, "volumes left", f.volumeNames(), []string{pausedRecently.Volume, crashedRecently.Volume, resumed.Volume, unreadable.Volume, youngPaused.Volume})
 	reasons := map[string]string{}
 	for _, sk := range r.Skipped {
 		reasons[sk.Name] = sk.Reason
 	}
 	if want := "stopped, last active less than 2h0m0s ago (30m0s)"; reasons[pausedRecently.Sandbox] != want {
 		t.Errorf("paused sandbox kept because %q, want %q", reasons[pausedRecently.Sandbox], want)
+	}
+	if want := "running, last active less than 2h0m0s ago (1m0s)"; reasons[resumed.Sandbox] != want {
+		t.Errorf("resumed sandbox kept because %q, want %q", reasons[resumed.Sandbox], want)
 	}
 	if reason, ok := reasons[unreadable.Sandbox]; ok {
 		t.Errorf("unreadable sandbox reported kept (%q) as well as failed", reason)
@@ -555,7 +561,7 @@ func TestReapPausedByLastActivity(t *testing.T) {
 		}
 	}
 	slices.Sort(inspected)
-	equal(t, "inspected", inspected, []string{pausedRecently.Sandbox, pausedLongAgo.Sandbox, crashedRecently.Sandbox, unreadable.Sandbox, noUpdate.Sandbox})
+	equal(t, "inspected", inspected, []string{pausedRecently.Sandbox, pausedLongAgo.Sandbox, crashedRecently.Sandbox, resumed.Sandbox, unreadable.Sandbox, noUpdate.Sandbox, running.Sandbox})
 }
 
 // Snapshots: a fork removes its root-disk snapshot once it is created, so

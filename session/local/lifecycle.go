@@ -29,8 +29,13 @@ func (s *Session) ready() error {
 	return nil
 }
 
-// pausedFile, in a session's directory, marks it paused for every process.
-const pausedFile = "paused"
+// pausedFile, in a session's directory, marks it paused for every process;
+// resumedFile's time is the session's last resume, from which, as from a
+// pause, the reaper ages it.
+const (
+	pausedFile  = "paused"
+	resumedFile = "resumed"
+)
 
 // awakeWeight is the size of a session's awake semaphore: a call takes one,
 // Pause all of it.
@@ -97,15 +102,14 @@ func (s *Session) SetAutoResume(on bool) { s.manual.Store(!on) }
 func (s *Session) paused() bool { return marked(s.dirs.Root, pausedFile) }
 
 func (s *Session) markPaused(paused bool) error {
-	path := filepath.Join(s.dirs.Root, pausedFile)
+	// The session's directory is the host's alone: no guest put a link here.
 	if !paused {
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := os.Remove(filepath.Join(s.dirs.Root, pausedFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
-		return nil
+		return os.WriteFile(filepath.Join(s.dirs.Root, resumedFile), nil, 0o600)
 	}
-	// The session's directory is the host's alone: no guest put a link here.
-	return os.WriteFile(path, nil, 0o600)
+	return os.WriteFile(filepath.Join(s.dirs.Root, pausedFile), nil, 0o600)
 }
 
 // wake admits a call: on a paused session it resumes it first, or fails

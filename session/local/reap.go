@@ -142,10 +142,11 @@ func Reap(ctx context.Context, stateDir string, olderThan time.Duration, now tim
 }
 
 // sessionTime is when a session was last active, as the msb reaper ages
-// a sandbox: its creation from its record (its directory's time when the
-// record is missing or unreadable), or, when it is paused, its pause if
-// later, since a paused session runs nothing. The mark is the host's,
-// in a directory no guest reaches.
+// a sandbox: the latest of its creation from its record (its directory's
+// time when the record is missing or unreadable), its pause when it is
+// paused (a paused session runs nothing) and its last resume (one resumed
+// a moment ago is in use again). The marks are the host's, in a directory
+// no guest reaches.
 func sessionTime(dir string) (time.Time, bool) {
 	var t time.Time
 	if rec, err := readRecord(dir); err == nil {
@@ -155,8 +156,10 @@ func sessionTime(dir string) (time.Time, bool) {
 	} else {
 		return time.Time{}, false
 	}
-	if fi, err := os.Lstat(filepath.Join(dir, pausedFile)); err == nil && fi.ModTime().After(t) {
-		t = fi.ModTime()
+	for _, mark := range []string{pausedFile, resumedFile} {
+		if fi, err := os.Lstat(filepath.Join(dir, mark)); err == nil && fi.ModTime().After(t) {
+			t = fi.ModTime()
+		}
 	}
 	return t, true
 }

@@ -81,9 +81,10 @@ func TestListAndReap(t *testing.T) {
 	_ = old.Close(ctx) // already reaped: nothing left to remove
 }
 
-// A paused session is aged from its pause, as the msb reaper ages a
-// stopped sandbox from its last activity: one created long ago but paused
-// just now is kept; one paused long ago goes.
+// A paused session is aged from its pause, and a resumed one from its
+// resume, as the msb reaper ages a sandbox from its last activity: one
+// created long ago but paused or resumed just now is kept; one paused long
+// ago goes.
 func TestReapAgesAPausedSessionFromItsPause(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
@@ -108,6 +109,23 @@ func TestReapAgesAPausedSessionFromItsPause(t *testing.T) {
 	long := now.Add(-150 * time.Minute)
 	if err := os.Chtimes(filepath.Join(s.dirs.Root, pausedFile), long, long); err != nil {
 		t.Fatal(err)
+	}
+	// Resumed, it is in use again: aged from its resume.
+	if err := s.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	now = time.Now()
+	rep, err = Reap(ctx, dir, 2*time.Hour, now, false)
+	if err != nil || !slices.Equal(rep.Kept, []string{s.Name()}) || !exists(s.dirs.Root) {
+		t.Fatalf("a session created 3h ago, paused and resumed just now, reaped at 2h: %v %+v", err, rep)
+	}
+	if err := s.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, mark := range []string{pausedFile, resumedFile} {
+		if err := os.Chtimes(filepath.Join(s.dirs.Root, mark), long, long); err != nil {
+			t.Fatal(err)
+		}
 	}
 	rep, err = Reap(ctx, dir, 2*time.Hour, now, false)
 	if err != nil || !slices.Equal(rep.Removed, []string{s.Name()}) || exists(s.dirs.Root) {
