@@ -2,6 +2,7 @@ package agentchan
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -23,17 +24,15 @@ type call struct {
 	ended  chan struct{} // closed when Run returns
 
 	total    int64 // output bytes the agent sent
-	pending  []chunk
 	exit     *agentwire.Exit
 	overflow bool  // the host's own count passed max
 	queued   int64 // stdin bytes queued, not yet handed to the pipe
 	unacked  int64 // stdin bytes handed to the pipe, not yet acknowledged
 	stdinErr error
-}
-
-type chunk struct {
-	fd   int
-	data []byte
+	// pending is the output not yet delivered, each chunk a uvarint of
+	// its length<<1 | fd-1 and then its bytes: an agent sending one-byte
+	// frames costs the host two bytes each, not a slice and an allocation.
+	pending []byte
 }
 
 func poke(ch chan struct{}) {
@@ -85,17 +84,23 @@ func (c *Conn) Run(ctx context.Context, req Request, out Output) (res *Result, e
 	}
 
 	res = &Result{}
-	deliver := func(chunks []chunk) {
-		for _, ch := range chunks {
+	deliver := func(pending []byte) {
+		for len(pending) > 0 {
+			head, n := binary.Uvarint(pending)
+			end := n + int(head>>1)
+			// Capped, so that a callee appending to its chunk cannot
+			// write over the next one.
+			data, stdout := pending[n:end:end], head&1 == 0
+			pending = pending[end:]
 			switch {
-			case ch.fd == 1 && out.Stdout != nil:
-				out.Stdout(ch.data)
-			case ch.fd == 1:
-				res.Stdout = append(res.Stdout, ch.data...)
+			case stdout && out.Stdout != nil:
+				out.Stdout(data)
+			case stdout:
+				res.Stdout = append(res.Stdout, data...)
 			case out.Stderr != nil:
-				out.Stderr(ch.data)
+				out.Stderr(data)
 			default:
-				res.Stderr = append(res.Stderr, ch.data...)
+				res.Stderr = append(res.Stderr, data...)
 			}
 		}
 	}
@@ -108,7 +113,7 @@ func (c *Conn) Run(ctx context.Context, req Request, out Output) (res *Result, e
 			ctxErr = ctx.Err()
 		}
 		c.mu.Lock()
-		chunks := cl.pending
+		pending := cl.pending
 		cl.pending = nil
 		exit, overflow, stdinErr, dead := cl.exit, cl.overflow, cl.stdinErr, c.calls == nil
 		running := exit == nil && !overflow && stdinErr == nil
@@ -119,13 +124,13 @@ func (c *Conn) Run(ctx context.Context, req Request, out Output) (res *Result, e
 			return nil, c.err
 		case running && ctxErr != nil:
 			// The output so far, as a killed command leaves it.
-			deliver(chunks)
+			deliver(pending)
 			res.ExitCode = KilledExitCode
 			return res, fmt.Errorf("guest agent call: %w", ctxErr)
 		case stdinErr != nil:
 			return nil, stdinErr
 		}
-		deliver(chunks)
+		deliver(pending)
 		switch {
 		case overflow:
 			return res, fmt.Errorf("%w: more than %d bytes of output", ErrOutputOverflow, cl.max)
@@ -189,7 +194,7 @@ func (c *Conn) start(ctx context.Context, cl *call, run *agentwire.Run) error {
 			c.lastID++
 			cl.id, run.ID = c.lastID, c.lastID
 			c.calls[cl.id] = cl
-			c.enqueueFrameLocked(run)
+			c.enqueueLocked(outgoing{line: encode(run), run: cl.id})
 			c.mu.Unlock()
 			return nil
 		}
@@ -257,6 +262,10 @@ func (c *Conn) dispatch(f agentwire.Frame) error {
 	id := agentwire.CallID(f)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if id > c.sentID {
+		// Even a call in c.calls: its run frame still waits in the queue.
+		return fmt.Errorf("%s frame for call %d, which was never started", agentwire.Type(f), id)
+	}
 	cl, ok := c.calls[id]
 	if !ok {
 		if _, gaveUp := c.abandoned[id]; gaveUp {
@@ -264,9 +273,6 @@ func (c *Conn) dispatch(f agentwire.Frame) error {
 				delete(c.abandoned, id)
 			}
 			return nil
-		}
-		if id > c.lastID {
-			return fmt.Errorf("%s frame for call %d, which was never started", agentwire.Type(f), id)
 		}
 		return fmt.Errorf("%s frame for call %d, which has ended", agentwire.Type(f), id)
 	}
@@ -280,7 +286,8 @@ func (c *Conn) dispatch(f agentwire.Frame) error {
 		}
 		cl.total += int64(len(data))
 		if len(data) > 0 {
-			cl.pending = append(cl.pending, chunk{f.FD, data})
+			cl.pending = binary.AppendUvarint(cl.pending, uint64(len(data))<<1|uint64(f.FD-1))
+			cl.pending = append(cl.pending, data...)
 		}
 		if cl.overflow {
 			c.abandonLocked(cl)

@@ -83,7 +83,8 @@ type Conn struct {
 	wake   chan struct{} // the writer has lines to send
 
 	mu        sync.Mutex
-	lastID    uint64
+	lastID    uint64              // the last id given to a call
+	sentID    uint64              // the last id whose run frame the pipe was offered
 	calls     map[uint64]*call    // in flight; nil once dead
 	abandoned map[uint64]struct{} // given up by the host, exit not yet seen
 	queue     []outgoing          // frames for the writer
@@ -99,11 +100,12 @@ const maxQueued = agentwire.MaxHostLine
 
 // outgoing is one encoded frame; a stdin frame names its call and its
 // raw byte count, credited to the call once the writer hands it to the
-// pipe.
+// pipe, and a run frame its id, which the agent may answer only from then.
 type outgoing struct {
 	line  []byte
 	stdin *call
 	n     int64
+	run   uint64
 }
 
 // Open starts serving the agent whose stdout is r and stdin is w, and
@@ -227,8 +229,9 @@ func readError(err error) error {
 }
 
 // write sends queued frames in order until the channel dies. A stdin
-// frame's bytes become acknowledgeable only when its Write starts: an
-// agent cannot ack what the pipe has not been offered.
+// frame's bytes become acknowledgeable, and a run frame's call
+// answerable, only when its Write starts: an agent cannot ack or answer
+// what the pipe has not been offered.
 func (c *Conn) write() {
 	for {
 		select {
@@ -241,10 +244,14 @@ func (c *Conn) write() {
 		c.queue = nil
 		c.mu.Unlock()
 		for _, o := range batch {
-			if o.stdin != nil {
+			if o.stdin != nil || o.run != 0 {
 				c.mu.Lock()
-				o.stdin.queued -= o.n
-				o.stdin.unacked += o.n
+				if o.stdin != nil {
+					o.stdin.queued -= o.n
+					o.stdin.unacked += o.n
+				} else {
+					c.sentID = o.run // ids increase in queue order
+				}
 				c.mu.Unlock()
 			}
 			if _, err := c.w.Write(o.line); err != nil {

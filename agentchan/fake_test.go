@@ -7,11 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/oma-sandbox/oma-sandbox/agentwire"
 )
@@ -499,4 +502,81 @@ func TestOlder(t *testing.T) {
 			t.Errorf("%s: Older() = %q, want %q", c.hello, got, c.want)
 		}
 	}
+}
+
+// A frame for a call whose run frame is still in the host's queue is no
+// answer to it: the agent has not been offered that frame, so it cannot
+// end (or print for) that call, however well it guesses the next id.
+func TestFrameForACallNotYetSentBreaksTheChannel(t *testing.T) {
+	c, f := openFake(t) // the agent reads nothing: run 1 holds the writer
+	ctx := context.Background()
+	first := goRun(ctx, c, Request{Script: "x"}, Output{})
+	require.Eventually(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.lastID == 1
+	}, 5*time.Second, time.Millisecond)
+	second := goRun(ctx, c, Request{Script: "y"}, Output{}) // queued behind run 1
+	require.Eventually(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.lastID == 2
+	}, 5*time.Second, time.Millisecond)
+
+	f.send(`{"type":"exit","id":2,"code":0}`)
+	select {
+	case <-c.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the agent answered a call it was never sent, and the channel lives on")
+	}
+	require.ErrorIs(t, c.Err(), ErrBroken)
+	require.ErrorContains(t, c.Err(), "exit frame for call 2, which was never started")
+	require.ErrorIs(t, wait(t, first).err, ErrBroken)
+	require.ErrorIs(t, wait(t, second).err, ErrBroken)
+}
+
+// What the host holds of a call's output while its Output callbacks are
+// slow is about the output's size, however the agent cuts it: a flood of
+// one-byte out frames, alternating stdout and stderr, used to cost the
+// host some 40 bytes of heap a byte (a slice and an allocation each), so
+// a forged agent could make a 16 MiB cap hold over half a GiB.
+func TestSmallOutFramesHeldCompactly(t *testing.T) {
+	c, f := openFake(t)
+	release := make(chan struct{})
+	var got []byte // which stream each chunk came on, in order
+	slow := func(fd byte) func([]byte) {
+		return func(p []byte) {
+			<-release
+			got = append(got, fd)
+			got = append(got, p...)
+		}
+	}
+	done := goRun(context.Background(), c, Request{Script: "x"}, Output{Stdout: slow('1'), Stderr: slow('2')})
+	f.next()
+	const frames = 200_000
+	var b strings.Builder
+	for i := range frames {
+		fmt.Fprintf(&b, `{"type":"out","id":1,"fd":%d,"data":"YQ=="}`+"\n", 1+i%2)
+	}
+	lines := b.String()
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	go f.send(strings.TrimSuffix(lines, "\n"))
+	require.Eventually(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		cl := c.calls[1] // nil if the channel died
+		return cl != nil && cl.total == frames
+	}, 30*time.Second, time.Millisecond)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(lines)
+	held := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	require.Less(t, held, int64(8*frames), "heap held for %d bytes of output in one-byte frames", frames)
+
+	close(release)
+	f.send(`{"type":"exit","id":1,"code":0}`)
+	require.NoError(t, wait(t, done).err)
+	require.Equal(t, strings.Repeat("1a2a", frames/2), string(got), "the chunks or their order")
 }
