@@ -116,6 +116,25 @@ func TestReapFakemsb(t *testing.T) {
 	}
 }
 
+// madeAt creates n sessions of ours on fakemsb as if at time at, stopping
+// there those stoppedThen names, and sets fakemsb's clock back to now.
+func madeAt(t *testing.T, env *fakemsbtest.Env, client *msb.Client, at time.Time, n int, stoppedThen func(i int) bool) []session.Names {
+	t.Helper()
+	env.SetKnob("FAKEMSB_NOW", at.UTC().Format(time.RFC3339))
+	var made []session.Names
+	for i := range n {
+		s := session.NewNames(session.DefaultPrefix, "ws-1", fmt.Sprintf("sess-%d", i), at, uint64(i))
+		require.NoError(t, client.Create(t.Context(), msb.CreateOptions{Image: "alpine", Name: s.Sandbox, Quiet: true,
+			Mounts: []msb.NamedMount{{Volume: s.Volume, Guest: "/workspace"}}, Labels: session.OwnerLabels()}))
+		if stoppedThen(i) {
+			require.NoError(t, client.Stop(t.Context(), msb.StopOptions{Names: []string{s.Sandbox}}))
+		}
+		made = append(made, s)
+	}
+	env.SetKnob("FAKEMSB_NOW", "")
+	return made
+}
+
 // TestReapFakemsbPausedSession: with fakemsb keeping updated_at as msb
 // does, a session made long ago but paused (msb stop) just now is kept,
 // and one paused long ago goes.
@@ -123,25 +142,9 @@ func TestReapFakemsbPausedSession(t *testing.T) {
 	env := fakemsbtest.New(t)
 	client := msb.NewClient(&msb.CLI{Path: env.Bin})
 	ctx := t.Context()
-	past := time.Now().Add(-3 * time.Hour)
-	env.SetKnob("FAKEMSB_NOW", past.UTC().Format(time.RFC3339))
-	var made []session.Names
-	for i := range 2 {
-		n := session.NewNames(session.DefaultPrefix, "ws-1", fmt.Sprintf("sess-%d", i), past, uint64(i))
-		if err := client.Create(ctx, msb.CreateOptions{Image: "alpine", Name: n.Sandbox, Quiet: true,
-			Mounts: []msb.NamedMount{{Volume: n.Volume, Guest: "/workspace"}}, Labels: session.OwnerLabels()}); err != nil {
-			t.Fatal(err)
-		}
-		made = append(made, n)
-	}
+	made := madeAt(t, env, client, time.Now().Add(-3*time.Hour), 2, func(i int) bool { return i == 0 })
 	pausedLongAgo, pausedNow := made[0], made[1]
-	if err := client.Stop(ctx, msb.StopOptions{Names: []string{pausedLongAgo.Sandbox}}); err != nil {
-		t.Fatal(err)
-	}
-	env.SetKnob("FAKEMSB_NOW", "")
-	if err := client.Stop(ctx, msb.StopOptions{Names: []string{pausedNow.Sandbox}}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, client.Stop(ctx, msb.StopOptions{Names: []string{pausedNow.Sandbox}}))
 
 	r, err := Reap(ctx, client, Options{OlderThan: 2 * time.Hour})
 	if err != nil {
@@ -159,17 +162,7 @@ func TestReapFakemsbOverlap(t *testing.T) {
 	env := fakemsbtest.New(t)
 	client := msb.NewClient(&msb.CLI{Path: env.Bin})
 	ctx := t.Context()
-	past := time.Now().Add(-3 * time.Hour)
-	env.SetKnob("FAKEMSB_NOW", past.UTC().Format(time.RFC3339))
-	for i := range 12 {
-		n := session.NewNames(session.DefaultPrefix, "ws-1", fmt.Sprintf("sess-%d", i), past, uint64(i))
-		require.NoError(t, client.Create(ctx, msb.CreateOptions{Image: "alpine", Name: n.Sandbox, Quiet: true,
-			Mounts: []msb.NamedMount{{Volume: n.Volume, Guest: "/workspace"}}, Labels: session.OwnerLabels()}))
-		if i%2 == 0 {
-			require.NoError(t, client.Stop(ctx, msb.StopOptions{Names: []string{n.Sandbox}}))
-		}
-	}
-	env.SetKnob("FAKEMSB_NOW", "")
+	madeAt(t, env, client, time.Now().Add(-3*time.Hour), 12, func(i int) bool { return i%2 == 0 })
 	var wg sync.WaitGroup
 	reps := make([]*Report, 3)
 	errs := make([]error, 3)
@@ -191,17 +184,8 @@ func TestReapFakemsbResumedSession(t *testing.T) {
 	env := fakemsbtest.New(t)
 	client := msb.NewClient(&msb.CLI{Path: env.Bin})
 	ctx := t.Context()
-	past := time.Now().Add(-3 * time.Hour)
-	env.SetKnob("FAKEMSB_NOW", past.UTC().Format(time.RFC3339))
-	var made []session.Names
-	for i := range 3 {
-		n := session.NewNames(session.DefaultPrefix, "ws-1", fmt.Sprintf("sess-%d", i), past, uint64(i))
-		require.NoError(t, client.Create(ctx, msb.CreateOptions{Image: "alpine", Name: n.Sandbox, Quiet: true,
-			Mounts: []msb.NamedMount{{Volume: n.Volume, Guest: "/workspace"}}, Labels: session.OwnerLabels()}))
-		made = append(made, n)
-	}
+	made := madeAt(t, env, client, time.Now().Add(-3*time.Hour), 3, func(int) bool { return false })
 	runningLongAgo, pausedNow, resumedNow := made[0], made[1], made[2]
-	env.SetKnob("FAKEMSB_NOW", "")
 	for _, n := range []session.Names{pausedNow, resumedNow} {
 		require.NoError(t, client.Stop(ctx, msb.StopOptions{Names: []string{n.Sandbox}}))
 	}
