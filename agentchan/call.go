@@ -29,10 +29,33 @@ type call struct {
 	queued   int64 // stdin bytes queued, not yet handed to the pipe
 	unacked  int64 // stdin bytes handed to the pipe, not yet acknowledged
 	stdinErr error
-	// pending is the output not yet delivered, each chunk a uvarint of
-	// its length<<1 | fd-1 and then its bytes: an agent sending one-byte
-	// frames costs the host two bytes each, not a slice and an allocation.
-	pending []byte
+	pending  []chunk // output not yet delivered, in order
+}
+
+// A chunk is one frame's output (fd 1 or 2), its bytes as the frame decoded
+// them, or, for fd 0, frames under packMin bytes packed together, each a
+// uvarint of its length<<1 | fd-1 and then its bytes: an agent sending
+// one-byte frames costs the host two bytes each, not a chunk (about 40
+// bytes of heap), and a large frame is not copied.
+type chunk struct {
+	fd   int
+	data []byte
+}
+
+const packMin = 256
+
+// appendOutput adds a frame's data to pending.
+func appendOutput(pending []chunk, fd int, data []byte) []chunk {
+	if len(data) >= packMin {
+		return append(pending, chunk{fd, data})
+	}
+	if len(pending) == 0 || pending[len(pending)-1].fd != 0 {
+		pending = append(pending, chunk{})
+	}
+	last := &pending[len(pending)-1]
+	last.data = binary.AppendUvarint(last.data, uint64(len(data))<<1|uint64(fd-1))
+	last.data = append(last.data, data...)
+	return pending
 }
 
 func poke(ch chan struct{}) {
@@ -84,23 +107,31 @@ func (c *Conn) Run(ctx context.Context, req Request, out Output) (res *Result, e
 	}
 
 	res = &Result{}
-	deliver := func(pending []byte) {
-		for len(pending) > 0 {
-			head, n := binary.Uvarint(pending)
-			end := n + int(head>>1)
-			// Capped, so that a callee appending to its chunk cannot
-			// write over the next one.
-			data, stdout := pending[n:end:end], head&1 == 0
-			pending = pending[end:]
-			switch {
-			case stdout && out.Stdout != nil:
-				out.Stdout(data)
-			case stdout:
-				res.Stdout = append(res.Stdout, data...)
-			case out.Stderr != nil:
-				out.Stderr(data)
-			default:
-				res.Stderr = append(res.Stderr, data...)
+	emit := func(stdout bool, data []byte) {
+		switch {
+		case stdout && out.Stdout != nil:
+			out.Stdout(data)
+		case stdout:
+			res.Stdout = append(res.Stdout, data...)
+		case out.Stderr != nil:
+			out.Stderr(data)
+		default:
+			res.Stderr = append(res.Stderr, data...)
+		}
+	}
+	deliver := func(pending []chunk) {
+		for _, ch := range pending {
+			if ch.fd != 0 {
+				emit(ch.fd == 1, ch.data)
+				continue
+			}
+			for p := ch.data; len(p) > 0; {
+				head, n := binary.Uvarint(p)
+				end := n + int(head>>1)
+				// Capped, so that a callee appending to its chunk cannot
+				// write over the next one.
+				emit(head&1 == 0, p[n:end:end])
+				p = p[end:]
 			}
 		}
 	}
@@ -286,8 +317,7 @@ func (c *Conn) dispatch(f agentwire.Frame) error {
 		}
 		cl.total += int64(len(data))
 		if len(data) > 0 {
-			cl.pending = binary.AppendUvarint(cl.pending, uint64(len(data))<<1|uint64(f.FD-1))
-			cl.pending = append(cl.pending, data...)
+			cl.pending = appendOutput(cl.pending, f.FD, data)
 		}
 		if cl.overflow {
 			c.abandonLocked(cl)
