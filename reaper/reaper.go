@@ -336,14 +336,14 @@ func (s *sweep) plan(opts Options, sandboxes []msb.Sandbox, volumes []msb.Volume
 			s.skip(KindSandbox, sb.Name, why)
 			continue
 		}
-		if last, inspected := active[sb.Name]; inspected {
-			if last.IsZero() {
-				continue // kept, and counted failed with its error by lastActivity
-			}
-			if age := s.now.Sub(last); age < opts.OlderThan {
-				s.skip(KindSandbox, sb.Name, fmt.Sprintf("%s, last active less than %v ago (%v)", strings.ToLower(sb.Status), opts.OlderThan, age.Round(time.Second)))
-				continue
-			}
+		// Stale by its creation, so lastActivity inspected it.
+		last := active[sb.Name]
+		if last.IsZero() {
+			continue // kept, and counted failed with its error by lastActivity
+		}
+		if age := s.now.Sub(last); age < opts.OlderThan {
+			s.skip(KindSandbox, sb.Name, fmt.Sprintf("%s, last active less than %v ago (%v)", strings.ToLower(sb.Status), opts.OlderThan, age.Round(time.Second)))
+			continue
 		}
 		pairs[stem] = &removal{sandbox: sb.Name}
 	}
