@@ -71,17 +71,14 @@ func NewNames(prefix, workspaceID, sessionID string, now time.Time, random uint6
 	return Names{Stem: stem, Sandbox: stem + sandboxSuffix, Volume: stem + volumeSuffix}
 }
 
-// prefixPattern is a prefix that names unchanged and that ends at the
-// first dash of a name: with a dash of its own, "oma-ci-ws-…" would read
-// as prefix oma, workspace ci-ws, and a reaper of either prefix would take
-// the other's sessions for its own.
-var prefixPattern = regexp.MustCompile(`^[a-z0-9_.]{1,16}$`)
-
-// CheckPrefix refuses a name prefix other than 1 to 16 of a-z, 0-9, _ and
-// . ("" means DefaultPrefix).
+// CheckPrefix refuses a name prefix ("" means DefaultPrefix) that names
+// would not carry unchanged, or that has a dash: two such prefixes could
+// name alike (".a" and "a" both name "a-…"), and with a dash "oma-ci-ws-…"
+// reads as prefix oma, workspace ci-ws, so a reaper of either prefix would
+// take the other's sessions for its own.
 func CheckPrefix(prefix string) error {
-	if prefix != "" && !prefixPattern.MatchString(prefix) {
-		return fmt.Errorf("prefix %q: want 1 to %d characters of a-z, 0-9, _ and . (no dash: a name's first dash ends its prefix)", prefix, maxPrefixLen)
+	if prefix != "" && (strings.Contains(prefix, "-") || namePart(prefix, maxPrefixLen) != prefix) {
+		return fmt.Errorf("prefix %q: want 1 to %d characters of a-z, 0-9, _ and ., beginning and ending with a letter or digit (no dash: a name's first dash ends its prefix)", prefix, maxPrefixLen)
 	}
 	return nil
 }

@@ -30,7 +30,7 @@ func TestCheckPrefix(t *testing.T) {
 			assert.True(t, strings.HasPrefix(n.Stem, ok+"-"), "%q names %q", ok, n.Stem)
 		}
 	}
-	for _, bad := range []string{"oma-ci", "-", "OMA", "x!", "a b", "0123456789abcdefg"} {
+	for _, bad := range []string{"oma-ci", "-", "OMA", "x!", "a b", "0123456789abcdefg", ".a", "a_", "_"} {
 		assert.ErrorContains(t, session.CheckPrefix(bad), "want 1 to 16 characters of a-z, 0-9, _ and .", bad)
 	}
 }
