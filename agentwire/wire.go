@@ -31,7 +31,7 @@ const Version = 1
 // revision with its own, and never one of a higher; an agent older than
 // revisions announces none (0). guestagent's TestRevisionFollowsTheAgent
 // stops a change of the agent's sources that did not consider it.
-const Revision = 3
+const Revision = 4
 
 // Bounds of the protocol. A guest's frames are small (an out chunk of
 // MaxChunk bytes is about 44 KiB of JSON); a run frame carries a script and

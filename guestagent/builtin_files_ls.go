@@ -16,7 +16,7 @@ import (
 // builtinLs lists a directory for the ls tool (tools/ls.go): args
 // directory, shown name. A missing path fails with "Path not found", one
 // that is no directory with "Not a directory" (exit 3); else it prints
-// what `find DIR -mindepth 1 -maxdepth 1 -ignore_readdir_race -printf '%Y %f\0'`
+// what `find -H DIR -mindepth 1 -maxdepth 1 -ignore_readdir_race -printf '%Y %f\0'`
 // prints (GNU findutils 4.9, the image's): one "TYPE NAME\0" record per
 // entry in the directory's order, TYPE as find's %Y, an entry gone before
 // its lstat left out, and find's messages and status for what it cannot
@@ -39,11 +39,6 @@ func (j *fileJob) ls(d string) int {
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return j.fail(3, "Not a directory: "+j.show)
 	}
-	// find does not follow a starting point that is a link (-P): with
-	// -mindepth 1 it prints nothing for one.
-	if unix.Lstat(path, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
-		return 0
-	}
 	q := findQuoter(j.c.Env)
 	status := 0
 	complain := func(path string, err error) {
@@ -51,7 +46,9 @@ func (j *fileJob) ls(d string) int {
 		status = 1
 	}
 	fd, err := retryEINTR(func() (int, error) {
-		return unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		// A link to a directory is listed as that directory (-H), as the
+		// seed's `ls -1A PATH` lists it: the stat above followed it too.
+		return unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	})
 	if err != nil {
 		complain(d, err)

@@ -5,6 +5,7 @@ package guestagent
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -70,7 +71,7 @@ func (j *fileJob) read(f string, start, take, maxb int64, end string) int {
 	var lines, firstLen int64
 	nl, ln := int64(0), int64(1)
 	firstDone, bodyDone := false, false
-	limit := maxb + 1
+	limit := min(maxb, math.MaxInt64-1) + 1 // must not wrap negative
 	buf := make([]byte, ioChunk)
 	for {
 		n, code := j.readSome(fd, buf, wait)

@@ -83,7 +83,11 @@ type listing struct {
 	deny                   map[string]bool
 	allow                  []string
 	entries                []listedEntry
-	deep                   int // directories too deep to walk, each counted as one unnamed entry
+	deep                   int // entries too deep to walk or name, each counted as one unnamed entry
+	// path is the walk's path of the entry being looked at, one buffer
+	// for the whole walk: a path kept per level would hold memory in the
+	// square of a deep tree's depth.
+	path []byte
 }
 
 type listedEntry struct {
@@ -113,7 +117,7 @@ func (l *listing) run(root string) int {
 		return l.fail("cannot enter outputs root: " + errText(err))
 	}
 	defer unix.Close(fd)
-	_, err = l.walk(fd, "", 1) // the root is never reopened (see descend)
+	_, err = l.walk(fd, 1) // the root is never reopened (see descend)
 	if l.c.ending() {
 		return killedExit
 	}
@@ -143,71 +147,88 @@ func sentStatus(err error) int {
 	return 0
 }
 
-// walk adds the entries below the directory fd, whose path is prefix and
-// depth its number of components plus one, and returns the descriptor of
-// that directory it ends with (see descend). An entry that vanishes while
-// it is walked is left out, as if the walk had come a moment later.
-func (l *listing) walk(fd int, prefix string, depth int) (int, error) {
+// walk adds the entries below the directory fd, whose path l.path holds
+// (with a trailing "/", or "" for the root) and depth its number of
+// components plus one, and returns the descriptor of that directory it
+// ends with (see descend). An entry that vanishes while it is walked is
+// left out, as if the walk had come a moment later.
+func (l *listing) walk(fd int, depth int) (int, error) {
+	n := len(l.path) // l.path[:n] is this directory's prefix
 	entries, err := readDirEntries(fd, l.c.Killed)
 	if err != nil {
-		return fd, fmt.Errorf("%s: %s", strings.TrimSuffix(prefix, "/"), errText(err))
+		return fd, fmt.Errorf("%s: %s", strings.TrimSuffix(string(l.path[:n]), "/"), errText(err))
 	}
 	for _, e := range entries {
 		name := e.name
 		if l.c.ending() {
 			return fd, nil
 		}
-		path := prefix + name
+		l.path = append(l.path[:n], name...)
 		var st unix.Stat_t
 		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			if errors.Is(err, unix.ENOENT) {
 				continue
 			}
-			return fd, fmt.Errorf("%s: %s", path, errText(err))
+			return fd, fmt.Errorf("%s: %s", l.path, errText(err))
 		}
 		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-			l.entries = append(l.entries, listedEntry{path: path, typ: fileTypeLetter(st.Mode), links: uint64(st.Nlink), size: st.Size})
+			l.add(listedEntry{typ: fileTypeLetter(st.Mode), links: uint64(st.Nlink), size: st.Size})
 			continue
 		}
 		if depth >= maxListDepth {
 			l.deep++
 			continue
 		}
-		if fd, err = l.subdir(fd, name, path, depth); err != nil {
+		if fd, err = l.subdir(fd, name, depth); err != nil {
 			return fd, err
 		}
 	}
 	return fd, nil
 }
 
-// subdir walks the directory name in fd, or lists it as one the user
-// cannot read or enter, and returns fd's descriptor to go on with.
-func (l *listing) subdir(fd int, name, path string, depth int) (int, error) {
+// add lists e at l.path; a path too long to be named (classify) is only
+// counted, not kept.
+func (l *listing) add(e listedEntry) {
+	if len(l.path) > maxPathBytes {
+		l.deep++
+		return
+	}
+	e.path = string(l.path)
+	l.entries = append(l.entries, e)
+}
+
+// subdir walks the directory name in fd, whose path l.path holds, or
+// lists it as one the user cannot read or enter, and returns fd's
+// descriptor to go on with.
+func (l *listing) subdir(fd int, name string, depth int) (int, error) {
 	sub, err := openNoFollow(fd, name, unix.O_RDONLY|unix.O_DIRECTORY)
 	switch {
 	case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP):
 		return fd, nil // replaced while walked
 	case errors.Is(err, unix.EACCES):
-		l.entries = append(l.entries, listedEntry{path: path, typ: 'd', links: 1})
+		l.add(listedEntry{typ: 'd', links: 1})
 		return fd, nil
 	case err != nil:
-		return fd, fmt.Errorf("%s: %s", path, errText(err))
+		return fd, fmt.Errorf("%s: %s", l.path, errText(err))
 	}
 	if !searchable(sub) {
 		unix.Close(sub)
-		l.entries = append(l.entries, listedEntry{path: path, typ: 'd', links: 1})
+		l.add(listedEntry{typ: 'd', links: 1})
 		return fd, nil
 	}
 	var walkErr error
+	n := len(l.path)
 	fd, err = descend(fd, sub, depth, func(sub int) int {
-		sub, walkErr = l.walk(sub, path+"/", depth+1)
+		l.path = append(l.path, '/')
+		sub, walkErr = l.walk(sub, depth+1)
 		return sub
 	})
+	l.path = l.path[:n]
 	if walkErr != nil {
 		return fd, walkErr
 	}
 	if err != nil {
-		return fd, fmt.Errorf("%s: %s", path, errText(err))
+		return fd, fmt.Errorf("%s: %s", l.path, errText(err))
 	}
 	return fd, nil
 }

@@ -4,6 +4,7 @@ package guestagent
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -43,9 +44,9 @@ func globEnumerate(c *builtinCall) int {
 		return c.badArgs(agentwire.BuiltinGlobEnumerate, 6)
 	}
 	root, marker := c.Args[1], c.Args[2]
-	w := &globWalk{c: c, skipGit: c.Args[3] == "1", name: c.Args[4], under: c.Args[5]}
-	if w.under != "" {
-		w.under = "/" + w.under + "/"
+	w := &globWalk{c: c, skipGit: c.Args[3] == "1", name: c.Args[4], path: []byte(".")}
+	if under := c.Args[5]; under != "" {
+		w.under = []byte("/" + under + "/")
 	}
 	if c.ending() {
 		return killedStatus
@@ -75,7 +76,7 @@ func globEnumerate(c *builtinCall) int {
 		if w.out.Flush() != nil {
 			return killedStatus
 		}
-		unix.Close(w.dir(fd, ".", 1)) // the root is never reopened (see descend)
+		unix.Close(w.dir(fd, 1)) // the root is never reopened (see descend)
 		if w.failed || w.out.Flush() != nil || c.ending() {
 			return killedStatus
 		}
@@ -92,33 +93,38 @@ type globWalk struct {
 	out     *bufio.Writer
 	skipGit bool
 	name    string // a base name pattern of literal bytes and '*'
-	under   string // "/UNDER/", or ""
+	under   []byte // "/UNDER/", or nil
 	failed  bool   // output could not be written: the call is ending
+	// path is the path of the entry being looked at, one buffer for the
+	// whole walk: a path kept per level would hold memory in the square of
+	// a deep tree's depth.
+	path []byte
 }
 
 func (w *globWalk) complain(path string, err error) {
 	fmt.Fprintf(w.c.Stderr, "find: %s: %s\n", quoter{}.quote(path), errText(err))
 }
 
-// dir lists the directory fd, whose path is path ("." for the root) and
-// depth its number of components, and returns the descriptor of that
+// dir lists the directory fd, whose path w.path holds ("." for the root)
+// and depth its number of components, and returns the descriptor of that
 // directory it ends with, or -1 when it lost its place (see descend).
-func (w *globWalk) dir(fd int, path string, depth int) int {
+func (w *globWalk) dir(fd int, depth int) int {
+	n := len(w.path) // w.path[:n] is this directory's path
 	entries, err := readDirEntries(fd, w.c.Killed)
 	if err != nil {
-		w.complain(path, err)
+		w.complain(string(w.path[:n]), err)
 	}
 	for _, e := range entries {
 		if w.failed || w.c.ending() {
 			return fd
 		}
-		p := path + "/" + e.name
+		w.path = append(append(w.path[:n], '/'), e.name...)
 		typ := e.typ
 		if typ == unix.DT_UNKNOWN {
 			var st unix.Stat_t
 			if err := unix.Fstatat(fd, e.name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 				if !errors.Is(err, unix.ENOENT) {
-					w.complain(p, err)
+					w.complain(string(w.path), err)
 				}
 				continue
 			}
@@ -126,8 +132,8 @@ func (w *globWalk) dir(fd int, path string, depth int) int {
 		}
 		switch typ {
 		case unix.DT_REG:
-			if w.matches(e.name, p) {
-				_, err := w.out.WriteString(p + "\x00")
+			if w.matches(e.name) {
+				_, err := w.out.Write(append(w.path, 0))
 				w.failed = err != nil
 			}
 		case unix.DT_DIR:
@@ -139,11 +145,11 @@ func (w *globWalk) dir(fd int, path string, depth int) int {
 			case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP):
 				// gone or replaced while walked
 			case err != nil:
-				w.complain(p, err)
+				w.complain(string(w.path), err)
 			default:
-				if fd, err = descend(fd, sub, depth, func(sub int) int { return w.dir(sub, p, depth+1) }); err != nil {
+				if fd, err = descend(fd, sub, depth, func(sub int) int { return w.dir(sub, depth+1) }); err != nil {
 					if !errors.Is(err, errLost) {
-						w.complain(path, err)
+						w.complain(string(w.path[:n]), err)
 					}
 					return -1
 				}
@@ -153,9 +159,10 @@ func (w *globWalk) dir(fd int, path string, depth int) int {
 	return fd
 }
 
-// matches applies the narrowings to a regular file's base name and path.
-func (w *globWalk) matches(base, path string) bool {
-	return (w.name == "" || starMatch(w.name, base)) && (w.under == "" || strings.Contains(path, w.under))
+// matches applies the narrowings to a regular file's base name and its
+// path, w.path.
+func (w *globWalk) matches(base string) bool {
+	return (w.name == "" || starMatch(w.name, base)) && (w.under == nil || bytes.Contains(w.path, w.under))
 }
 
 // starMatch matches s against a pattern whose only special byte is '*'

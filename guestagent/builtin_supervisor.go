@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"strconv"
@@ -63,6 +64,10 @@ func parseSupervisorArgs(args []string) (supervisorArgs, error) {
 			return a, fmt.Errorf("bad number %q", s)
 		}
 		*nums[i] = n
+	}
+	// Beyond this, the timer's duration would wrap negative and fire at once.
+	if a.secs > math.MaxInt64/int64(time.Second) {
+		return a, fmt.Errorf("timeout %d seconds is out of range", a.secs)
 	}
 	switch args[6] {
 	case "keep":

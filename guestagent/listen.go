@@ -8,13 +8,16 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
+	"time"
 )
 
 // DefaultMaxConns bounds the channels ServeConns serves at once.
 const DefaultMaxConns = 64
 
 // ServeConns serves each connection ln accepts as a channel of its own
-// (a Server from newServer, over the connection), until ln fails; a
+// (a Server from newServer, over the connection), until ln fails (a
+// moment out of descriptors or memory is waited out, not a failure); a
 // connection's calls end with it, as a channel's end with its input,
 // while the processes they left in the background stay. A connection
 // beyond maxConns is closed unserved. It is how a local session's
@@ -30,14 +33,27 @@ func ServeConns(ln net.Listener, maxConns int, log io.Writer, newServer func(rw 
 		wg     sync.WaitGroup
 	)
 	defer wg.Wait()
+	var pause time.Duration
 	for {
 		conn, err := ln.Accept()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return nil
 			}
+			// Out of descriptors or memory for a moment (calls in flight
+			// on every channel): wait and accept again, as net/http does,
+			// rather than end the agent and its sandbox with it.
+			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM) {
+				pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+				if log != nil {
+					fmt.Fprintf(log, "oma-guest-agent: accepting a channel: %v; again in %s\n", err, pause)
+				}
+				time.Sleep(pause)
+				continue
+			}
 			return fmt.Errorf("accepting a channel: %w", err)
 		}
+		pause = 0
 		mu.Lock()
 		full := active >= maxConns
 		if !full {
