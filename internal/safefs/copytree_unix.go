@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -253,9 +254,9 @@ func openParentOf(dirfd int, want ident) (int, error) {
 // below src.
 func (c *copier) file(name, path string, st *unix.Stat_t) error {
 	if first, ok := c.copies[identOfStat(st)]; ok && st.Nlink > 1 {
-		// Resolved from dst's root through directories this copy made; a
-		// directory it already made unsearchable gets a copy instead.
-		if err := unix.Linkat(c.root, first, c.dst, name, 0); err == nil {
+		// A directory already made unsearchable, or no longer there, gets
+		// a copy instead.
+		if err := c.linkCopy(first, name); err == nil {
 			return nil
 		}
 	}
@@ -293,6 +294,29 @@ func (c *copier) file(name, path string, st *unix.Stat_t) error {
 		c.copies[identOfStat(&now)] = path
 	}
 	return nil
+}
+
+// linkCopy links name in c.dst to the copy at first, a path below dst's
+// root. The guest may write to the copy while it is made, so first's
+// directories are opened one name at a time, never through a symlink:
+// linkat on the path would follow one swapped in for a host directory,
+// and link a host file into the guest's tree.
+func (c *copier) linkCopy(first, name string) error {
+	fd, err := unix.Dup(c.root)
+	if err != nil {
+		return err
+	}
+	segs := strings.Split(first, "/")
+	for _, seg := range segs[:len(segs)-1] {
+		next, err := openNoFollow(fd, seg)
+		unix.Close(fd)
+		if err != nil {
+			return err
+		}
+		fd = next
+	}
+	defer unix.Close(fd)
+	return unix.Linkat(fd, segs[len(segs)-1], c.dst, name, 0)
 }
 
 // data copies the first size bytes of in to out, holes as holes: only the

@@ -214,3 +214,42 @@ func TestCopyTreeFailsWhenADirectoryMoves(t *testing.T) {
 		t.Fatalf("the failed copy left %v", left)
 	}
 }
+
+// A hard link is made from the copy of the file's first name; a guest
+// that swaps the directory holding that copy for a symlink to a host
+// directory (the fork's guest writes to the copy while it is made) must
+// not get a hard link to the host file of the same name.
+func TestCopyTreeHardLinkNeverFollowsASwappedDirectory(t *testing.T) {
+	base, dst := t.TempDir(), t.TempDir()
+	src, host := filepath.Join(base, "src"), filepath.Join(base, "host")
+	must(t, os.MkdirAll(filepath.Join(src, "a"), 0o755))
+	must(t, os.MkdirAll(filepath.Join(src, "b"), 0o755))
+	must(t, os.WriteFile(filepath.Join(src, "a", "f"), []byte("guest"), 0o644))
+	must(t, os.Link(filepath.Join(src, "a", "f"), filepath.Join(src, "b", "f")))
+	for _, d := range []string{"a", "b"} {
+		must(t, os.MkdirAll(filepath.Join(host, d), 0o755))
+		must(t, os.WriteFile(filepath.Join(host, d, "f"), []byte("host secret"), 0o644))
+	}
+
+	swapped := false
+	ctx := hookCtx{Context: context.Background(), hook: func() {
+		for _, d := range []string{"a", "b"} {
+			if fi, err := os.Lstat(filepath.Join(dst, d, "f")); err == nil && fi.Mode().IsRegular() && !swapped {
+				must(t, os.Rename(filepath.Join(dst, d), filepath.Join(dst, d+".moved")))
+				must(t, os.Symlink(filepath.Join(host, d), filepath.Join(dst, d)))
+				swapped = true
+			}
+		}
+	}}
+	_, _ = CopyTree(ctx, src, dst, 1<<20)
+	if !swapped {
+		t.Fatal("the copy never copied the first name")
+	}
+	for _, d := range []string{"a", "b"} {
+		hi, err := os.Stat(filepath.Join(host, d, "f"))
+		must(t, err)
+		if n := hi.Sys().(*syscall.Stat_t).Nlink; n != 1 {
+			t.Fatalf("host file %s/f has %d links: the copy linked it into the guest's tree", d, n)
+		}
+	}
+}
