@@ -8,6 +8,7 @@ package outputs
 import (
 	"errors"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -76,8 +77,8 @@ var (
 
 // checkPath returns why rel is not a safe relative output path, or "".
 // Beyond escapes it refuses what could be misread on some host: backslashes
-// (a separator on Windows), control characters (log and header injection)
-// and invalid UTF-8 (lossy in JSON).
+// (a separator on Windows), control characters, C1 ones too (log and header
+// injection) and invalid UTF-8 (lossy in JSON).
 func checkPath(rel string) string {
 	switch {
 	case rel == "":
@@ -93,7 +94,7 @@ func checkPath(rel string) string {
 		if r == '\\' {
 			return "backslash in path"
 		}
-		if r < 0x20 || r == 0x7f {
+		if unicode.IsControl(r) { // C0, DEL and C1 (U+0085 is a line break)
 			return "control character in path"
 		}
 	}

@@ -121,3 +121,13 @@ func writeFile(t *testing.T, path, content string) {
 	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
 	require.NoError(t, os.WriteFile(path, []byte(content), 0o644))
 }
+
+// C1 controls (U+0080 to U+009F) are control characters too: U+0085 is a
+// line break (NEL) and U+009B a terminal's CSI.
+func TestSafeJoinRefusesC1Controls(t *testing.T) {
+	for _, rel := range []string{"a\u0085b", "x\u009b31m.txt", "d/\u0080"} {
+		_, err := SafeJoin("/host/out", rel)
+		assert.ErrorIs(t, err, ErrUnsafeOutput, "%q", rel)
+		assert.ErrorContains(t, err, "control character", "%q", rel)
+	}
+}
