@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -71,6 +72,11 @@ session or the server failed, 2 on a usage error.`)
 			if set[name] {
 				return &usageError{msg: fmt.Sprintf("--%s shapes a new session and cannot go with --attach", name)}
 			}
+		}
+	}
+	if *outDir != "" {
+		if err := checkDestDir("--outputs", *outDir); err != nil {
+			return err
 		}
 	}
 	var endpoint *httpEndpoint
@@ -169,6 +175,11 @@ func resolveToken(tokenFile string) (*httpEndpoint, error) {
 	}
 	data, err := readPrivateFile(tokenFile)
 	if errors.Is(err, fs.ErrNotExist) {
+		// The file is written once the server starts; a directory that
+		// cannot hold it is refused now, before a session exists.
+		if dir, err := os.Stat(filepath.Dir(tokenFile)); err != nil || !dir.IsDir() {
+			return nil, &usageError{msg: fmt.Sprintf("--token-file %s: no directory %s to write it in", tokenFile, filepath.Dir(tokenFile))}
+		}
 		return &httpEndpoint{token: mcpserver.NewToken(), source: "written to " + tokenFile, writeFile: tokenFile}, nil
 	}
 	if err != nil {

@@ -27,8 +27,9 @@ own listings, see docs/reaper.md), and local sessions of the state directory
 With --json the report is printed as JSON: the msb report of docs/reaper.md
 for --backend msb, {dry_run, removed, kept, errors} for local, and
 {"msb": ..., "local": ...} for all (msb is null there when its binary is not
-found). With --metrics-file the sweep's figures are also written to PATH in
-the Prometheus text format, for node_exporter's textfile collector
+found or its listing failed; the local sessions are reaped either way).
+With --metrics-file the sweep's figures are also written to PATH in the
+Prometheus text format, for node_exporter's textfile collector
 (docs/operations.md), whether or not the sweep failed; the file is replaced
 atomically. Exit status: 0 when every attempted removal succeeded, 1 when a
 listing or any removal failed (the other removals still run) or the metrics
@@ -74,7 +75,7 @@ file could not be written.`)
 
 	run := &reapRun{dryRun: *dryRun}
 	began := time.Now()
-	msbRep, localRep, err := c.sweep(ctx, run, *backend, reaper.Options{
+	msbRep, localRep, sweepErr := c.sweep(ctx, run, *backend, reaper.Options{
 		OlderThan: *olderThan, Prefix: *prefix, DryRun: *dryRun, Concurrency: *concurrency, Logger: c.logger,
 	})
 	run.took = time.Since(began)
@@ -84,8 +85,8 @@ file could not be written.`)
 	if metrics != nil {
 		metricsErr = metrics.commit(run, time.Now())
 	}
-	if err != nil {
-		return errors.Join(err, metricsErr)
+	if msbRep == nil && localRep == nil && sweepErr != nil {
+		return errors.Join(sweepErr, metricsErr)
 	}
 
 	switch {
@@ -104,8 +105,8 @@ file could not be written.`)
 	switch {
 	case err != nil:
 		return err
-	case metricsErr != nil:
-		return metricsErr
+	case sweepErr != nil, metricsErr != nil:
+		return errors.Join(sweepErr, metricsErr)
 	case !run.ok():
 		return exitCode(exitFailure)
 	}
@@ -113,20 +114,22 @@ file could not be written.`)
 }
 
 // sweep reaps the backends that backend names, recording each sweep's
-// figures in run. It returns an error, and no reports, when a sweep failed
-// before it could report anything (a listing failed).
+// figures in run. A sweep that failed before it could report anything (a
+// listing failed) has no report and its error is returned; the other
+// backend is swept all the same.
 func (c *cli) sweep(ctx context.Context, run *reapRun, backend string, opts reaper.Options) (*reaper.Report, *localReapReport, error) {
 	var msbRep *reaper.Report
+	var msbErr error
 	if backend == backendMsb || backend == backendAll && c.msbInstalled() {
 		rep, err := reaper.Reap(ctx, c.client(), opts)
 		run.backends = append(run.backends, msbSweep(rep, err))
 		if rep == nil {
-			return nil, nil, fmt.Errorf("reap msb: %w", err)
+			msbErr = fmt.Errorf("reap msb: %w", err)
 		}
 		msbRep = rep
 	}
 	if backend == backendMsb {
-		return msbRep, nil, nil
+		return msbRep, nil, msbErr
 	}
 	rep, err := local.Reap(ctx, c.stateDir, opts.OlderThan, time.Now(), opts.DryRun)
 	counted := err == nil || len(rep.Failed) > 0
@@ -134,13 +137,13 @@ func (c *cli) sweep(ctx context.Context, run *reapRun, backend string, opts reap
 	reaper.Record(context.WithoutCancel(ctx), opts.MeterProvider, reaper.Sweep{Backend: backendLocal, DryRun: opts.DryRun, OK: err == nil,
 		Removed: map[string]int{kindSession: len(rep.Removed)}, Failed: map[string]int{kindSession: len(rep.Failed)}})
 	if !counted {
-		return nil, nil, fmt.Errorf("reap local: %w", err)
+		return msbRep, nil, errors.Join(msbErr, fmt.Errorf("reap local: %w", err))
 	}
 	localRep := &localReapReport{DryRun: opts.DryRun, Removed: nonNil(rep.Removed), Kept: nonNil(rep.Kept), Errors: []string{}}
 	for _, f := range rep.Failed {
 		localRep.Errors = append(localRep.Errors, fmt.Sprintf("%s: %v", f.Name, f.Err))
 	}
-	return msbRep, localRep, nil
+	return msbRep, localRep, msbErr
 }
 
 func (c *cli) printReap(m *reaper.Report, l *localReapReport, dryRun bool) {

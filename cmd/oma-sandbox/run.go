@@ -50,6 +50,9 @@ for a usage error, with nothing created; 128+N after signal N.`)
 	if *outDir == "" {
 		return &usageError{msg: "--outputs must name a directory"}
 	}
+	if err := checkDestDir("--outputs", *outDir); err != nil {
+		return err
+	}
 	collectOpts, err := o.options()
 	if err != nil {
 		return err

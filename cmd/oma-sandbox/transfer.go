@@ -109,29 +109,41 @@ type uploaded struct {
 	SHA256 string `json:"sha256"`
 }
 
-// hostFile is one file to upload; it opens on first Read, so a large tree
-// does not hold a descriptor per file.
+// hostFile is one file to upload; it opens on first Read and closes at
+// its end (or first error), so a large tree does not hold a descriptor
+// per file.
 type hostFile struct {
 	path, rel string // rel is "" for a single file, slash-separated below the tree otherwise
 	size      int64
 	sha256    string
 	f         *os.File
+	err       error // the error that ended reading, returned again
 }
 
 func (h *hostFile) Read(p []byte) (int, error) {
+	if h.err != nil {
+		return 0, h.err
+	}
 	if h.f == nil {
 		f, err := os.Open(h.path)
 		if err != nil {
+			h.err = err
 			return 0, err
 		}
 		h.f = f
 	}
-	return h.f.Read(p)
+	n, err := h.f.Read(p)
+	if err != nil {
+		h.err = err
+		h.close()
+	}
+	return n, err
 }
 
 func (h *hostFile) close() {
 	if h.f != nil {
 		h.f.Close()
+		h.f = nil
 	}
 }
 
@@ -152,7 +164,10 @@ func hostFiles(root string) ([]*hostFile, error) {
 		return nil, fmt.Errorf("upload %s: not a regular file or directory", root)
 	}
 	var out []*hostFile
-	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+	// root is the caller's path and may be a symlink to the directory, which
+	// WalkDir would report as a link: a trailing separator makes it follow
+	// that one link, and no other.
+	err = filepath.WalkDir(root+string(filepath.Separator), func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -244,6 +259,25 @@ non-printing characters is double-quoted with Go escapes), or with --json
 		}
 	}
 	return c.reportRefused(res)
+}
+
+// checkDestDir refuses a collection directory that cannot be one: an
+// existing file, or a path below one. The collection itself would find it
+// only after the session ran, and then keep the session.
+func checkDestDir(flag, dir string) error {
+	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		switch {
+		case err == nil && fi.IsDir():
+			return nil
+		case err == nil && p == filepath.Clean(dir):
+			return &usageError{msg: fmt.Sprintf("%s %s: not a directory", flag, dir)}
+		case err == nil:
+			return &usageError{msg: fmt.Sprintf("%s %s: %s is not a directory", flag, dir, p)}
+		case p == filepath.Dir(p):
+			return nil
+		}
+	}
 }
 
 // collectFlags are the options of output collection that outputs and run
