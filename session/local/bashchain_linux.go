@@ -40,8 +40,13 @@ func (c BashChain) Take() (next string, before bool) {
 // Leave writes next over an id that waits, whose bash then lingers until
 // the agent ends it; "" only marks that a call came, leaving an id that
 // waits where it is. A chain that cannot be written costs the next call
-// its head start, nothing more, so failures are not reported.
+// its head start, nothing more, so failures are not reported. Anything
+// else than an id or "" is ignored: written over an id, its bytes would
+// splice a new one that no call named.
 func (c BashChain) Leave(next string) {
+	if next != "" && !bashproto.IsID(next) {
+		return
+	}
 	f, err := c.lock(true)
 	if err != nil {
 		return

@@ -105,3 +105,21 @@ func TestBashChain(t *testing.T) {
 		assert.Equal(t, [2]any{"", false}, take(c))
 	})
 }
+
+// TestBashChainLeaveIgnoresWhatIsNotAnID: Leave given something other than
+// an id (or "") changes nothing; it never leaves Take an id that no call
+// named, spliced from its bytes and an earlier id's.
+func TestBashChainLeaveIgnoresWhatIsNotAnID(t *testing.T) {
+	a := strings.Repeat("a", bashproto.IDLen)
+	for _, bad := range []string{"bb", "ffff", a[1:] + "g", a + "ff", "../x"} {
+		c := BashChain{dir: t.TempDir()}
+		c.Leave(a)
+		c.Leave(bad)
+		next, before := c.Take()
+		assert.Equal(t, a, next, "Take after Leave(%q)", bad)
+		assert.True(t, before)
+		fi, err := os.Stat(filepath.Join(c.dir, bashNextFile))
+		require.NoError(t, err)
+		assert.EqualValues(t, bashproto.IDLen, fi.Size(), "Leave(%q) grew the file", bad)
+	}
+}

@@ -31,7 +31,8 @@ type ForkOptions struct {
 // fork it, and thawed after unless the session is paused (a sandbox of
 // one call in flight, or one on a host without a freezer, may still
 // write). The fork's record names this session as its parent; the two
-// share nothing afterwards.
+// share nothing afterwards. A source another process removes while it is
+// copied fails the fork with session.ErrGone.
 func (s *Session) Fork(ctx context.Context, o ForkOptions) (*Session, error) {
 	if err := s.ready(); err != nil {
 		return nil, err
@@ -62,6 +63,11 @@ func (s *Session) Fork(ctx context.Context, o ForkOptions) (*Session, error) {
 		}
 	}
 	skipped, err := copyWorkspace(ctx, s.dirs.Workspace, child.dirs.Workspace, session.MaxForkCopyBytes)
+	if err == nil && s.removedElsewhere() {
+		// Removed by another process as it was copied: the copy may hold
+		// only part of the workspace.
+		err = s.gone()
+	}
 	if err != nil {
 		if cerr := child.Close(context.WithoutCancel(ctx)); cerr != nil {
 			log.Warn("local sandbox: removing a failed fork", "fork", child.rec.Name, "err", cerr)

@@ -4,10 +4,13 @@ package local
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/oma-sandbox/oma-sandbox/session"
 )
 
 // TestForkDiverges: a file written before the fork is in both; changed
@@ -125,5 +128,50 @@ func TestForkKeepsHolesAndHardLinks(t *testing.T) {
 	}
 	if got := string(sh(t, fork, `stat -c '%h %s' d/l3; tail -c 3 l1`).Stdout); got != "4 268435459\nend" {
 		t.Fatalf("the fork's file: %q", got)
+	}
+}
+
+// TestForkOfASessionBeingRemoved: a fork whose source another process
+// removes while it copies (the removal's mark is there, files go) is not
+// passed off as a copy of the workspace: it fails with ErrGone and
+// leaves no session.
+func TestForkOfASessionBeingRemoved(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	src, err := Create(ctx, Options{StateDir: dir, WorkspaceID: "ws", SessionID: "src"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close(ctx)
+	for _, name := range []string{"a.txt", "b.txt"} {
+		if err := os.WriteFile(filepath.Join(src.dirs.Workspace, name), []byte(name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	real := copyWorkspace
+	t.Cleanup(func() { copyWorkspace = real })
+	copyWorkspace = func(ctx context.Context, from, to string, limit int64) ([]string, error) {
+		// Another process's removal has begun, and taken a file already.
+		markRemoving(src.dirs.Root)
+		if err := os.Remove(filepath.Join(from, "b.txt")); err != nil {
+			t.Fatal(err)
+		}
+		return real(ctx, from, to, limit)
+	}
+	fork, err := src.Fork(ctx, ForkOptions{SessionID: "fork"})
+	if !errors.Is(err, session.ErrGone) {
+		t.Errorf("Fork of a session being removed = %v, want ErrGone", err)
+	}
+	if fork != nil {
+		fork.Close(ctx)
+	}
+	infos, err := List(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range infos {
+		if in.SessionID == "fork" {
+			t.Errorf("the failed fork %s is left", in.Name)
+		}
 	}
 }

@@ -171,10 +171,22 @@ func (s *Session) Stats(ctx context.Context) (*session.Stats, error) {
 
 var _ session.Resizer = (*Session)(nil)
 
-// limits are the session's current limits; Resize changes them.
+// limits are the session's current limits: its record's, read again
+// whenever the record was replaced since, as Resize in any process
+// replaces it, so that no process runs a call under limits it attached
+// with once they have changed. An unreadable record leaves them as they
+// were.
 func (s *Session) limits() Limits {
+	path := filepath.Join(s.dirs.Root, recordFile)
+	fi, err := os.Stat(path)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err != nil || s.recRead != nil && os.SameFile(fi, s.recRead) && fi.ModTime().Equal(s.recRead.ModTime()) && fi.Size() == s.recRead.Size() {
+		return s.rec.Limits
+	}
+	if rec, err := readRecord(s.dirs.Root); err == nil && rec.Name == s.rec.Name {
+		s.rec.Limits, s.recRead = rec.Limits, fi
+	}
 	return s.rec.Limits
 }
 
@@ -195,6 +207,13 @@ func (s *Session) Resize(ctx context.Context, r session.Resize) error {
 	if r.CPUs == 0 && r.Memory == "" {
 		return fmt.Errorf("local sandbox %s: resize needs CPUs or memory: %w", s.rec.Name, session.ErrInvalid)
 	}
+	// Resizes in other processes too each change the limits the one
+	// before wrote, rather than write over its change.
+	unlock, err := lockResize(ctx, s.dirs.Root)
+	if err != nil {
+		return fmt.Errorf("local sandbox %s: resize: %w", s.rec.Name, err)
+	}
+	defer unlock()
 	l, err := s.limits().Sized(r.CPUs, r.Memory)
 	if err == nil {
 		err = l.validate()

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -97,7 +98,8 @@ func (p probed) keep(root string) error {
 // proofMaxAge, then the oldest of the rest beyond proofsKept. A proof lost
 // to a race with another process's keep costs a probe, nothing more.
 func pruneProofs(root, kept string, now time.Time) {
-	names, err := filepath.Glob(filepath.Join(root, proofPrefix+"*"+proofSuffix))
+	// Listed, not globbed: root's own name may hold glob metacharacters.
+	ents, err := os.ReadDir(root)
 	if err != nil {
 		return
 	}
@@ -106,7 +108,11 @@ func pruneProofs(root, kept string, now time.Time) {
 		at   time.Time
 	}
 	var others []aged
-	for _, path := range names {
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), proofPrefix) || !strings.HasSuffix(e.Name(), proofSuffix) {
+			continue
+		}
+		path := filepath.Join(root, e.Name())
 		fi, err := os.Lstat(path)
 		if path == kept || err != nil {
 			continue

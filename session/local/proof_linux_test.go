@@ -248,3 +248,38 @@ func TestProofsOfProgramsAttachingInTurnAllHold(t *testing.T) {
 		t.Error("the proof just kept is gone")
 	}
 }
+
+// TestPruneProofsStaysInItsSessionDir: a state directory's name is the
+// host caller's to pick, glob metacharacters included: pruning a
+// session's proofs removes its own old ones and never another
+// directory's.
+func TestPruneProofsStaysInItsSessionDir(t *testing.T) {
+	base := t.TempDir()
+	now := time.Now()
+	old := now.Add(-2 * proofMaxAge)
+	proofIn := func(dir string) string {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, proofPrefix+"0011223344556677"+proofSuffix)
+		if err := os.WriteFile(p, []byte("{}"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, name := range []string{"st?", "st[x]", "st*"} {
+		root := filepath.Join(base, name, "s")
+		own := proofIn(root)
+		other := proofIn(filepath.Join(base, "stx", "s"))
+		pruneProofs(root, filepath.Join(root, "kept"), now)
+		if _, err := os.Lstat(other); err != nil {
+			t.Errorf("pruning the proofs of %s removed another directory's: %v", root, err)
+		}
+		if _, err := os.Lstat(own); err == nil {
+			t.Errorf("pruning the proofs of %s kept its own expired proof", root)
+		}
+	}
+}

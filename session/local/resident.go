@@ -223,13 +223,15 @@ func (s *Session) residentSandbox(ctx context.Context, c call) (*resident, error
 	defer r.mu.Unlock()
 	r.starting = nil
 	close(starting)
-	if errors.Is(err, session.ErrGone) {
-		// The session is being removed: nothing is started over its box.
+	if errors.Is(err, session.ErrGone) || errors.Is(err, session.ErrPaused) {
+		// The session is being removed, or was paused as the call started:
+		// nothing is started, and the next call may use a resident sandbox.
 		return nil, err
 	}
 	if err != nil {
-		// Only a cancelled call tries again on the next one.
-		if ctx.Err() == nil {
+		// Only a cancelled call, or one that found the sandbox frozen,
+		// tries again on the next one.
+		if ctx.Err() == nil && !errors.Is(err, errResidentFrozen) {
 			r.off = true
 			s.event(agentchan.OpenFailed)
 			s.event(agentchan.FellBack)
@@ -243,6 +245,10 @@ func (s *Session) residentSandbox(ctx context.Context, c call) (*resident, error
 	r.calls++
 	return cur, nil
 }
+
+// errResidentFrozen is a resident sandbox whose agent did not answer
+// because its groups are frozen: it is not broken, and serves once thawed.
+var errResidentFrozen = errors.New("the resident sandbox is frozen")
 
 // leave ends a call that residentSandbox gave a resident sandbox.
 func (r *residency) leave() {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,6 +31,8 @@ const (
 	residentRecord = "resident.json" // the residentProcs that end it
 	residentLock   = "resident.lock" // held while one starts or is ended
 	residentLog    = "agent.log"     // the agent's stderr
+	// resizeLock is held while a resize rewrites the session's limits.
+	resizeLock = "resize.lock"
 )
 
 // procOf reads pid's start time; zero when pid is gone.
@@ -82,6 +85,25 @@ func (r residentProcs) end(root string, deadline time.Time) error {
 		errs = append(errs, removeCgroupsNamed(root, r.Cgroup))
 	}
 	return errors.Join(errs...)
+}
+
+// frozen reports whether the sandbox's groups are frozen, or freezing (a
+// fork copies its workspace, or a pause), whichever process froze them;
+// root is the session's directory.
+func (r residentProcs) frozen(root string) bool {
+	if r.Cgroup == "" {
+		return false
+	}
+	dir := groupsNamed(root, r.Cgroup, Limits{}).dirs["freezer"]
+	if dir == "" {
+		return false
+	}
+	for file, states := range map[string][]string{"freezer.state": {"FROZEN", "FREEZING"}, "cgroup.freeze": {"1"}} {
+		if b, err := os.ReadFile(filepath.Join(dir, file)); err == nil && slices.Contains(states, strings.TrimSpace(string(b))) {
+			return true
+		}
+	}
+	return false
 }
 
 // inDir calls fn with a short name for the session directory root
@@ -144,7 +166,18 @@ func dialResident(ctx context.Context, root string) (net.Conn, error) {
 // lockResident takes the session's resident lock, across processes,
 // waiting while ctx allows; the lock ends with its holder, even killed.
 func lockResident(ctx context.Context, root string) (unlock func(), err error) {
-	f, err := os.OpenFile(filepath.Join(root, residentLock), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	return lockFile(ctx, filepath.Join(root, residentLock))
+}
+
+// lockResize takes the session's resize lock, across processes, as
+// lockResident takes its resident lock.
+func lockResize(ctx context.Context, root string) (unlock func(), err error) {
+	return lockFile(ctx, filepath.Join(root, resizeLock))
+}
+
+// lockFile takes the lock of the file path, making it if need be.
+func lockFile(ctx context.Context, path string) (unlock func(), err error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -247,6 +280,15 @@ func (s *Session) startResident(ctx context.Context, c call) (*resident, error) 
 		return nil, err
 	}
 	defer unlock()
+	// A pause marks the session before it takes this lock to freeze the
+	// sandbox: a call admitted just before the mark neither starts one
+	// that would run on unfrozen nor waits for a frozen agent's hello.
+	if marked(root, pausedFile) {
+		return nil, fmt.Errorf("local sandbox %s: paused as the call started: %w", s.rec.Name, session.ErrPaused)
+	}
+	// The limits as they are now, under the lock: a Resize in another
+	// process rewrites them before it takes the lock to end the sandbox.
+	c.limits = s.limits()
 	for launched := false; ; {
 		nc, err := dialResident(hctx, root)
 		if errors.Is(err, errNoResident) && !launched {
@@ -276,6 +318,9 @@ func (s *Session) startResident(ctx context.Context, c call) (*resident, error) 
 			})}, nil
 		}
 		nc.Close()
+		if !launched && procs.frozen(root) {
+			return nil, fmt.Errorf("guest agent: %w", errResidentFrozen)
+		}
 		// A sandbox whose agent just died still takes connections until
 		// its last process holding the socket is gone: once it is, start
 		// another.

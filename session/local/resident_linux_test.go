@@ -1285,3 +1285,84 @@ func TestLatestCgroupsIsTheLastRead(t *testing.T) {
 	assert.Equal(t, "layout 2", readCgroups().v2, "not read afresh")
 	assert.Equal(t, "layout 2", latestCgroups().v2, "not the latest read")
 }
+
+// A call this process admitted just before another paused the session
+// (past its wake) neither starts a resident sandbox under the pause, which
+// would run on unfrozen in a session every process sees paused, nor
+// gives up the session's resident sandbox for good; it fails with
+// ErrPaused, and the next call resumes the session as ever.
+func TestNoResidentSandboxStartsUnderAPause(t *testing.T) {
+	s := newResidentSession(t, Options{})
+	ctx := context.Background()
+	a, err := Attach(ctx, filepath.Dir(s.dirs.Root), s.Name())
+	require.NoError(t, err)
+	a.agent = s.agent
+	require.NoError(t, a.Pause(ctx))
+	workdir, err := s.workdir("")
+	require.NoError(t, err)
+	c := call{name: s.rec.Name, dirs: s.dirs, policy: s.rec.Policy, limits: s.limits(),
+		env: s.env, workdir: workdir, argv: []string{"/bin/bash", "-c", "true", "bash"}}
+	cur, err := s.residentSandbox(ctx, c)
+	if cur != nil {
+		s.res.leave()
+	}
+	assert.ErrorIs(t, err, session.ErrPaused)
+	_, running := runningResident(s.dirs.Root)
+	assert.False(t, running, "a resident sandbox started in a paused session")
+	assert.Equal(t, "x\n", rsh(t, s, "echo x"))
+	_, running = runningResident(s.dirs.Root)
+	assert.True(t, running, "the call after the pause ran in a sandbox of its own")
+}
+
+// A call this process admitted just before another paused the session
+// does not take the frozen sandbox, whose agent cannot answer, for a
+// broken one: the process keeps its resident sandbox for later calls.
+func TestAFrozenResidentSandboxIsNotGivenUp(t *testing.T) {
+	s := newResidentSession(t, Options{})
+	ctx := context.Background()
+	rsh(t, s, "true")
+	if !latestCgroups().canFreeze() {
+		t.Skip("this host cannot freeze a sandbox")
+	}
+	b, err := Attach(ctx, filepath.Dir(s.dirs.Root), s.Name())
+	require.NoError(t, err)
+	b.agent = s.agent
+	require.NoError(t, s.Pause(ctx))
+	workdir, err := b.workdir("")
+	require.NoError(t, err)
+	c := call{name: b.rec.Name, dirs: b.dirs, policy: b.rec.Policy, limits: b.limits(),
+		env: b.env, workdir: workdir, argv: []string{"/bin/bash", "-c", "true", "bash"}}
+	cur, err := b.residentSandbox(ctx, c)
+	if cur != nil {
+		b.res.leave()
+	}
+	assert.ErrorIs(t, err, session.ErrPaused)
+	assert.True(t, b.mayBeResident(), "the process gave up its resident sandbox")
+}
+
+// A fork freezes its source's sandbox while it copies: another process's
+// first call meanwhile, whose agent cannot answer, does not take the
+// sandbox for a broken one; the call runs, and the process's later calls
+// run in the resident sandbox again.
+func TestAForkDoesNotCostAnotherProcessItsResidentSandbox(t *testing.T) {
+	s := newResidentSession(t, Options{WorkspaceID: "ws", SessionID: "fork-other"})
+	ctx := context.Background()
+	rsh(t, s, `: > /tmp/this-sandbox`)
+	if !latestCgroups().canFreeze() {
+		t.Skip("this host cannot freeze a sandbox")
+	}
+	b, err := Attach(ctx, filepath.Dir(s.dirs.Root), s.Name())
+	require.NoError(t, err)
+	b.agent = s.agent
+	real := copyWorkspace
+	t.Cleanup(func() { copyWorkspace = real })
+	copyWorkspace = func(ctx context.Context, src, dst string, limit int64) ([]string, error) {
+		assert.Equal(t, "x\n", rsh(t, b, "echo x"))
+		return real(ctx, src, dst, limit)
+	}
+	f, err := s.Fork(ctx, ForkOptions{SessionID: "forked"})
+	require.NoError(t, err)
+	require.NoError(t, f.Close(ctx))
+	assert.True(t, b.mayBeResident(), "the fork cost the other process its resident sandbox")
+	assert.Equal(t, "same\n", rsh(t, b, `[ -e /tmp/this-sandbox ] && echo same || echo new`))
+}

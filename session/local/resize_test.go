@@ -115,3 +115,59 @@ func runningCallLimits(t *testing.T, s *Session) map[string]string {
 	}
 	return out
 }
+
+// TestResizeBindsAnotherProcessCalls: a resize made through one attached
+// session binds the calls of another attached before it (another process,
+// as the CLI beside a program using the library), whose next call must
+// not start the resident sandbox under the limits it attached with.
+func TestResizeBindsAnotherProcessCalls(t *testing.T) {
+	ctx := context.Background()
+	s := newTestSession(t, Options{})
+	if !hostEnforces(t, s, Limits{MemoryBytes: 64 << 20, CPUQuota: 100 * time.Millisecond}) {
+		t.Skip("this host cannot enforce cgroup memory and CPU limits")
+	}
+	other, err := Attach(ctx, filepath.Dir(s.dirs.Root), s.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Resize(ctx, session.Resize{CPUs: 2, Memory: "96M"}); err != nil {
+		t.Fatal(err)
+	}
+	callLimits := runningCallLimits(t, other)
+	if callLimits["memory.max"] != "100663296" && callLimits["memory.limit_in_bytes"] != "100663296" {
+		t.Errorf("the other session's call ran under cgroup limits %v, want memory 100663296", callLimits)
+	}
+	if got := other.limits().MemoryBytes; got != 96<<20 {
+		t.Errorf("the other session's limits say memory %d, want %d", got, 96<<20)
+	}
+}
+
+// TestResizesOfTwoProcessesAtOnce: two processes resizing a session at
+// once, one its CPUs and the other its memory, both succeed: neither's
+// change may be lost to the other's rewrite of the record.
+func TestResizesOfTwoProcessesAtOnce(t *testing.T) {
+	ctx := context.Background()
+	s := newTestSession(t, Options{})
+	if !hostEnforces(t, s, Limits{MemoryBytes: 64 << 20, CPUQuota: 100 * time.Millisecond}) {
+		t.Skip("this host cannot enforce cgroup memory and CPU limits")
+	}
+	other, err := Attach(ctx, filepath.Dir(s.dirs.Root), s.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 2)
+	go func() { errs <- s.Resize(ctx, session.Resize{CPUs: 2}) }()
+	go func() { errs <- other.Resize(ctx, session.Resize{Memory: "96M"}) }()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec, err := readRecord(s.dirs.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Limits.MemoryBytes != 96<<20 || rec.Limits.CPUQuota != 200*time.Millisecond {
+		t.Errorf("after both resizes the record's limits are %+v, want memory %d and a CPU quota of 200ms", rec.Limits, 96<<20)
+	}
+}

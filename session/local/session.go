@@ -152,7 +152,10 @@ type Session struct {
 	mu    sync.Mutex
 	// resizeMu serialises Resize's rewrites of the record.
 	resizeMu sync.Mutex
-	closed   bool
+	// recRead is the record file rec's limits were last read from (nil
+	// until limits reads it): Resize in another process replaces it.
+	recRead os.FileInfo
+	closed  bool
 	// poisoned is reported by Poisoned; removed says the host state is gone.
 	poisoned bool
 	removed  bool

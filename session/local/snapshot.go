@@ -61,8 +61,8 @@ func (s *Session) Snapshot(ctx context.Context, paths ...string) ([]Snapshot, er
 }
 
 // Restore writes snapshots back. Only content this session snapshotted is
-// accepted, and paths are checked as for Snapshot; a missing file is
-// created in an existing directory.
+// accepted, and paths are checked as for Snapshot, all before any is
+// written; a missing file is created in an existing directory.
 func (s *Session) Restore(ctx context.Context, snaps ...Snapshot) error {
 	_, end, err := s.begin(ctx)
 	if err != nil {
@@ -74,6 +74,14 @@ func (s *Session) Restore(ctx context.Context, snaps ...Snapshot) error {
 		return err
 	}
 	defer r.Close()
+	// Every snapshot is checked before any is written: one refused
+	// changes nothing.
+	type restore struct {
+		Snapshot
+		rel  string
+		data []byte
+	}
+	todo := make([]restore, 0, len(snaps))
 	for _, sn := range snaps {
 		s.mu.Lock()
 		data, owned := s.snaps[sn.Digest]
@@ -85,6 +93,10 @@ func (s *Session) Restore(ctx context.Context, snaps ...Snapshot) error {
 		if err != nil {
 			return err
 		}
+		todo = append(todo, restore{Snapshot: sn, rel: rel, data: data})
+	}
+	for _, sn := range todo {
+		data, rel := sn.data, sn.rel
 		fi, err := r.Lstat(rel)
 		created := os.IsNotExist(err)
 		if err != nil && !created {

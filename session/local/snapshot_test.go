@@ -151,3 +151,28 @@ func neverBlocksOnFIFO(t *testing.T, path, what string, write func() error) {
 		}
 	}
 }
+
+// TestRestoreRefusingOneChangesNothing: a Restore one of whose snapshots
+// is refused (content this session does not hold, a path out of the
+// workspace) writes none of the others.
+func TestRestoreRefusingOneChangesNothing(t *testing.T) {
+	s := newTestSession(t, Options{})
+	ctx := context.Background()
+	sh(t, s, `printf one > a.txt`)
+	snaps, err := s.Snapshot(ctx, "a.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh(t, s, `printf changed > a.txt`)
+	for _, bad := range []Snapshot{
+		{Path: "/workspace/b.txt", Digest: "not-held"},
+		{Path: "/etc/passwd", Digest: snaps[0].Digest},
+	} {
+		if err := s.Restore(ctx, snaps[0], bad); err == nil {
+			t.Errorf("Restore with %+v succeeded", bad)
+		}
+		if got := string(sh(t, s, `cat a.txt`).Stdout); got != "changed" {
+			t.Errorf("a Restore refused for %+v wrote a.txt: %q", bad, got)
+		}
+	}
+}

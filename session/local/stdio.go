@@ -45,19 +45,34 @@ type Stdio struct {
 
 // OpenStdio starts cmd in a fresh sandbox for a line-framed conversation.
 // The conversation outlives ctx, which bounds only the start; a sandbox
-// that fails to start reports it through Receive and Send.
+// that fails to start reports it through Receive and Send. It is a call
+// of the session's while it lasts: it resumes a paused session (or fails
+// with session.ErrPaused), and Pause waits for it to end.
 func (s *Session) OpenStdio(ctx context.Context, cmd session.Command, opts StdioOptions) (*Stdio, error) {
 	workdir, err := s.workdir(opts.Workdir)
 	if err != nil {
 		return nil, err
 	}
-	cctx, end, err := s.begin(context.WithoutCancel(ctx))
+	cctx, endCall, err := s.begin(context.WithoutCancel(ctx))
 	if err != nil {
 		return nil, err
 	}
 	if ctx.Err() != nil {
-		end()
+		endCall()
 		return nil, ctxError(ctx)
+	}
+	// A call of the session's for as long as it runs: it resumes a paused
+	// session (or fails with ErrPaused), and a Pause waits for it.
+	release, err := s.wake(ctx)
+	if err != nil {
+		endCall()
+		return nil, err
+	}
+	end := func() { release(); endCall() }
+	// As for Shell: no sandbox starts over a box being removed.
+	if s.removing() {
+		end()
+		return nil, s.gone()
 	}
 	limits := s.limits()
 	l, err := s.plat.launch(call{

@@ -118,3 +118,63 @@ func TestSessionCloseEndsStdio(t *testing.T) {
 	}
 	st.Close()
 }
+
+// A conversation is a call of the session's: on a paused session it
+// resumes it first, or, when auto-resume is off, fails with ErrPaused and
+// runs nothing; a Pause waits for the conversation, as for a call in
+// flight, rather than leave its command running in a paused session.
+func TestStdioHonoursPause(t *testing.T) {
+	s := newTestSession(t, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := s.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.SetAutoResume(false)
+	if st, err := s.OpenStdio(ctx, session.Command{Script: `echo ran`}, StdioOptions{}); !errors.Is(err, session.ErrPaused) {
+		if err == nil {
+			f, rerr := st.Receive(ctx)
+			t.Errorf("OpenStdio on a paused session without auto-resume ran its command: %q %v", f, rerr)
+			st.Close()
+		} else {
+			t.Errorf("OpenStdio on a paused session without auto-resume: %v, want ErrPaused", err)
+		}
+	}
+	s.SetAutoResume(true)
+	st, err := s.OpenStdio(ctx, session.Command{Script: `echo ran; sleep 100`}, StdioOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, err := st.Receive(ctx); f != "ran" || err != nil {
+		t.Errorf("Receive = %q, %v", f, err)
+	}
+	if s.paused() {
+		t.Error("OpenStdio did not resume the session")
+	}
+	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancelShort()
+	if err := s.Pause(short); err == nil || s.paused() {
+		t.Errorf("Pause during a conversation = %v (paused: %v), want it to wait for the conversation", err, s.paused())
+	}
+	st.Close()
+	if err := s.Pause(ctx); err != nil {
+		t.Errorf("Pause after the conversation: %v", err)
+	}
+}
+
+// A conversation, as a call, starts no sandbox over a box another
+// process is removing: it fails with ErrGone.
+func TestStdioStartsNothingUnderARemoval(t *testing.T) {
+	s := newTestSession(t, Options{})
+	ctx := context.Background()
+	markRemoving(s.dirs.Root)
+	st, err := s.OpenStdio(ctx, session.Command{Script: `echo ran; sleep 100`}, StdioOptions{})
+	if err == nil {
+		f, _ := st.Receive(ctx)
+		st.Close()
+		t.Fatalf("OpenStdio under a removal started its command (it said %q)", f)
+	}
+	if !errors.Is(err, session.ErrGone) {
+		t.Errorf("OpenStdio under a removal = %v, want ErrGone", err)
+	}
+}
