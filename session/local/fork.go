@@ -56,6 +56,12 @@ func (s *Session) Fork(ctx context.Context, o ForkOptions) (*Session, error) {
 	}
 	child.agent = s.agent
 	if !s.paused() {
+		release, err := holdFreeze(ctx, s.dirs.Root)
+		if err != nil {
+			child.closeAfterFailedFork(ctx, log)
+			return nil, fmt.Errorf("local sandbox %s: fork: %w", s.rec.Name, err)
+		}
+		defer release()
 		if frozen, err := freezeResident(ctx, s.dirs.Root, true, s.opTimeout(), nil); err != nil {
 			log.Warn("local sandbox: fork: the resident sandbox did not freeze; copying it as it runs", "err", err)
 		} else if frozen {
@@ -69,15 +75,20 @@ func (s *Session) Fork(ctx context.Context, o ForkOptions) (*Session, error) {
 		err = s.gone()
 	}
 	if err != nil {
-		if cerr := child.Close(context.WithoutCancel(ctx)); cerr != nil {
-			log.Warn("local sandbox: removing a failed fork", "fork", child.rec.Name, "err", cerr)
-		}
+		child.closeAfterFailedFork(ctx, log)
 		return nil, fmt.Errorf("local sandbox %s: fork: workspace: %w", s.rec.Name, err)
 	}
 	if len(skipped) > 0 {
 		log.Info("local sandbox: fork skipped special files", "fork", child.rec.Name, "paths", skipped)
 	}
 	return child, nil
+}
+
+// closeAfterFailedFork removes s, a fork that failed.
+func (s *Session) closeAfterFailedFork(ctx context.Context, log *slog.Logger) {
+	if err := s.Close(context.WithoutCancel(ctx)); err != nil {
+		log.Warn("local sandbox: removing a failed fork", "fork", s.rec.Name, "err", err)
+	}
 }
 
 // copyWorkspace copies a workspace for Fork; a variable for the tests.

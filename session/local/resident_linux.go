@@ -33,6 +33,10 @@ const (
 	residentLog    = "agent.log"     // the agent's stderr
 	// resizeLock is held while a resize rewrites the session's limits.
 	resizeLock = "resize.lock"
+	// forkLock is held, shared, by each fork for as long as it keeps the
+	// resident sandbox frozen: a frozen sandbox with no holder and no
+	// pause was left so by a fork that died.
+	forkLock = "fork.lock"
 )
 
 // procOf reads pid's start time; zero when pid is gone.
@@ -106,6 +110,21 @@ func (r residentProcs) frozen(root string) bool {
 	return false
 }
 
+// thawOrphaned thaws procs, a frozen resident sandbox of a session that
+// is not paused, when no fork holds it frozen (the fork that froze it
+// died), and reports whether it did; the caller holds the resident lock.
+func thawOrphaned(ctx context.Context, root string, procs residentProcs) bool {
+	f, err := os.OpenFile(filepath.Join(root, forkLock), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		return false
+	}
+	return groupsNamed(root, procs.Cgroup, Limits{}).freeze(ctx, false) == nil
+}
+
 // inDir calls fn with a short name for the session directory root
 // (/proc/self/fd/N), so that a socket's path there fits in a sockaddr
 // however deep root is.
@@ -166,23 +185,30 @@ func dialResident(ctx context.Context, root string) (net.Conn, error) {
 // lockResident takes the session's resident lock, across processes,
 // waiting while ctx allows; the lock ends with its holder, even killed.
 func lockResident(ctx context.Context, root string) (unlock func(), err error) {
-	return lockFile(ctx, filepath.Join(root, residentLock))
+	return lockFile(ctx, filepath.Join(root, residentLock), unix.LOCK_EX)
 }
 
 // lockResize takes the session's resize lock, across processes, as
 // lockResident takes its resident lock.
 func lockResize(ctx context.Context, root string) (unlock func(), err error) {
-	return lockFile(ctx, filepath.Join(root, resizeLock))
+	return lockFile(ctx, filepath.Join(root, resizeLock), unix.LOCK_EX)
 }
 
-// lockFile takes the lock of the file path, making it if need be.
-func lockFile(ctx context.Context, path string) (unlock func(), err error) {
+// holdFreeze takes the session's fork lock, shared with other forks, for
+// a fork to hold while it keeps the resident sandbox frozen.
+func holdFreeze(ctx context.Context, root string) (release func(), err error) {
+	return lockFile(ctx, filepath.Join(root, forkLock), unix.LOCK_SH)
+}
+
+// lockFile takes the lock of the file path, exclusive or shared (how),
+// making the file if need be.
+func lockFile(ctx context.Context, path string, how int) (unlock func(), err error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, err
 	}
 	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
 		if err == nil {
 			return func() { f.Close() }, nil
 		}
@@ -299,6 +325,12 @@ func (s *Session) startResident(ctx context.Context, c call) (*resident, error) 
 			return nil, err
 		}
 		procs := readResident(root)
+		if !launched && procs.frozen(root) && !thawOrphaned(hctx, root, procs) {
+			// A fork copies the workspace: this call runs in a sandbox
+			// of its own rather than wait for the agent.
+			nc.Close()
+			return nil, fmt.Errorf("guest agent: %w", errResidentFrozen)
+		}
 		conn, err := agentchan.Open(hctx, nc, nc)
 		if err == nil && !launched && conn.Older() != "" && endStandbys(hctx, conn) && residentIdle(root, procs) {
 			// Idle, so nothing is lost: its next call runs this program's agent.
@@ -318,9 +350,6 @@ func (s *Session) startResident(ctx context.Context, c call) (*resident, error) 
 			})}, nil
 		}
 		nc.Close()
-		if !launched && procs.frozen(root) {
-			return nil, fmt.Errorf("guest agent: %w", errResidentFrozen)
-		}
 		// A sandbox whose agent just died still takes connections until
 		// its last process holding the socket is gone: once it is, start
 		// another.

@@ -1358,6 +1358,7 @@ func TestAForkDoesNotCostAnotherProcessItsResidentSandbox(t *testing.T) {
 	t.Cleanup(func() { copyWorkspace = real })
 	copyWorkspace = func(ctx context.Context, src, dst string, limit int64) ([]string, error) {
 		assert.Equal(t, "x\n", rsh(t, b, "echo x"))
+		assert.True(t, readResident(s.dirs.Root).frozen(s.dirs.Root), "another process's call thawed the sandbox a fork copies")
 		return real(ctx, src, dst, limit)
 	}
 	f, err := s.Fork(ctx, ForkOptions{SessionID: "forked"})
@@ -1365,4 +1366,27 @@ func TestAForkDoesNotCostAnotherProcessItsResidentSandbox(t *testing.T) {
 	require.NoError(t, f.Close(ctx))
 	assert.True(t, b.mayBeResident(), "the fork cost the other process its resident sandbox")
 	assert.Equal(t, "same\n", rsh(t, b, `[ -e /tmp/this-sandbox ] && echo same || echo new`))
+}
+
+// A fork that dies while it copies leaves the resident sandbox frozen
+// and no pause: the next call, of any process, thaws it and runs in it.
+func TestAForkThatDiedLeavesNoSandboxFrozen(t *testing.T) {
+	s := newResidentSession(t, Options{WorkspaceID: "ws", SessionID: "fork-died"})
+	ctx := context.Background()
+	rsh(t, s, `: > /tmp/this-sandbox`)
+	if !latestCgroups().canFreeze() {
+		t.Skip("this host cannot freeze a sandbox")
+	}
+	root := s.dirs.Root
+	// What the fork did before it died: froze the sandbox, its lock
+	// ending with it.
+	frozen, err := freezeResident(ctx, root, true, s.opTimeout(), nil)
+	require.NoError(t, err)
+	require.True(t, frozen)
+	b, err := Attach(ctx, filepath.Dir(root), s.Name())
+	require.NoError(t, err)
+	b.agent = s.agent
+	assert.Equal(t, "same\n", rsh(t, b, `[ -e /tmp/this-sandbox ] && echo same || echo new`))
+	assert.False(t, readResident(root).frozen(root), "the sandbox is still frozen")
+	assert.True(t, b.mayBeResident())
 }
