@@ -1298,20 +1298,26 @@ func TestNoResidentSandboxStartsUnderAPause(t *testing.T) {
 	require.NoError(t, err)
 	a.agent = s.agent
 	require.NoError(t, a.Pause(ctx))
-	workdir, err := s.workdir("")
-	require.NoError(t, err)
-	c := call{name: s.rec.Name, dirs: s.dirs, policy: s.rec.Policy, limits: s.limits(),
-		env: s.env, workdir: workdir, argv: []string{"/bin/bash", "-c", "true", "bash"}}
-	cur, err := s.residentSandbox(ctx, c)
-	if cur != nil {
-		s.res.leave()
-	}
-	assert.ErrorIs(t, err, session.ErrPaused)
+	assert.ErrorIs(t, admittedCall(t, s), session.ErrPaused)
 	_, running := runningResident(s.dirs.Root)
 	assert.False(t, running, "a resident sandbox started in a paused session")
 	assert.Equal(t, "x\n", rsh(t, s, "echo x"))
 	_, running = runningResident(s.dirs.Root)
 	assert.True(t, running, "the call after the pause ran in a sandbox of its own")
+}
+
+// admittedCall asks s for a resident sandbox as a call already past its
+// pause check does, and returns what it answered.
+func admittedCall(t *testing.T, s *Session) error {
+	workdir, err := s.workdir("")
+	require.NoError(t, err)
+	c := call{name: s.rec.Name, dirs: s.dirs, policy: s.rec.Policy, limits: s.limits(),
+		env: s.env, workdir: workdir, argv: []string{"/bin/bash", "-c", "true", "bash"}}
+	cur, err := s.residentSandbox(context.Background(), c)
+	if cur != nil {
+		s.res.leave()
+	}
+	return err
 }
 
 // A call this process admitted just before another paused the session
@@ -1328,15 +1334,7 @@ func TestAFrozenResidentSandboxIsNotGivenUp(t *testing.T) {
 	require.NoError(t, err)
 	b.agent = s.agent
 	require.NoError(t, s.Pause(ctx))
-	workdir, err := b.workdir("")
-	require.NoError(t, err)
-	c := call{name: b.rec.Name, dirs: b.dirs, policy: b.rec.Policy, limits: b.limits(),
-		env: b.env, workdir: workdir, argv: []string{"/bin/bash", "-c", "true", "bash"}}
-	cur, err := b.residentSandbox(ctx, c)
-	if cur != nil {
-		b.res.leave()
-	}
-	assert.ErrorIs(t, err, session.ErrPaused)
+	assert.ErrorIs(t, admittedCall(t, b), session.ErrPaused)
 	assert.True(t, b.mayBeResident(), "the process gave up its resident sandbox")
 }
 
