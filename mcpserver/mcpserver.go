@@ -34,6 +34,13 @@ type Options struct {
 	// same Host, Origin and token checks as the protocol (a Prometheus
 	// handler, say); stdio has no such path.
 	Metrics http.Handler
+	// SessionIdleTimeout, for ServeHTTP, closes an HTTP session that has
+	// had no request for that long (a request in progress holds it open),
+	// as a client that went away without DELETE leaves its session; the
+	// client's next request is answered 404 and it starts another, as the
+	// protocol has it. Zero keeps every session until its DELETE or the
+	// server's end.
+	SessionIdleTimeout time.Duration
 }
 
 // readOnly lists the tools that change nothing in the sandbox, so that
@@ -90,7 +97,7 @@ func toolHandler(opts Options, stop context.Context, ended *sessionEnds, name st
 			defer context.AfterFunc(stop, cancel)()
 		}
 		if ended != nil {
-			defer context.AfterFunc(ended.context(req.Session.ID()), cancel)()
+			defer context.AfterFunc(ended.context(req.Session), cancel)()
 		}
 		var progress tools.Progress
 		if token := req.Params.GetProgressToken(); token != nil {
@@ -113,8 +120,8 @@ func toolHandler(opts Options, stop context.Context, ended *sessionEnds, name st
 // ends the session (DELETE), so that the session's running calls end: the
 // SDK's session Close waits for them without cancelling them, which held
 // the DELETE, and left the command running, until the command ended. An
-// entry lives as the SDK's session does: until its DELETE, or, for a
-// client gone without one, as long as the server.
+// entry lives as the SDK's session does: until its DELETE, its idle
+// timeout or the server's end.
 type sessionEnds struct {
 	mu       sync.Mutex
 	sessions map[string]sessionEnd
@@ -125,13 +132,21 @@ type sessionEnd struct {
 	cancel context.CancelFunc
 }
 
-// context returns the context of session id, which never ends for "".
-func (e *sessionEnds) context(id string) context.Context {
+// context returns the context of session ss, which never ends for a
+// session without an id; its entry is forgotten once ss is closed.
+func (e *sessionEnds) context(ss *mcp.ServerSession) context.Context {
+	id := ss.ID()
 	if id == "" {
 		return context.Background()
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if _, ok := e.sessions[id]; !ok {
+		go func() {
+			_ = ss.Wait()
+			e.forget(id)
+		}()
+	}
 	return e.entry(id).ctx
 }
 
@@ -148,6 +163,17 @@ func (e *sessionEnds) entry(id string) sessionEnd {
 	return s
 }
 
+// forget drops session id's entry, ending its context: the session is
+// closed, and no call of it runs.
+func (e *sessionEnds) forget(id string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if s, ok := e.sessions[id]; ok {
+		s.cancel()
+		delete(e.sessions, id)
+	}
+}
+
 // handler ends the calls of the session a DELETE names, and any call that
 // starts before the session is closed, then lets next close it, and
 // forgets the session once closed (no call of it is running then).
@@ -162,9 +188,7 @@ func (e *sessionEnds) handler(next http.Handler) http.Handler {
 		e.entry(id).cancel()
 		e.mu.Unlock()
 		next.ServeHTTP(w, r)
-		e.mu.Lock()
-		delete(e.sessions, id)
-		e.mu.Unlock()
+		e.forget(id)
 	})
 }
 

@@ -109,6 +109,20 @@ func URL(ln net.Listener) string { return "http://" + ln.Addr().String() + HTTPP
 // it applies only between requests, never to a stream in progress.
 var httpIdleTimeout = 2 * time.Minute
 
+// newHTTPHandler is what ServeHTTP serves before its guard: the protocol
+// at HTTPPath and opts.Metrics at MetricsPath; stop ends every tool call.
+func newHTTPHandler(stop context.Context, opts Options, logger *slog.Logger) (*mcp.Server, *sessionEnds, http.Handler) {
+	ended := &sessionEnds{}
+	server := newServer(opts, stop, ended)
+	mux := http.NewServeMux()
+	mux.Handle(HTTPPath, ended.handler(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
+		&mcp.StreamableHTTPOptions{Logger: logger, MaxRequestBodyBytes: MaxMessageBytes, SessionTimeout: opts.SessionIdleTimeout})))
+	if opts.Metrics != nil {
+		mux.Handle("GET "+MetricsPath, opts.Metrics)
+	}
+	return server, ended, mux
+}
+
 // ServeHTTP serves the streamable HTTP transport at HTTPPath on ln, from
 // ListenHTTP, and closes ln. Every request must name this server in its Host
 // header, carry no Origin but this server's, and carry
@@ -130,14 +144,7 @@ func ServeHTTP(ctx context.Context, ln net.Listener, token string, opts Options)
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	ended := &sessionEnds{}
-	server := newServer(opts, ctx, ended)
-	mux := http.NewServeMux()
-	mux.Handle(HTTPPath, ended.handler(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
-		&mcp.StreamableHTTPOptions{Logger: logger, MaxRequestBodyBytes: MaxMessageBytes})))
-	if opts.Metrics != nil {
-		mux.Handle("GET "+MetricsPath, opts.Metrics)
-	}
+	server, _, mux := newHTTPHandler(ctx, opts, logger)
 	srv := &http.Server{Handler: newGuard(mux, tcp, token, MaxMessageBytes), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: httpIdleTimeout}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

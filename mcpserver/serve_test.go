@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -273,6 +276,63 @@ func TestServeHTTP(t *testing.T) {
 
 	// Stopping with a client still connected (its event stream open).
 	stop()
+}
+
+// A client gone without a DELETE leaves its session: past
+// SessionIdleTimeout the SDK closes it and its entry of the sessions' ends
+// goes with it, and the client's next request is answered 404.
+func TestHTTPIdleSessionIsForgotten(t *testing.T) {
+	_, tb, _ := hostServer(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, ended, h := newHTTPHandler(ctx, Options{Toolbox: tb, SessionIdleTimeout: 300 * time.Millisecond}, slog.New(slog.DiscardHandler))
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close) // after the client's close: Close waits for its event stream
+	url := srv.URL + HTTPPath
+	entries := func() int {
+		ended.mu.Lock()
+		defer ended.mu.Unlock()
+		return len(ended.sessions)
+	}
+
+	// A client that goes away sends nothing more, no DELETE either.
+	var away atomic.Bool
+	c, mc := newClient()
+	cs, err := mc.Connect(context.Background(), &mcp.StreamableClientTransport{
+		Endpoint: url, HTTPClient: &http.Client{Transport: goneAway{&away, srv.Client().Transport}}, MaxRetries: -1,
+	}, nil)
+	require.NoError(t, err)
+	c.cs = cs
+	t.Cleanup(func() { _ = cs.Close() })
+	assert.Equal(t, "x\n", c.mustCall(t, "bash", obj{"command": "echo x"}))
+	assert.Equal(t, 1, entries(), "a session that called a tool has an entry")
+	away.Store(true)
+	require.Eventually(t, func() bool { return entries() == 0 }, 15*time.Second, 20*time.Millisecond,
+		"the idle session's entry is kept")
+
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"jsonrpc":"2.0","id":9,"method":"tools/list"}`))
+	require.NoError(t, err)
+	req.Header.Set("Mcp-Session-Id", c.cs.ID())
+	req.Header.Set("Mcp-Protocol-Version", c.cs.InitializeResult().ProtocolVersion)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := srv.Client().Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "the idle session still answers")
+}
+
+// goneAway is a client's transport that fails every request once away.
+type goneAway struct {
+	away *atomic.Bool
+	next http.RoundTripper
+}
+
+func (g goneAway) RoundTrip(r *http.Request) (*http.Response, error) {
+	if g.away.Load() {
+		return nil, errors.New("the client went away")
+	}
+	return g.next.RoundTrip(r)
 }
 
 func TestListenHTTPRefusesNonLoopback(t *testing.T) {

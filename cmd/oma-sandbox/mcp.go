@@ -35,7 +35,7 @@ const mcpCollectTimeout = 2 * time.Minute
 const tokenEnv = "OMA_MCP_TOKEN"
 
 func runMCP(ctx context.Context, c *cli, args []string) error {
-	fs := c.flagSet("mcp", "[--backend auto|msb|local] [session create flags] [--attach NAME] [--outputs DIR]\n       [--http 127.0.0.1:PORT [--token-file FILE]]", `Serves one session's agent tools over the Model Context Protocol: on stdin
+	fs := c.flagSet("mcp", "[--backend auto|msb|local] [session create flags] [--attach NAME] [--outputs DIR]\n       [--http 127.0.0.1:PORT [--token-file FILE] [--session-idle-timeout D]]", `Serves one session's agent tools over the Model Context Protocol: on stdin
 and stdout by default, or over streamable HTTP at http://ADDR/mcp with
 --http. The HTTP endpoint listens on loopback addresses only and requires
 "Authorization: Bearer TOKEN" on every request: the token is read from
@@ -59,6 +59,7 @@ session or the server failed, 2 on a usage error.`)
 	outDir := fs.String("outputs", "", "collect the session's outputs into this host `directory` at the end")
 	httpAddr := fs.String("http", "", "serve streamable HTTP on this loopback `address` (127.0.0.1:PORT) instead of stdio")
 	tokenFile := fs.String("token-file", "", "with --http: read the bearer token from this `file`, or write a new one there (mode 0600) when it does not exist")
+	sessionIdle := fs.Duration("session-idle-timeout", defaultMCPSessionIdle, "with --http: close an MCP session that has had no request for this `duration`, as a client gone without ending it leaves it (the client's next request gets 404 and it starts another); 0 keeps every session")
 	rest, err := c.parse(fs, args)
 	if err != nil {
 		return err
@@ -79,6 +80,9 @@ session or the server failed, 2 on a usage error.`)
 			return err
 		}
 	}
+	if *sessionIdle < 0 {
+		return &usageError{msg: fmt.Sprintf("--session-idle-timeout %s: want 0 (never) or a positive duration", *sessionIdle)}
+	}
 	var endpoint *httpEndpoint
 	if *httpAddr != "" {
 		if endpoint, err = listenMCP(*httpAddr, *tokenFile); err != nil {
@@ -87,6 +91,8 @@ session or the server failed, 2 on a usage error.`)
 		defer endpoint.ln.Close()
 	} else if *tokenFile != "" {
 		return &usageError{msg: "--token-file goes with --http"}
+	} else if set["session-idle-timeout"] {
+		return &usageError{msg: "--session-idle-timeout goes with --http"}
 	}
 
 	// Over HTTP the session's, its tool calls' and msb's metrics are served
@@ -117,7 +123,7 @@ session or the server failed, 2 on a usage error.`)
 		return err
 	}
 	tb := tools.New(s.Sandbox(), tools.Options{Logger: c.logger, MeterProvider: mp, Backend: s.Backend()})
-	opts := mcpserver.Options{Toolbox: tb, Name: "oma-sandbox", Version: version(), Logger: c.logger, Metrics: metrics}
+	opts := mcpserver.Options{Toolbox: tb, Name: "oma-sandbox", Version: version(), Logger: c.logger, Metrics: metrics, SessionIdleTimeout: *sessionIdle}
 	if endpoint != nil {
 		if err = endpoint.announce(c.stderr, s.Name()); err == nil {
 			err = mcpserver.ServeHTTP(ctx, endpoint.ln, endpoint.token, opts)
@@ -131,6 +137,10 @@ session or the server failed, 2 on a usage error.`)
 	}
 	return c.finishMCP(ctx, s, *outDir, *attach == "", err)
 }
+
+// defaultMCPSessionIdle is how long an MCP session over HTTP may go
+// without a request: a day, past any pause of a client still there.
+const defaultMCPSessionIdle = 24 * time.Hour
 
 // httpEndpoint is a bound loopback listener and the token it requires.
 type httpEndpoint struct {
