@@ -496,6 +496,21 @@ func (g *callGroups) freeze(ctx context.Context, frozen bool) error {
 	}
 }
 
+// frozen reports whether the groups are frozen or being frozen: what
+// freeze asked last, whichever process asked it.
+func (g *callGroups) frozen() bool {
+	dir, ok := g.dirs["freezer"]
+	if !ok {
+		return false
+	}
+	file, asked := "freezer.state", []string{"FROZEN", "FREEZING"}
+	if dir == g.v2 {
+		file, asked = "cgroup.freeze", []string{"1"}
+	}
+	data, err := os.ReadFile(filepath.Join(dir, file))
+	return err == nil && slices.Contains(asked, strings.TrimSpace(string(data)))
+}
+
 // refreezeAfter is how long a freeze may take before it is asked again.
 const refreezeAfter = 250 * time.Millisecond
 

@@ -202,12 +202,10 @@ func (s *Session) Resize(ctx context.Context, r session.Resize) error {
 	if err := s.ready(); err != nil {
 		return err
 	}
-	s.resizeMu.Lock()
-	defer s.resizeMu.Unlock()
 	if r.CPUs == 0 && r.Memory == "" {
 		return fmt.Errorf("local sandbox %s: resize needs CPUs or memory: %w", s.rec.Name, session.ErrInvalid)
 	}
-	// Resizes in other processes too each change the limits the one
+	// Each resize, of this process or another, changes the limits the one
 	// before wrote, rather than write over its change.
 	unlock, err := lockResize(ctx, s.dirs.Root)
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -95,19 +94,7 @@ func (r residentProcs) end(root string, deadline time.Time) error {
 // fork copies its workspace, or a pause), whichever process froze them;
 // root is the session's directory.
 func (r residentProcs) frozen(root string) bool {
-	if r.Cgroup == "" {
-		return false
-	}
-	dir := groupsNamed(root, r.Cgroup, Limits{}).dirs["freezer"]
-	if dir == "" {
-		return false
-	}
-	for file, states := range map[string][]string{"freezer.state": {"FROZEN", "FREEZING"}, "cgroup.freeze": {"1"}} {
-		if b, err := os.ReadFile(filepath.Join(dir, file)); err == nil && slices.Contains(states, strings.TrimSpace(string(b))) {
-			return true
-		}
-	}
-	return false
+	return r.Cgroup != "" && groupsNamed(root, r.Cgroup, Limits{}).frozen()
 }
 
 // thawOrphaned thaws procs, a frozen resident sandbox of a session that
@@ -188,8 +175,9 @@ func lockResident(ctx context.Context, root string) (unlock func(), err error) {
 	return lockFile(ctx, filepath.Join(root, residentLock), unix.LOCK_EX)
 }
 
-// lockResize takes the session's resize lock, across processes, as
-// lockResident takes its resident lock.
+// lockResize takes the session's resize lock, across processes and
+// within one (each take opens the file anew, and flock locks an open
+// file, not a process), as lockResident takes its resident lock.
 func lockResize(ctx context.Context, root string) (unlock func(), err error) {
 	return lockFile(ctx, filepath.Join(root, resizeLock), unix.LOCK_EX)
 }

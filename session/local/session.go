@@ -150,8 +150,6 @@ type Session struct {
 	log   *slog.Logger
 	audit func(AuditEvent)
 	mu    sync.Mutex
-	// resizeMu serialises Resize's rewrites of the record.
-	resizeMu sync.Mutex
 	// recRead is the record file rec's limits were last read from (nil
 	// until limits reads it): Resize in another process replaces it.
 	recRead os.FileInfo
