@@ -280,7 +280,8 @@ func TestServeHTTP(t *testing.T) {
 
 // A client gone without a DELETE leaves its session: past
 // SessionIdleTimeout the SDK closes it and its entry of the sessions' ends
-// goes with it, and the client's next request is answered 404.
+// goes with it, and the client's next request is answered 404; a call
+// running longer than the timeout is not cut short.
 func TestHTTPIdleSessionIsForgotten(t *testing.T) {
 	_, tb, _ := hostServer(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -304,7 +305,8 @@ func TestHTTPIdleSessionIsForgotten(t *testing.T) {
 	require.NoError(t, err)
 	c.cs = cs
 	t.Cleanup(func() { _ = cs.Close() })
-	assert.Equal(t, "x\n", c.mustCall(t, "bash", obj{"command": "echo x"}))
+	// A call outlasting the timeout holds its session open: not ended.
+	assert.Equal(t, "x\n", c.mustCall(t, "bash", obj{"command": "sleep 1; echo x"}))
 	assert.Equal(t, 1, entries(), "a session that called a tool has an entry")
 	away.Store(true)
 	require.Eventually(t, func() bool { return entries() == 0 }, 15*time.Second, 20*time.Millisecond,
